@@ -1,0 +1,306 @@
+"""The base class of every agentgym environment: a multi-turn tool environment over tokens.
+
+``ToolEnv`` owns everything that is the same across environments: the append-only token
+stream, parsing actions with the Harmony codec, tool dispatch, turn and token budgets,
+terminated vs truncated, reward bookkeeping (sparse or shaped, components in ``info``) and
+the trajectory record. A concrete environment defines only:
+
+* ``sample_task(rng, options) -> Task``: the task for this episode (seeded);
+* ``tools() -> list[Tool]``: the tools of the current episode (default: none);
+* ``score_final(answer) -> ToolResult``: the outcome of a final answer;
+* optionally ``instructions``, ``on_reset()`` and ``on_close()`` for resources.
+
+Observation and action are 1-D ``int64`` arrays of token ids. ``reset`` returns the whole
+prompt (system, developer with tool schemas, user task, generation prompt); ``step`` takes
+the sampled tokens and returns only the tokens the environment appends.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+
+from agentgym.errors import ConfigError, EnvStateError
+from agentgym.harmony import HarmonyCodec, Message, ParsedAction, render_tool_signatures
+from agentgym.tokenizers import Tokenizer, as_tokenizer
+from agentgym.tools import Tool, ToolResult
+from agentgym.trajectory import Trajectory, Turn
+
+__all__ = ["DEFAULT_SHAPING", "Task", "ToolEnv", "token_space"]
+
+# Shaped-mode weights of the terms ToolEnv computes itself. Environments add their own
+# terms (progress, pass-rate delta) through ToolResult.components. Sparse mode pays only
+# "outcome"; every term is always reported in info["reward_components"].
+DEFAULT_SHAPING: dict[str, float] = {
+    "format": 0.1,  # a well-formed final message (parsed with no errors)
+    "malformed": -0.1,  # per action that failed to parse or called a tool badly
+    "turn": -0.01,  # per turn: a small price on wasted turns
+}
+
+SYSTEM_PROMPT = (
+    "You are ChatGPT, a large language model trained by OpenAI.\n"
+    "Knowledge cutoff: 2024-06\n\n"
+    "Reasoning: {effort}\n\n"
+    "# Valid channels: analysis, commentary, final. Channel must be included for every message."
+)
+TOOLS_LINE = "\nCalls to these tools must go to the commentary channel: 'functions'."
+
+
+@dataclass(slots=True)
+class Task:
+    id: str  # stable across versions of the same env id: what leaderboards cite
+    prompt: str  # the user message
+    answer: Any = None  # whatever score_final needs
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class _State(enum.Enum):
+    NEW = "new"  # constructed, not reset
+    RUNNING = "running"
+    DONE = "done"  # terminated or truncated: reset before stepping again
+    CLOSED = "closed"
+
+
+def token_space(vocab_size: int) -> gym.spaces.Sequence:
+    """Variable-length 1-D int64 arrays of ids in [0, vocab_size)."""
+    return gym.spaces.Sequence(gym.spaces.Discrete(vocab_size), stack=True)
+
+
+class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    default_id: ClassVar[str] = "agentgym/ToolEnv-v0"
+    instructions: ClassVar[str] = ""
+    extra_shaping: ClassVar[dict[str, float]] = {}  # an env's own shaped terms and weights
+    reasoning_effort: ClassVar[str] = "low"
+
+    def __init__(
+        self,
+        *,
+        tokenizer: Tokenizer | Any = None,
+        reward_mode: str = "sparse",
+        max_turns: int = 8,
+        max_tokens: int = 8192,
+        max_action_tokens: int = 4096,
+        shaping: dict[str, float] | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if reward_mode not in ("sparse", "shaped"):
+            raise ConfigError(f"reward_mode must be 'sparse' or 'shaped', got {reward_mode!r}")
+        for name, v in (("max_turns", max_turns), ("max_tokens", max_tokens),
+                        ("max_action_tokens", max_action_tokens)):
+            if not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{name} must be a positive int, got {v!r}")
+        if render_mode not in (None, "ansi"):
+            raise ConfigError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        defaults = {**DEFAULT_SHAPING, **self.extra_shaping}
+        unknown = set(shaping or {}) - set(defaults)
+        if unknown:
+            raise ConfigError(f"unknown shaping keys {sorted(unknown)}; known: {sorted(defaults)}")
+        self.tokenizer = as_tokenizer(tokenizer)
+        self.codec = HarmonyCodec(self.tokenizer)
+        self.reward_mode = reward_mode
+        self.max_turns, self.max_tokens, self.max_action_tokens = max_turns, max_tokens, max_action_tokens
+        self.shaping = {**defaults, **(shaping or {})}
+        self.render_mode = render_mode
+        self.observation_space = token_space(self.tokenizer.vocab_size)
+        self.action_space = token_space(self.tokenizer.vocab_size)
+        self._state = _State.NEW
+        self._tools: dict[str, Tool] = {}
+        self._prefix_cache: dict[tuple[str, ...], list[int]] = {}
+        self.task: Task | None = None
+        self.trajectory: Trajectory | None = None
+        self.counts: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ subclass API
+    def sample_task(self, rng: np.random.Generator, options: dict[str, Any]) -> Task:
+        raise NotImplementedError
+
+    def tools(self) -> list[Tool]:
+        return []
+
+    def score_final(self, answer: str) -> ToolResult:
+        """Score a final-channel answer. Must return ``terminal=True`` with an ``outcome``."""
+        raise NotImplementedError
+
+    def on_reset(self) -> None:
+        """Acquire per-episode resources (sandbox, database). Called after sample_task."""
+
+    def on_close(self) -> None:
+        """Release resources. Called once by close()."""
+
+    # ------------------------------------------------------------------ gym API
+    @property
+    def env_id(self) -> str:
+        return self.spec.id if self.spec is not None else self.default_id
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        if self._state is _State.CLOSED:
+            raise EnvStateError(f"{self.env_id} is closed; make a new environment")
+        super().reset(seed=seed)
+        self.task = self.sample_task(self.np_random, dict(options or {}))
+        self.on_reset()
+        self._tools = {t.name: t for t in self.tools()}
+        prompt = self._prompt_ids(self.task.prompt)
+        self.trajectory = Trajectory(
+            env_id=self.env_id, seed=seed, task_id=self.task.id,
+            tokenizer=getattr(self.tokenizer, "name", type(self.tokenizer).__name__),
+            meta={"reward_mode": self.reward_mode, "max_turns": self.max_turns,
+                  "max_tokens": self.max_tokens, "options": dict(options or {})},
+        )
+        self.trajectory.append(prompt, policy=False)
+        self.trajectory.prompt_len = len(prompt)
+        self.counts = {"turns": 0, "malformed": 0, "tool_calls": 0, "tool_errors": 0}
+        self._state = _State.RUNNING
+        return np.asarray(prompt, dtype=np.int64), {"task_id": self.task.id, "prompt": self.task.prompt}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self._state is not _State.RUNNING:
+            raise EnvStateError(
+                f"step() called on a {self._state.value} environment; call reset() first"
+                if self._state is not _State.CLOSED else f"{self.env_id} is closed")
+        traj = self.trajectory
+        assert traj is not None and self.task is not None
+        self.counts["turns"] += 1
+        comps: dict[str, float] = {"outcome": 0.0, "turn": 1.0}
+        info: dict[str, Any] = {"text": "", "tool_call": None, "tool_result": None, "error": None}
+        ids, reject = self._validate(action)
+        start = len(traj.tokens)
+        terminated = truncated = False
+        tool_name = None
+        if reject is not None:
+            # Nothing is appended: ids that are not tokens cannot be trained on or replayed.
+            info["error"] = reject
+            comps["malformed"] = 1.0
+            obs: list[int] = []
+        else:
+            clipped = len(ids) > self.max_action_tokens
+            if clipped:
+                ids = ids[: self.max_action_tokens]
+            traj.append(ids, policy=True)
+            parsed = self.codec.parse(ids)
+            info["text"] = self.tokenizer.decode(ids)
+            result, tool_name = self._dispatch(parsed, info, comps)
+            if clipped:
+                info["error"] = f"action_too_long: more than {self.max_action_tokens} tokens"
+                truncated = True
+            if result.terminal:
+                terminated = True
+                comps["outcome"] = float(result.outcome or 0.0)
+                obs = []
+            else:
+                obs = self._observation(ids, result, tool_name)
+            info["tool_result"] = {"content": result.content, "ok": result.ok, "error": result.error}
+            for k, v in result.components.items():
+                comps[k] = comps.get(k, 0.0) + v
+        action_end = len(traj.tokens)
+        if not terminated and not truncated:
+            if self.counts["turns"] >= self.max_turns or action_end + len(obs) >= self.max_tokens:
+                truncated = True
+        if truncated and not terminated:
+            obs = []  # nothing more will be sampled: no dangling generation prompt
+        traj.append(obs, policy=False)
+        reward = self._reward(comps)
+        traj.turns.append(Turn(start, action_end, len(traj.tokens), reward, comps, tool_name,
+                               info["error"] if isinstance(info["error"], str) else None))
+        if terminated or truncated:
+            traj.terminated, traj.truncated = terminated, truncated
+            self._state = _State.DONE
+        info.update(reward_components=comps, counts=dict(self.counts), turn=self.counts["turns"])
+        return np.asarray(obs, dtype=np.int64), reward, terminated, truncated, info
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi" or self.trajectory is None:
+            return None
+        return self.tokenizer.decode(self.trajectory.tokens)
+
+    def close(self) -> None:
+        if self._state is _State.CLOSED:
+            return
+        self._state = _State.CLOSED
+        self.on_close()
+        super().close()
+
+    # ------------------------------------------------------------------ internals
+    def _prompt_ids(self, user: str) -> list[int]:
+        tools = list(self._tools.values())
+        key = tuple(t.name for t in tools)
+        prefix = self._prefix_cache.get(key)
+        if prefix is None:
+            system = SYSTEM_PROMPT.format(effort=self.reasoning_effort) + (TOOLS_LINE if tools else "")
+            dev = "# Instructions\n\n" + self.instructions
+            if tools:
+                dev += "\n\n" + render_tool_signatures(tools)
+            prefix = self.codec.render_many([Message("system", system), Message("developer", dev)])
+            self._prefix_cache[key] = prefix
+        return prefix + self.codec.render_prompt([Message("user", user)])
+
+    def _validate(self, action: Any) -> tuple[list[int], str | None]:
+        """Turn an action into a list of ids, or say why it is rejected."""
+        try:
+            arr = np.asarray(action)
+        except Exception:  # ragged lists, objects that refuse conversion
+            return [], "bad_action: expected a 1-D array of integer token ids"
+        if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+            return [], f"bad_action: expected a 1-D integer array, got shape {arr.shape} dtype {arr.dtype}"
+        if arr.size == 0:
+            return [], "empty_action: the action contained no tokens"
+        if arr.min() < 0 or arr.max() >= self.tokenizer.vocab_size:
+            return [], f"out_of_vocab: ids must be in [0, {self.tokenizer.vocab_size})"
+        return arr.tolist(), None
+
+    def _dispatch(self, parsed: ParsedAction, info: dict[str, Any], comps: dict[str, float]
+                  ) -> tuple[ToolResult, str | None]:
+        errors = [str(e) for e in parsed.errors]
+        if errors:
+            info["error"] = "; ".join(errors)
+        call = parsed.tool_call
+        if call is not None:
+            info["tool_call"] = {"name": call.name, "arguments": call.arguments}
+            tool = self._tools.get(call.name)
+            if tool is None:
+                comps["malformed"] = 1.0
+                self.counts["malformed"] += 1
+                known = ", ".join(sorted(self._tools)) or "none"
+                return ToolResult.failure("unknown_tool", f"no tool named {call.name!r}; tools: {known}"), call.name
+            if call.arguments is None:
+                comps["malformed"] = 1.0
+                self.counts["malformed"] += 1
+                return ToolResult.failure("bad_json", errors[-1] if errors else "bad arguments"), call.name
+            self.counts["tool_calls"] += 1
+            result = tool(call.arguments)
+            if not result.ok:
+                self.counts["tool_errors"] += 1
+                if result.error == "bad_arguments":
+                    comps["malformed"] = 1.0
+                    self.counts["malformed"] += 1
+            return result, call.name
+        if parsed.final is not None:
+            result = self.score_final(parsed.final)
+            if parsed.ok:
+                comps["format"] = 1.0
+            return result, None
+        comps["malformed"] = 1.0
+        self.counts["malformed"] += 1
+        reason = "; ".join(errors) or "no tool call and no final answer"
+        return ToolResult.failure("unparsed", reason), None
+
+    def _observation(self, ids: list[int], result: ToolResult, tool_name: str | None) -> list[int]:
+        # An action cut off inside a message is closed by the env before anything follows.
+        prefix = [] if ids[-1] in (self.codec.END, *self.codec.stop_ids) else [self.codec.END]
+        if tool_name is not None:
+            return prefix + self.codec.render_tool_result(tool_name, result.content)
+        # No tool to answer for the model: the notice comes from the user side.
+        notice = Message("user", f"[agentgym] {result.content}\nReply with a tool call or a final answer.")
+        return prefix + self.codec.render_prompt([notice])
+
+    def _reward(self, comps: dict[str, float]) -> float:
+        if self.reward_mode == "sparse":
+            return comps["outcome"]
+        return comps["outcome"] + sum(
+            self.shaping.get(k, 1.0) * v for k, v in comps.items() if k != "outcome")

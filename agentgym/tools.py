@@ -1,0 +1,76 @@
+"""Tools an agent can call: a name, a description, JSON-schema parameters and a function.
+
+A tool never raises into the environment. Bad arguments (schema violations) and exceptions
+inside the function come back as a :class:`ToolResult` with ``ok=False`` and a readable
+``content`` that the model sees, plus a stable ``error`` code that ``info`` reports.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+__all__ = ["Tool", "ToolResult"]
+
+
+@dataclass(slots=True)
+class ToolResult:
+    content: str  # what the model reads
+    ok: bool = True
+    error: str | None = None  # stable code when not ok: "bad_arguments", "tool_exception", ...
+    terminal: bool = False  # the call ends the episode (e.g. submit)
+    outcome: float | None = None  # the task outcome (the sparse reward) when terminal
+    components: dict[str, float] = field(default_factory=dict)  # extra shaped-reward terms
+
+    @classmethod
+    def failure(cls, error: str, message: str) -> ToolResult:
+        return cls(json.dumps({"error": error, "message": message}), ok=False, error=error)
+
+
+@dataclass
+class Tool:
+    """A callable tool. ``fn`` receives the validated JSON arguments as keyword arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]  # a JSON schema of type "object"
+    fn: Callable[..., ToolResult | str]
+    max_output_chars: int = 16_000  # longer results are cut, with a note, before tokenizing
+
+    def __post_init__(self) -> None:
+        self.parameters.setdefault("type", "object")
+        self.parameters.setdefault("properties", {})
+        Draft202012Validator.check_schema(self.parameters)
+        self._validator = Draft202012Validator(self.parameters)
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI-style function schema (for API models and docs)."""
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+    def __call__(self, arguments: dict[str, Any]) -> ToolResult:
+        errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
+        if errors:
+            msgs = []
+            for e in errors[:5]:
+                where = ".".join(str(p) for p in e.path) or "arguments"
+                msgs.append(f"{where}: {e.message}")
+            return ToolResult.failure(
+                "bad_arguments",
+                f"{self.name} expects {json.dumps(self.parameters.get('properties'))}; "
+                + "; ".join(msgs),
+            )
+        try:
+            result = self.fn(**arguments)
+        except Exception as e:  # the tool's own bug or a hostile input: report, don't crash
+            return ToolResult.failure("tool_exception", f"{type(e).__name__}: {e}")
+        if isinstance(result, str):
+            result = ToolResult(result)
+        if len(result.content) > self.max_output_chars:
+            cut = len(result.content) - self.max_output_chars
+            result.content = result.content[: self.max_output_chars] + f"\n[... {cut} characters cut]"
+        return result
