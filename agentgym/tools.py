@@ -16,6 +16,18 @@ from jsonschema import Draft202012Validator
 
 __all__ = ["Tool", "ToolResult"]
 
+# Checking a schema costs ~1 ms; environments often rebuild their tools every episode.
+_VALIDATORS: dict[str, Draft202012Validator] = {}
+
+
+def _validator(schema: dict[str, Any]) -> Draft202012Validator:
+    key = json.dumps(schema, sort_keys=True, default=str)
+    v = _VALIDATORS.get(key)
+    if v is None:
+        Draft202012Validator.check_schema(schema)
+        v = _VALIDATORS[key] = Draft202012Validator(schema)
+    return v
+
 
 @dataclass(slots=True)
 class ToolResult:
@@ -44,8 +56,7 @@ class Tool:
     def __post_init__(self) -> None:
         self.parameters.setdefault("type", "object")
         self.parameters.setdefault("properties", {})
-        Draft202012Validator.check_schema(self.parameters)
-        self._validator = Draft202012Validator(self.parameters)
+        self._validator = _validator(self.parameters)
 
     @property
     def schema(self) -> dict[str, Any]:
