@@ -1,0 +1,128 @@
+"""ToolEnv's own behaviour, on the 20-line EchoEnv from toy.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from agentgym import ConfigError, EnvStateError
+from agentgym.tokenizers import encode_harmony_text
+
+from .toy import EchoEnv
+
+
+def _solve(env: EchoEnv) -> list[float]:
+    obs, _ = env.reset(seed=3)
+    word = env.task.prompt.split()[-1]
+    rewards = []
+    _, r, *_ = env.step(np.array(env.codec.tool_call_ids("echo", {"word": word})))
+    rewards.append(r)
+    _, r, term, trunc, _ = env.step(np.array(env.codec.final_ids(word.upper())))
+    rewards.append(r)
+    assert term and not trunc
+    return rewards
+
+
+def test_check_env() -> None:
+    check_env(EchoEnv(), skip_render_check=True)
+
+
+def test_sparse_and_shaped_rewards() -> None:
+    assert _solve(EchoEnv()) == [0.0, 1.0]
+    shaped = _solve(EchoEnv(reward_mode="shaped"))
+    assert shaped == pytest.approx([-0.01, 1.0 + 0.1 - 0.01])
+
+
+def test_stream_is_append_only_and_masked() -> None:
+    env = EchoEnv()
+    obs, _ = env.reset(seed=1)
+    stream, mask = list(obs), [0] * len(obs)
+    word = env.task.prompt.split()[-1]
+    for action in (env.codec.tool_call_ids("echo", {"word": word}), env.codec.final_ids("nope")):
+        o, *_ = env.step(np.array(action))
+        stream += list(action) + list(o)
+        mask += [1] * len(action) + [0] * len(o)
+    traj = env.trajectory
+    assert traj.tokens == stream and traj.policy_mask == mask
+    assert [traj.tokens[t.action_start:t.action_end] for t in traj.turns] == [
+        list(env.codec.tool_call_ids("echo", {"word": word})), list(env.codec.final_ids("nope"))]
+
+
+def test_same_seed_same_tokens() -> None:
+    a, b = EchoEnv(), EchoEnv()
+    assert np.array_equal(a.reset(seed=7)[0], b.reset(seed=7)[0])
+
+
+def test_programmer_misuse_raises_from_the_hierarchy() -> None:
+    env = EchoEnv()
+    with pytest.raises(EnvStateError, match="reset"):
+        env.step(np.array([1, 2]))
+    env.reset(seed=0)
+    env.step(np.array(env.codec.final_ids("x")))
+    with pytest.raises(EnvStateError, match="reset"):
+        env.step(np.array([1, 2]))
+    env.close()
+    env.close()  # idempotent
+    with pytest.raises(EnvStateError, match="closed"):
+        env.reset()
+    with pytest.raises(ConfigError, match="reward_mode"):
+        EchoEnv(reward_mode="dense")
+    with pytest.raises(ConfigError, match="unknown shaping keys"):
+        EchoEnv(shaping={"formatt": 1.0})
+
+
+def test_malformed_actions_are_observations_not_exceptions() -> None:
+    env = EchoEnv(reward_mode="shaped", max_turns=50)
+    env.reset(seed=0)
+    tok = env.tokenizer
+    for text in ["hello", "<|channel|>commentary to=functions.nope<|message|>{}<|call|>",
+                 '<|channel|>commentary to=functions.echo<|message|>{"word": 3}<|call|>',
+                 "<|channel|>commentary to=functions.echo<|message|>{oops<|call|>"]:
+        obs, r, term, trunc, info = env.step(np.array(encode_harmony_text(tok, text)))
+        assert not term and not trunc and r < 0 and info["error"] or info["tool_result"]["error"]
+        decoded = tok.decode(obs.tolist())
+        assert decoded.endswith("<|start|>assistant")
+    assert env.counts["malformed"] == 4
+
+
+def test_turn_and_token_budgets_truncate() -> None:
+    env = EchoEnv(max_turns=2)
+    env.reset(seed=0)
+    call = np.array(env.codec.tool_call_ids("echo", {"word": "a"}))
+    assert env.step(call)[3] is False
+    obs, _, term, trunc, _ = env.step(call)
+    assert trunc and not term and obs.size == 0
+    env = EchoEnv(max_tokens=800)
+    first, _ = env.reset(seed=0)
+    trunc = False
+    for _ in range(10):
+        *_, trunc, _ = env.step(call)
+        if trunc:
+            break
+    assert trunc and len(env.trajectory.tokens) <= 800 + len(call)
+
+
+@pytest.mark.parametrize("action", [
+    np.array([], dtype=np.int64),
+    np.array([10**9, 5]),
+    np.array([-1]),
+    np.array([[1, 2], [3, 4]]),
+    np.array([1.5, 2.5]),
+    ["a", "b"],
+])
+def test_rejected_actions_leave_the_stream_unchanged(action) -> None:
+    env = EchoEnv()
+    env.reset(seed=0)
+    before = list(env.trajectory.tokens)
+    obs, r, term, trunc, info = env.step(action)
+    assert obs.size == 0 and info["error"] and env.trajectory.tokens == before
+
+
+def test_huge_action_is_clipped_and_truncates() -> None:
+    env = EchoEnv(max_action_tokens=1000)
+    env.reset(seed=0)
+    n = len(env.trajectory.tokens)
+    _, _, term, trunc, info = env.step(np.full(2_000_000, ord("a")))
+    assert trunc and "action_too_long" in info["error"]
+    assert len(env.trajectory.tokens) == n + 1000

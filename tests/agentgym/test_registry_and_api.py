@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import agentgym
+from agentgym import EnvPool, TextWrapper
+
+from .toy import EchoEnv
+
+
+def _run(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=120).stdout.strip()
+
+
+def test_import_is_light() -> None:
+    assert _run("import sys, agentgym; print('torch' in sys.modules, 'sympy' in sys.modules)") == "False False"
+
+
+def test_make_with_module_prefix_needs_no_import() -> None:
+    out = _run("import gymnasium as gym; e = gym.make('agentgym:agentgym/Math-v0'); "
+               "print(type(e.unwrapped).__name__)")
+    assert out == "MathEnv"
+
+
+def test_builtin_ids_are_registered_and_versioned() -> None:
+    ids = agentgym.registered_ids()
+    for name in ("Math-v0", "MathCalc-v0", "MathTool-v0", "CodeFix-v0", "WebAPI-v0"):
+        assert f"agentgym/{name}" in ids
+
+
+def test_unknown_id_suggests_a_close_match() -> None:
+    with pytest.raises(gym.error.Error, match="Math"):
+        gym.make("agentgym/Mathh-v0")
+
+
+def test_register_rejects_ids_outside_the_namespace() -> None:
+    with pytest.raises(agentgym.ConfigError, match="namespace"):
+        agentgym.register("Echo-v0", "x:y")
+
+
+def test_public_surface_is_pinned() -> None:
+    assert set(agentgym.__all__) == {
+        "AgentGymError", "ByteTokenizer", "CheckpointError", "ConfigError", "DatasetError", "EnvPool",
+        "EnvStateError", "HFTokenizer", "HarmonyCodec", "Message", "NonFiniteError", "ParsedAction",
+        "SandboxError", "SandboxStateError", "SandboxUnavailable", "ServiceError", "StepResult",
+        "SubmissionError", "Task", "TextWrapper", "TokenizerError", "Tool", "ToolCall", "ToolEnv",
+        "ToolResult", "Tokenizer", "TrainerError", "Trajectory", "Turn", "__version__", "as_tokenizer",
+        "read_jsonl", "register", "registered_ids", "write_jsonl"}
+    for name in agentgym.__all__:
+        assert hasattr(agentgym, name)
+    assert issubclass(agentgym.ConfigError, agentgym.AgentGymError)
+
+
+def test_env_pool_steps_many_envs_concurrently() -> None:
+    with EnvPool(EchoEnv, n=8) as pool:
+        first = pool.reset(seeds=range(8))
+        assert len(first) == 8
+        actions = {i: np.array(e.codec.final_ids(e.task.answer)) for i, e in enumerate(pool.envs)}
+        results = pool.step(actions)
+        assert sorted(results) == list(range(8))
+        assert all(r.done and r.reward == 1.0 for r in results.values())
+
+
+def test_text_wrapper_speaks_strings_over_the_token_api() -> None:
+    env = TextWrapper(EchoEnv())
+    obs, _ = env.reset(seed=2)
+    assert obs.startswith("<|start|>system") and obs.endswith("<|start|>assistant")
+    word = env.unwrapped.task.prompt.split()[-1]
+    obs, r, term, _, _ = env.step(
+        f'<|channel|>commentary to=functions.echo <|constrain|>json<|message|>{{"word": "{word}"}}<|call|>')
+    assert word.upper() in obs and not term
+    _, r, term, _, _ = env.step(f"<|channel|>final<|message|>{word.upper()}<|return|>")
+    assert term and r == 1.0
+    # the record is still the token stream
+    assert env.unwrapped.trajectory.num_policy_tokens > 0
