@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The main job: set up .venv, then warm start + PPO of a tiny GPT-OSS on agentgym/MathCalc-v0 on CPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup-venv.sh
+exec .venv/bin/agentgym-train --config recipes/cpu-quickstart.yaml "$@"

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Make the sandboxes usable: Docker engine (started if not running), debootstrap and
+# bubblewrap, then the sandbox image (built without any container registry, cached by hash).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if ! docker info >/dev/null 2>&1; then
+  echo "starting dockerd"
+  nohup dockerd >/tmp/agentgym-dockerd.log 2>&1 &
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  docker info >/dev/null 2>&1 || { echo "dockerd did not start; see /tmp/agentgym-dockerd.log"; exit 1; }
+fi
+.venv/bin/agentgym sandbox build

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: .venv, Docker + sandbox image, then pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup-venv.sh
+bash scripts/setup-sandbox.sh
+set +e
+.venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "pytest collected no tests: that is a failure, not a pass" >&2
+  exit 1
+fi
+exit "$rc"
