@@ -18,7 +18,6 @@ the sampled tokens and returns only the tokens the environment appends.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -72,7 +71,7 @@ def token_space(vocab_size: int) -> gym.spaces.Sequence:
 
 
 class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"]}  # noqa: RUF012  (gymnasium declares it an instance var)
     default_id: ClassVar[str] = "agentgym/ToolEnv-v0"
     instructions: ClassVar[str] = ""
     extra_shaping: ClassVar[dict[str, float]] = {}  # an env's own shaped terms and weights
@@ -107,8 +106,8 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         self.max_turns, self.max_tokens, self.max_action_tokens = max_turns, max_tokens, max_action_tokens
         self.shaping = {**defaults, **(shaping or {})}
         self.render_mode = render_mode
-        self.observation_space = token_space(self.tokenizer.vocab_size)
-        self.action_space = token_space(self.tokenizer.vocab_size)
+        self.observation_space = token_space(self.tokenizer.vocab_size)  # type: ignore[assignment]
+        self.action_space = token_space(self.tokenizer.vocab_size)  # type: ignore[assignment]
         self._state = _State.NEW
         self._tools: dict[str, Tool] = {}
         self._prefix_cache: dict[tuple[str, ...], list[int]] = {}

@@ -64,7 +64,11 @@ class EnvPool:
     def step(self, actions: Mapping[int, Any]) -> dict[int, StepResult]:
         """Step the environments named in ``actions`` concurrently."""
         futs = {i: self._pool.submit(self.envs[i].step, a) for i, a in actions.items()}
-        return {i: StepResult(*f.result()) for i, f in futs.items()}
+        out = {}
+        for i, f in futs.items():
+            obs, reward, terminated, truncated, info = f.result()
+            out[i] = StepResult(obs, float(reward), terminated, truncated, info)
+        return out
 
     def close(self) -> None:
         for e in self.envs:

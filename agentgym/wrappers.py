@@ -18,7 +18,7 @@ from agentgym.tokenizers import encode_harmony_text
 __all__ = ["TextWrapper"]
 
 
-class TextWrapper(gym.Wrapper[str, str, np.ndarray, np.ndarray]):
+class TextWrapper(gym.Wrapper):  # type: ignore[type-arg]  # str in/out over an ndarray env
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
         self.tokenizer = env.unwrapped.tokenizer  # type: ignore[attr-defined]
