@@ -1,0 +1,91 @@
+"""The rollout-engine protocol: token ids in, sampled token ids and their log-probs out.
+
+An engine samples continuations of token-id prompts and reports, for every sampled token,
+its *processed* log-prob: ``log softmax(logits / temperature)`` at the sampled id, with
+top-p = 1 and top-k off, so that it is directly comparable with the trainer's
+``policy_forward(..., temperature=temperature)``. ``temperature == 0`` means greedy decoding;
+its log-probs are reported at temperature 1.
+
+Engines: ``hf`` (transformers, in process, CPU or GPU), ``openai-http`` (any server that
+speaks the OpenAI completions API with token ids and log-probs: vLLM, SGLang, or agentgym's
+own ``server.py``), ``vllm`` (in-process vLLM, GPU, optional dependency).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import torch
+
+from agentgym.errors import ConfigError
+
+__all__ = ["ENGINES", "Engine", "Sample", "make_engine"]
+
+
+@dataclass
+class Sample:
+    """One continuation: the sampled ids (stop token included), their log-probs, why it ended."""
+
+    tokens: list[int]
+    logprobs: list[float]
+    finish_reason: Literal["stop", "length"] | str = "length"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What the trainer needs from a rollout engine."""
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        stop_ids: Sequence[int],
+        seed: int | None = None,
+    ) -> list[Sample]:
+        """Sample one continuation per prompt; stop after a token in ``stop_ids`` (kept)."""
+        ...
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Make subsequent samples come from ``model``'s current weights."""
+        ...
+
+    def close(self) -> None:
+        """Release resources (idempotent)."""
+        ...
+
+
+def _hf(**kw: Any) -> Engine:
+    from agentgym.trainer.engines.hf import HFEngine
+
+    return HFEngine(**kw)
+
+
+def _openai_http(**kw: Any) -> Engine:
+    from agentgym.trainer.engines.openai_http import OpenAIHTTPEngine
+
+    return OpenAIHTTPEngine(**kw)
+
+
+def _vllm(**kw: Any) -> Engine:
+    from agentgym.trainer.engines.vllm import VLLMEngine
+
+    return VLLMEngine(**kw)
+
+
+ENGINES: dict[str, Callable[..., Engine]] = {"hf": _hf, "openai-http": _openai_http, "vllm": _vllm}
+
+
+def make_engine(name: str, **kwargs: Any) -> Engine:
+    """Build an engine by name: ``"hf"`` | ``"openai-http"`` | ``"vllm"``; kwargs go to its class."""
+    if name not in ENGINES:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(ENGINES), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"unknown engine {name!r}; expected one of {sorted(ENGINES)}.{hint}")
+    return ENGINES[name](**kwargs)

@@ -1,0 +1,150 @@
+"""The ``hf`` engine: batched sampling with a transformers causal LM and a KV cache.
+
+Our own decoding loop rather than ``model.generate``: it makes the reported log-probs
+exactly the trainer's definition (float32 ``log_softmax(logits / temperature)`` at the sampled
+id, no top-p/top-k, no repetition penalty), and lets prompts of different lengths share a
+batch (left padding, positions from the attention mask, as ``policy_forward`` does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from agentgym.errors import ConfigError
+from agentgym.trainer.engines.base import Sample
+from agentgym.trainer.model import use_memory_efficient_experts
+
+__all__ = ["HFEngine"]
+
+
+class HFEngine:
+    """Sample from a transformers causal LM in process.
+
+    ``model``: the policy. With ``share=True`` (default) the engine samples from the very
+    module the trainer optimises, so :meth:`sync_weights` with that module is free; with
+    ``share=False`` it keeps its own copy and ``sync_weights`` copies the state dict.
+    ``max_batch_size`` splits large prompt lists; ``pad_id`` fills left padding.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        share: bool = True,
+        max_batch_size: int = 64,
+        pad_id: int | None = None,
+        device: str | torch.device | None = None,
+    ) -> None:
+        if share:
+            self.model = model
+        else:
+            import copy
+
+            self.model = copy.deepcopy(model)
+        if device is not None:
+            self.model.to(device)
+        use_memory_efficient_experts(self.model)
+        self.max_batch_size = max_batch_size
+        cfg_pad = getattr(self.model.config, "pad_token_id", None)
+        self.pad_id = int(pad_id if pad_id is not None else (cfg_pad if cfg_pad is not None else 0))
+        self._closed = False
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def sync_weights(self, model: nn.Module) -> None:
+        if model is self.model:
+            return
+        self.model.load_state_dict(model.state_dict())
+
+    def close(self) -> None:
+        self._closed = True
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        stop_ids: Sequence[int],
+        seed: int | None = None,
+    ) -> list[Sample]:
+        if self._closed:
+            raise ConfigError("HFEngine.generate called after close(); build a new engine")
+        if temperature < 0:
+            raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+        if any(len(p) == 0 for p in prompts):
+            raise ConfigError("every prompt needs at least one token")
+        gen = None
+        if seed is not None:
+            gen = torch.Generator(device=self.device).manual_seed(seed)
+        out: list[Sample] = []
+        for s in range(0, len(prompts), self.max_batch_size):
+            out += self._generate_batch(
+                prompts[s : s + self.max_batch_size], max_new_tokens, temperature, stop_ids, gen
+            )
+        return out
+
+    @torch.no_grad()
+    def _generate_batch(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        temperature: float,
+        stop_ids: Sequence[int],
+        gen: torch.Generator | None,
+    ) -> list[Sample]:
+        from transformers import DynamicCache
+
+        model, dev = self.model, self.device
+        was_training = model.training
+        model.eval()
+        try:
+            B, L = len(prompts), max(len(p) for p in prompts)
+            ids = torch.full((B, L), self.pad_id, dtype=torch.long, device=dev)
+            mask = torch.zeros(B, L, dtype=torch.long, device=dev)
+            for i, p in enumerate(prompts):  # left padding: last prompt token at column L-1
+                ids[i, L - len(p) :] = torch.tensor(p, dtype=torch.long, device=dev)
+                mask[i, L - len(p) :] = 1
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            stop = torch.tensor(sorted(set(int(t) for t in stop_ids)), dtype=torch.long, device=dev)
+            cache = DynamicCache(config=model.config)
+            tokens: list[list[int]] = [[] for _ in range(B)]
+            logps: list[list[float]] = [[] for _ in range(B)]
+            done = torch.zeros(B, dtype=torch.bool, device=dev)
+            reason = ["length"] * B
+            step_ids, step_pos = ids, positions
+            for _ in range(max_new_tokens):
+                logits = model(
+                    input_ids=step_ids,
+                    attention_mask=mask,
+                    position_ids=step_pos,
+                    past_key_values=cache,
+                    use_cache=True,
+                ).logits[:, -1].float()  # (B, V)
+                if temperature == 0:
+                    logp_all = torch.log_softmax(logits, dim=-1)
+                    nxt = logp_all.argmax(-1)
+                else:
+                    logp_all = torch.log_softmax(logits / temperature, dim=-1)
+                    nxt = torch.multinomial(logp_all.exp(), 1, generator=gen).squeeze(-1)
+                lp = logp_all.gather(-1, nxt[:, None]).squeeze(-1)
+                for i in torch.nonzero(~done).flatten().tolist():
+                    tokens[i].append(int(nxt[i]))
+                    logps[i].append(float(lp[i]))
+                hit = torch.isin(nxt, stop) & ~done
+                for i in torch.nonzero(hit).flatten().tolist():
+                    reason[i] = "stop"
+                done |= hit
+                if bool(done.all()):
+                    break
+                step_ids = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)[:, None]
+                step_pos = step_pos[:, -1:] + 1
+                mask = torch.cat([mask, torch.ones(B, 1, dtype=mask.dtype, device=dev)], dim=1)
+            return [Sample(tokens[i], logps[i], reason[i]) for i in range(B)]
+        finally:
+            model.train(was_training)

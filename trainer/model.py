@@ -1,0 +1,238 @@
+"""GPT-OSS policies: tiny ones built offline for tests, real ones loaded from disk or the hub.
+
+Two things decide whether the trainer computes the *same* log-probs as the engine that
+sampled, and both are pinned here:
+
+* **Attention sinks.** GPT-OSS adds a learned per-head logit ``s_h`` to every softmax
+  denominator, so attention rows sum to less than 1. In transformers 5.23 the ``eager``
+  path honours it (``eager_attention_forward`` concatenates ``module.sinks``); ``sdpa``
+  receives ``s_aux`` in ``**kwargs`` and ignores it; ``flash_attention_2`` only forwards it
+  to kernels that support ``s_aux``/``learnable_sink`` (FA2 does not: it is dropped
+  silently); ``flex_attention`` renormalises with the LSE on GPU but raises on CPU.
+  :data:`SINK_AWARE_ATTENTION` lists what may be used; everything else is refused with a
+  :class:`~agentgym.errors.ConfigError` by :func:`check_attention`.
+* **The MoE expert path.** ``GptOssExperts`` dispatches on ``config._experts_implementation``:
+  ``eager`` loops over the experts actually hit, ``grouped_mm`` sorts tokens by expert and
+  runs one grouped GEMM (memory-efficient too), while ``batched_mm`` gathers one weight
+  matrix *per token and chosen expert* (``gate_up_proj[expert_ids]``: S x H x 2I floats),
+  the same blow-up as the old transformers eval path that repeated the hidden states for
+  every expert. :func:`use_memory_efficient_experts` forces a safe path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from agentgym.errors import ConfigError
+
+__all__ = [
+    "SINK_AWARE_ATTENTION",
+    "ValueHead",
+    "build_tiny_gptoss",
+    "check_attention",
+    "default_attention",
+    "load_policy",
+    "tiny_gptoss_config",
+    "use_memory_efficient_experts",
+]
+
+_INSTALL_HINT = "pip install 'agentgym-suite[train]'"
+
+# Attention implementations that keep the sink logit in the softmax denominator.
+SINK_AWARE_ATTENTION: dict[str, str] = {
+    "eager": "transformers' eager attention (adds the sink column before the softmax); CPU or GPU",
+    "agentgym_flex": "agentgym's flex-attention kernel with the exact LSE sink correction; GPU",
+    "flex_attention": "transformers' flex attention (LSE renormalisation); GPU only, raises on CPU",
+    "kernels-community/vllm-flash-attn3": "FlashAttention-3 with s_aux sinks (Hopper GPUs)",
+}
+# Implementations known to silently drop the sinks, with the reason shown to the user.
+_SINK_DROPPING: dict[str, str] = {
+    "sdpa": "torch SDPA has no sink term; transformers passes s_aux in **kwargs and it is ignored",
+    "flash_attention_2": "FlashAttention-2 has no s_aux/learnable_sink argument, the sink is dropped",
+    "paged|sdpa": "paged SDPA has no sink term",
+    "paged|flash_attention_2": "FlashAttention-2 has no sink term",
+}
+# Expert implementations that never materialise per-token copies of expert weights.
+_SAFE_EXPERTS = ("eager", "grouped_mm")
+
+
+def tiny_gptoss_config(vocab_size: int, **overrides: Any) -> Any:
+    """A ~1M-parameter GPT-OSS config with the real model's shape of computation.
+
+    MoE (4 experts, top-2, clamped SwiGLU), attention sinks, layers alternating sliding
+    window / full attention, GQA (4 query heads, 2 KV heads), YaRN RoPE. ``overrides`` are
+    passed to ``GptOssConfig`` (e.g. ``num_hidden_layers=2``).
+    """
+    try:
+        from transformers import GptOssConfig
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise ConfigError(f"transformers with GPT-OSS support is required: {_INSTALL_HINT}") from e
+    n_layers = int(overrides.pop("num_hidden_layers", 4))
+    kwargs: dict[str, Any] = dict(
+        vocab_size=vocab_size,
+        hidden_size=128,
+        intermediate_size=128,
+        num_hidden_layers=n_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        sliding_window=64,
+        layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layers)],
+        max_position_embeddings=4096,
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 150000.0,
+            "factor": 4.0,
+            "original_max_position_embeddings": 1024,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "truncate": False,
+        },
+        pad_token_id=vocab_size - 1,  # ByteTokenizer puts the pad id last
+        tie_word_embeddings=False,
+        use_cache=True,
+    )
+    kwargs.update(overrides)
+    return GptOssConfig(**kwargs)
+
+
+def default_attention(device: str | torch.device = "cpu") -> str:
+    """The sink-aware attention to use on a device: eager on CPU, agentgym's flex kernel on GPU."""
+    return "agentgym_flex" if torch.device(device).type == "cuda" else "eager"
+
+
+def check_attention(attn_implementation: str, device: str | torch.device = "cpu") -> None:
+    """Raise :class:`ConfigError` if ``attn_implementation`` would drop the attention sinks."""
+    dev = torch.device(device).type
+    if attn_implementation in _SINK_DROPPING:
+        raise ConfigError(
+            f"attn_implementation={attn_implementation!r} drops GPT-OSS attention sinks "
+            f"({_SINK_DROPPING[attn_implementation]}), so trainer log-probs would silently differ "
+            f"from the engine's (measured |dlogp| 0.08-0.14 on GPT-OSS). Use one of "
+            f"{sorted(SINK_AWARE_ATTENTION)} (\"auto\" picks eager on CPU, agentgym_flex on GPU)."
+        )
+    if attn_implementation not in SINK_AWARE_ATTENTION:
+        raise ConfigError(
+            f"attn_implementation={attn_implementation!r} is not known to honour GPT-OSS attention "
+            f"sinks; expected one of {sorted(SINK_AWARE_ATTENTION)} or \"auto\"."
+        )
+    if dev != "cuda" and attn_implementation in ("agentgym_flex", "flex_attention",
+                                                 "kernels-community/vllm-flash-attn3"):
+        raise ConfigError(
+            f"attn_implementation={attn_implementation!r} needs a CUDA device, got {dev!r}; "
+            "use 'eager' (or 'auto') on CPU."
+        )
+
+
+def use_memory_efficient_experts(model: nn.Module) -> nn.Module:
+    """Make every MoE layer loop over (or group by) the experts actually hit.
+
+    ``grouped_mm`` on CUDA (one grouped GEMM), ``eager`` elsewhere (a loop over hit experts,
+    bitwise reproducible on CPU). Never ``batched_mm``, which gathers a weight copy per token.
+    """
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "num_local_experts"):
+        return model
+    current = getattr(config, "_experts_implementation", None)
+    if current not in _SAFE_EXPERTS:
+        params = list(model.parameters())
+        on_cuda = bool(params) and params[0].device.type == "cuda"
+        config._experts_implementation = "grouped_mm" if on_cuda else "eager"
+    return model
+
+
+def _set_attention(model: nn.Module, name: str) -> None:
+    if name == "agentgym_flex":
+        from agentgym.trainer.attention import register_sink_attention
+
+        register_sink_attention()
+    # Internal setter: GPT-OSS declares _supports_sdpa=False, and agentgym_flex is a
+    # registered AttentionInterface function, so set the config field directly.
+    model.config._attn_implementation = name
+
+
+def build_tiny_gptoss(vocab_size: int, seed: int = 0, **overrides: Any) -> nn.Module:
+    """A freshly initialised tiny GPT-OSS causal LM (offline, deterministic given ``seed``).
+
+    Uses eager (sink-aware) attention and the per-hit-expert MoE loop. ``overrides`` go to
+    :func:`tiny_gptoss_config`; ``attn_implementation=`` may be passed too.
+    """
+    from transformers import GptOssForCausalLM
+
+    attn = overrides.pop("attn_implementation", "eager")
+    check_attention(attn, "cuda" if attn != "eager" else "cpu")
+    config = tiny_gptoss_config(vocab_size, **overrides)
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        model = GptOssForCausalLM(config)
+    _set_attention(model, attn)
+    config._experts_implementation = "eager"
+    model.generation_config.pad_token_id = config.pad_token_id
+    return model.float()
+
+
+def load_policy(
+    path: str,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    attn_implementation: str = "auto",
+) -> nn.Module:
+    """Load a causal LM from a local directory or a hub id, with sink-aware attention.
+
+    ``attn_implementation="auto"`` picks eager on CPU and ``agentgym_flex`` on CUDA; anything
+    that would drop GPT-OSS sinks raises :class:`ConfigError`. ``path="tiny"`` or
+    ``"tiny:<vocab>"`` builds :func:`build_tiny_gptoss` (vocab defaults to 264).
+    """
+    try:
+        from transformers import AutoConfig, AutoModelForCausalLM
+    except ImportError as e:  # pragma: no cover
+        raise ConfigError(f"transformers is required to load a policy: {_INSTALL_HINT}") from e
+    attn = default_attention(device) if attn_implementation == "auto" else attn_implementation
+    if path == "tiny" or path.startswith("tiny:"):
+        vocab = int(path.split(":", 1)[1]) if ":" in path else 264
+        check_attention(attn, device)
+        model = build_tiny_gptoss(vocab)
+        _set_attention(model, attn)
+        return model.to(device=device, dtype=dtype or torch.float32)
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(
+            f"could not load a model config from {path!r}: {e}. Expected a local directory with "
+            "config.json (e.g. a checkpoint written by agentgym-train) or a hub id."
+        ) from e
+    is_gptoss = getattr(config, "model_type", "") == "gpt_oss"
+    if is_gptoss:
+        check_attention(attn, device)
+    load_attn = "eager" if attn == "agentgym_flex" else attn
+    model = AutoModelForCausalLM.from_pretrained(
+        path,
+        dtype=dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32),
+        attn_implementation=load_attn,
+    )
+    if attn == "agentgym_flex":
+        _set_attention(model, attn)
+    model = model.to(device)
+    use_memory_efficient_experts(model)
+    return model
+
+
+class ValueHead(nn.Module):
+    """Critic: one linear layer on the final hidden state -> values (B, T), float32."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.proj.weight)  # start at V=0 so early advantages are the returns
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, T)
+        return self.proj(hidden.float()).squeeze(-1)
+

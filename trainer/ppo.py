@@ -1,0 +1,187 @@
+"""PPO math as pure functions on (B, T) token tensors.
+
+Token layout: one row per episode, one column per token. ``mask`` (B, T) is 1 on *policy
+tokens* (tokens the policy sampled: assistant actions) and 0 on prompt, environment
+(tool-result) and padding tokens. Every statistic and loss averages over policy tokens only
+(token-level aggregation: sum over all policy tokens of the batch / number of policy tokens),
+so a long episode weighs in proportion to its length and padding never counts.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from agentgym.errors import ConfigError
+
+__all__ = [
+    "gae",
+    "group_advantages",
+    "kl_estimate",
+    "masked_mean",
+    "ppo_policy_loss",
+    "value_loss",
+]
+
+LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: finite in float32, far beyond any clip range
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over positions where ``mask`` is 1 (0 if the mask is empty)."""
+    m = mask.to(x.dtype)
+    return (x * m).sum() / m.sum().clamp(min=1.0)
+
+
+@torch.no_grad()
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    gamma: float,
+    lam: float,
+    bootstrap: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over policy tokens only -> (advantages, returns), (B, T).
+
+    The MDP's steps are the policy tokens of a row, in order; environment tokens are not
+    decisions and are skipped by the recursion (no discounting across them). With ``p`` the
+    policy positions and ``p+`` the next policy position of the same row::
+
+        delta_p = r_p + gamma * V_{p+} - V_p
+        A_p     = delta_p + gamma * lam * A_{p+}
+        R_p     = A_p + V_p
+
+    After the last policy token ``V`` is ``bootstrap`` (B,) (default 0: the episode ended;
+    pass the value of the truncation state for truncated episodes) and ``A`` is 0.
+
+    Reward placement (the caller's job): put a turn's reward on the *last policy token of
+    that turn* (for sparse rewards, the final policy token of the episode). A reward found on
+    a non-policy position (e.g. an environment token) is credited, undiscounted, to the
+    nearest policy token before it. ``values`` are aligned like ``ForwardOut.values``.
+    Advantages and returns are 0 outside ``mask``.
+    """
+    B, T = rewards.shape
+    m = mask.to(torch.bool)
+    rewards, values = rewards.float(), values.float()
+    next_value = torch.zeros(B, device=values.device) if bootstrap is None else bootstrap.float().clone()
+    next_adv = torch.zeros(B, device=values.device)
+    pending = torch.zeros(B, device=values.device)  # rewards seen on non-policy tokens
+    adv = torch.zeros(B, T, device=values.device)
+    for t in range(T - 1, -1, -1):
+        mt = m[:, t]
+        r = rewards[:, t] + pending
+        delta = r + gamma * next_value - values[:, t]
+        a = delta + gamma * lam * next_adv
+        adv[:, t] = torch.where(mt, a, torch.zeros_like(a))
+        next_adv = torch.where(mt, a, next_adv)
+        next_value = torch.where(mt, values[:, t], next_value)
+        pending = torch.where(mt, torch.zeros_like(pending), pending + rewards[:, t])
+    returns = torch.where(m, adv + values, torch.zeros_like(adv))
+    return adv, returns
+
+
+@torch.no_grad()
+def group_advantages(
+    scores: torch.Tensor, group_ids: torch.Tensor, *, normalize_std: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
+    """GRPO-style baseline: ``(score - mean of its group) [/ (std of its group + eps)]`` -> (N,).
+
+    ``group_ids`` (N,) marks samples of the same task. The std is the sample std (N-1, as in
+    TRL's GRPO); a group of one sample gets advantage 0. Broadcast the result over each
+    episode's policy tokens to use it as a per-token advantage.
+    """
+    scores = scores.float()
+    _, inv = torch.unique(group_ids, return_inverse=True)
+    n_groups = int(inv.max().item()) + 1 if inv.numel() else 0
+    count = torch.zeros(n_groups, device=scores.device).index_add_(0, inv, torch.ones_like(scores))
+    total = torch.zeros(n_groups, device=scores.device).index_add_(0, inv, scores)
+    mean = total / count
+    centered = scores - mean[inv]
+    if not normalize_std:
+        return torch.where(count[inv] > 1, centered, torch.zeros_like(centered))
+    sq = torch.zeros(n_groups, device=scores.device).index_add_(0, inv, centered**2)
+    std = (sq / (count - 1).clamp(min=1)).sqrt()
+    adv = centered / (std[inv] + eps)
+    return torch.where(count[inv] > 1, adv, torch.zeros_like(adv))
+
+
+def ppo_policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped surrogate with separate low/high clip, token-level aggregation.
+
+    ``ratio = exp(logp - old_logp)`` (log-ratio clamped to +-20), per token
+    ``loss_t = w_t * max(-A_t * ratio_t, -A_t * clip(ratio_t, 1 - clip_low, 1 + clip_high))``,
+    loss = sum over policy tokens / number of policy tokens. ``weights`` (B, T) are the
+    rollout-correction weights (detached here). Stats: ratio mean/min/max, clip_frac (share of
+    policy tokens whose ratio left the clip range, as CleanRL counts it) and approx_kl (k3 of
+    old vs new).
+    """
+    m = mask.to(torch.bool)
+    log_ratio = (logp - old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    pg1 = -advantages * ratio
+    pg2 = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    per_token = torch.maximum(pg1, pg2)
+    if weights is not None:
+        per_token = per_token * weights.detach()
+    loss = masked_mean(per_token, m)
+    with torch.no_grad():
+        r = ratio[m]
+        clipped = ((r < 1.0 - clip_low) | (r > 1.0 + clip_high)).float()
+        lr = log_ratio[m]
+        has = r.numel() > 0
+        stats = {
+            "ratio_mean": r.mean().item() if has else 1.0,
+            "ratio_min": r.min().item() if has else 1.0,
+            "ratio_max": r.max().item() if has else 1.0,
+            "clip_frac": clipped.mean().item() if has else 0.0,
+            "approx_kl": ((r - 1.0) - lr).mean().item() if has else 0.0,
+        }
+    return loss, stats
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip: float | None = 0.2,
+) -> torch.Tensor:
+    """CleanRL's value loss over policy tokens: ``0.5 * max((V-R)^2, (V_clip-R)^2)``.
+
+    ``V_clip = old_values + clamp(values - old_values, -clip, clip)``; ``clip=None`` gives the
+    plain ``0.5 * (V-R)^2``. Token-level mean over ``mask``.
+    """
+    unclipped = (values - returns) ** 2
+    if clip is None:
+        return 0.5 * masked_mean(unclipped, mask)
+    v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+    clipped = (v_clipped - returns) ** 2
+    return 0.5 * masked_mean(torch.maximum(unclipped, clipped), mask)
+
+
+def kl_estimate(
+    logp: torch.Tensor, ref_logp: torch.Tensor, kind: Literal["k1", "k3"] = "k3"
+) -> torch.Tensor:
+    """Per-token estimate of KL(pi || ref) from samples of pi -> (B, T).
+
+    k1 = log pi - log ref (unbiased, can be negative); k3 = r - 1 - log r with
+    r = ref/pi (unbiased, always >= 0, lower variance). Log-ratios clamped to +-20.
+    """
+    log_r = (ref_logp - logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    if kind == "k1":
+        return -log_r
+    if kind == "k3":
+        return torch.exp(log_r) - 1.0 - log_r
+    raise ConfigError(f"kl kind must be 'k1' or 'k3', got {kind!r}")
