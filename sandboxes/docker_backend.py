@@ -1,0 +1,397 @@
+"""Docker backend: one locked-down container per episode, from a warm pool.
+
+Each container runs the runner (``sandboxes/runner.py``) as PID 1 and talks to the host
+over its attached stdin/stdout (the Docker attach socket, demultiplexed), so networking can
+stay disabled and a command costs one fork/exec inside instead of a ``docker exec``.
+A :class:`SandboxPool` keeps ``size`` containers started and pinged; ``acquire()`` and
+``reset()`` take one from it and a background thread starts the replacement.
+
+Containers carry the labels ``agentgym.sandbox=1`` and ``agentgym.owner=<host>:<pid>:<start>``.
+They are removed on ``close()``, by ``weakref.finalize`` on garbage collection and at
+interpreter exit; they are started with ``AutoRemove`` and ``StdinOnce`` so that if the
+host process dies the attach stream closes, the runner sees EOF and exits, and Docker
+removes the container; anything still left (engine restart, SIGKILL mid-start) is found by
+label and removed when the next pool starts (or by ``agentgym sandbox clean``).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from agentgym.errors import SandboxError, SandboxStateError, SandboxUnavailable
+from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT
+from agentgym.sandboxes.client import RunnerClient, RunnerGone, RunnerSandbox
+from agentgym.sandboxes.image import RUNNER_CMD, SANDBOX_UID, WORKDIR, image_tag
+from agentgym.sandboxes.orphans import LABEL, OWNER_LABEL, owner_id, remove_orphans
+
+__all__ = ["AttachTransport", "DockerOptions", "DockerSandbox", "SandboxPool",
+           "default_pool", "docker_client", "make_docker_sandbox"]
+
+_START_TIMEOUT_S = 60.0
+
+
+def docker_client() -> Any:
+    """A pinged docker SDK client, or SandboxUnavailable saying how to get one."""
+    try:
+        import docker
+    except ImportError as exc:
+        raise SandboxUnavailable(
+            "the docker backend needs the docker SDK; `pip install docker` "
+            "(it is a dependency of agentgym-suite)"
+        ) from exc
+    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except Exception as exc:
+        raise SandboxUnavailable(
+            f"expected a running Docker engine at {where}, could not reach it ({exc}); "
+            "start it (`sudo systemctl start docker`, or `sudo dockerd &`), make the socket "
+            "accessible to this user, or use make_sandbox('bwrap')"
+        ) from exc
+    return client
+
+
+@dataclass(frozen=True)
+class DockerOptions:
+    """Limits of each sandbox container (all enforced by the kernel, not by the runner)."""
+
+    image: str | None = None
+    """image tag; default ``agentgym-sandbox:<recipe hash>`` (``agentgym sandbox build``)"""
+    mem_limit_bytes: int = 512 << 20
+    """cgroup memory limit (no swap); also each command's RLIMIT_AS"""
+    cpus: float = 1.0
+    """CPU quota in cores"""
+    pids_limit: int = 128
+    """max processes/threads in the container (fork bombs stop here)"""
+    nofile: int = 256
+    """open files per process"""
+    fsize_bytes: int = 64 << 20
+    """largest file a process may write"""
+    workdir_size: str = "64m"
+    """tmpfs size of /work (disk quota of the episode)"""
+    tmp_size: str = "32m"
+    """tmpfs size of /tmp"""
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
+    """bytes kept of each of stdout and stderr"""
+
+
+class AttachTransport:
+    """The runner's stdin/stdout through the Docker attach socket.
+
+    With no TTY the engine multiplexes the output: 8-byte headers ``[stream, 0, 0, 0,
+    size:u32be]`` then ``size`` bytes; stream 1 is stdout (our responses), 2 is stderr (a
+    runner traceback, kept for error messages). Requests are JSON, pure ASCII with control
+    characters escaped, so the engine's detach keys (ctrl-p ctrl-q) can never appear.
+    """
+
+    def __init__(self, sock: Any) -> None:
+        self._holder = sock  # keeps the HTTP response (and so the socket) alive
+        self._sock: socket.socket = getattr(sock, "_sock", sock)
+        self._raw = bytearray()
+        self._out = bytearray()
+        self.stderr = bytearray()
+
+    def send(self, data: bytes) -> None:
+        try:
+            self._sock.settimeout(30.0)
+            self._sock.sendall(data)
+        except OSError as exc:
+            raise RunnerGone(f"container stdin closed: {exc}") from exc
+
+    def _pump(self, deadline: float) -> None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RunnerGone("runner did not answer in time")
+        self._sock.settimeout(left)
+        try:
+            chunk = self._sock.recv(1 << 20)
+        except (socket.timeout, TimeoutError) as exc:
+            raise RunnerGone("runner did not answer in time") from exc
+        except OSError as exc:
+            raise RunnerGone(f"attach socket failed: {exc}") from exc
+        if not chunk:
+            err = bytes(self.stderr[-500:]).decode("utf-8", "replace")
+            raise RunnerGone(f"container exited{': ' + err if err else ''}")
+        self._raw += chunk
+        while len(self._raw) >= 8:
+            size = int.from_bytes(self._raw[4:8], "big")
+            if len(self._raw) < 8 + size:
+                break
+            kind, payload = self._raw[0], bytes(self._raw[8 : 8 + size])
+            del self._raw[: 8 + size]
+            if kind == 1:
+                self._out += payload
+            elif len(self.stderr) < 65536:
+                self.stderr += payload
+
+    def recv_exact(self, n: int, deadline: float) -> bytes:
+        while len(self._out) < n:
+            self._pump(deadline)
+        out = bytes(self._out[:n])
+        del self._out[:n]
+        return out
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+
+@dataclass
+class _Warm:
+    container: Any
+    conn: RunnerClient
+
+
+class SandboxPool:
+    """Keeps ``size`` started containers ready; ``acquire()`` returns a sandbox at once.
+
+    Threads: one executor starts replacements and removes used containers in the
+    background. ``close()`` removes everything the pool owns (also run at exit).
+    """
+
+    def __init__(self, size: int = 2, *, client: Any = None, cleanup_orphans: bool = True,
+                 **options: Any) -> None:
+        self.options = DockerOptions(**options)
+        self.size = max(0, int(size))
+        self.client = client or docker_client()
+        self.image = self.options.image or image_tag()
+        try:
+            self.client.images.get(self.image)
+        except Exception as exc:
+            raise SandboxUnavailable(
+                f"expected the sandbox image {self.image} in the Docker engine, it is missing "
+                f"({type(exc).__name__}); build it with `agentgym sandbox build` "
+                "(or `python -m agentgym.sandboxes.cli build`)"
+            ) from exc
+        if cleanup_orphans:
+            remove_orphans(self.client)
+        self._ready: queue.Queue[_Warm | BaseException] = queue.Queue()
+        self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentgym-pool")
+        self._lock = threading.Lock()
+        self._closed = False
+        self._live: set[str] = set()  # ids of containers this pool created and not removed
+        self._finalizer = weakref.finalize(self, _remove_ids, self.client, self._live)
+        for _ in range(self.size):
+            self._executor.submit(self._fill_one)
+
+    # ---------------------------------------------------------------- containers
+    def _create(self) -> _Warm:
+        o = self.options
+        import docker
+
+        api = self.client.api
+        host_config = api.create_host_config(
+            auto_remove=True,
+            network_mode="none",
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            read_only=True,
+            tmpfs={
+                WORKDIR: f"rw,exec,nosuid,nodev,size={o.workdir_size},uid={SANDBOX_UID},"
+                f"gid={SANDBOX_UID},mode=0755",
+                "/tmp": f"rw,exec,nosuid,nodev,size={o.tmp_size},mode=1777",
+            },
+            shm_size="16m",
+            mem_limit=o.mem_limit_bytes,
+            memswap_limit=o.mem_limit_bytes,
+            nano_cpus=int(o.cpus * 1e9),
+            pids_limit=o.pids_limit,
+            ulimits=[
+                docker.types.Ulimit(name="nofile", soft=o.nofile, hard=o.nofile),
+                docker.types.Ulimit(name="fsize", soft=o.fsize_bytes, hard=o.fsize_bytes),
+                docker.types.Ulimit(name="core", soft=0, hard=0),
+            ],
+        )
+        # The low-level API, because the high-level one cannot set StdinOnce.
+        created = api.create_container(
+            self.image,
+            command=RUNNER_CMD,
+            user=f"{SANDBOX_UID}:{SANDBOX_UID}",
+            working_dir=WORKDIR,
+            environment={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"},
+            hostname="sandbox",
+            labels={LABEL: "1", OWNER_LABEL: owner_id()},
+            # detach=False + stdin_open=True sets StdinOnce: when the host hangs up, stdin
+            # reaches EOF, the runner exits and AutoRemove deletes the container.
+            detach=False,
+            stdin_open=True,
+            tty=False,
+            network_disabled=True,
+            host_config=host_config,
+        )
+        container = self.client.containers.get(created["Id"])
+        with self._lock:
+            self._live.add(container.id)
+        try:
+            sock = container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            container.start()
+            conn = RunnerClient(AttachTransport(sock))
+            pong = conn.call({"op": "ping"}, _START_TIMEOUT_S)
+            if not pong.get("ok") or pong.get("pid") != 1:
+                raise SandboxError(f"runner in {container.short_id} answered {pong!r} to ping")
+        except BaseException:
+            self._remove(container.id)
+            raise
+        return _Warm(container, conn)
+
+    def _fill_one(self) -> None:
+        if self._closed:
+            return
+        try:
+            warm: _Warm | BaseException = self._create()
+        except BaseException as exc:  # handed to the next acquire() to raise
+            warm = exc
+        if self._closed and isinstance(warm, _Warm):
+            self.discard(warm)
+            return
+        self._ready.put(warm)
+
+    def _remove(self, cid: str) -> None:
+        try:
+            self.client.api.remove_container(cid, force=True)
+        except Exception:  # already gone (auto-remove) or removal in progress
+            pass
+        with self._lock:
+            self._live.discard(cid)
+
+    def discard(self, warm: _Warm) -> None:
+        """Throw a used container away, in the background."""
+        warm.conn.close()
+        if self._closed:
+            self._remove(warm.container.id)
+        else:
+            self._executor.submit(self._remove, warm.container.id)
+
+    def take(self) -> _Warm:
+        """A started, pinged container; a replacement starts in the background."""
+        if self._closed:
+            raise SandboxStateError("this SandboxPool is closed; create a new one")
+        try:
+            item = self._ready.get_nowait()
+            self._executor.submit(self._fill_one)
+        except queue.Empty:
+            if self.size == 0:
+                return self._create()
+            self._executor.submit(self._fill_one)
+            item = self._ready.get(timeout=_START_TIMEOUT_S * 2)
+        if isinstance(item, BaseException):
+            raise SandboxUnavailable(f"could not start a sandbox container: {item}") from item
+        return item
+
+    # ---------------------------------------------------------------- public
+    def acquire(self) -> DockerSandbox:
+        """A fresh sandbox, taken from the warm containers (no container start waited for)."""
+        return DockerSandbox(pool=self)
+
+    def close(self) -> None:
+        """Stop refilling and remove every container this pool started. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        while True:
+            try:
+                item = self._ready.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Warm):
+                item.conn.close()
+        self._finalizer()
+
+    def __enter__(self) -> SandboxPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _remove_ids(client: Any, ids: set[str]) -> None:
+    for cid in list(ids):
+        try:
+            client.api.remove_container(cid, force=True)
+        except Exception:
+            pass
+        ids.discard(cid)
+
+
+def _release(pool: SandboxPool, holder: dict[str, _Warm]) -> None:
+    warm = holder.pop("warm", None)
+    if warm is not None:
+        if pool._closed:
+            warm.conn.close()
+            pool._remove(warm.container.id)
+        else:
+            pool.discard(warm)
+
+
+class DockerSandbox(RunnerSandbox):
+    """A sandbox backed by one pool container; ``reset()`` swaps in a fresh container."""
+
+    backend = "docker"
+    workdir = WORKDIR
+
+    def __init__(self, *, pool: SandboxPool) -> None:
+        o = pool.options
+        super().__init__(output_limit=o.output_limit,
+                         rlimits={"as": o.mem_limit_bytes, "core": 0})
+        self.pool = pool
+        self._holder: dict[str, _Warm] = {}
+        # GC and interpreter exit both land here; it never references self.
+        self._finalizer = weakref.finalize(self, _release, pool, self._holder)
+        self._connection()
+
+    @property
+    def container_id(self) -> str | None:
+        warm = self._holder.get("warm")
+        return warm.container.id if warm else None
+
+    def _start(self) -> RunnerClient:
+        warm = self.pool.take()
+        self._holder["warm"] = warm
+        return warm.conn
+
+    def _stop(self, conn: RunnerClient) -> None:
+        _release(self.pool, self._holder)
+
+    def _close(self) -> None:
+        super()._close()
+        self._finalizer()
+
+
+_default: SandboxPool | None = None
+_default_lock = threading.Lock()
+
+
+def default_pool(**options: Any) -> SandboxPool:
+    """The process-wide pool used by ``make_sandbox("docker")`` (created on first use)."""
+    global _default
+    with _default_lock:
+        if _default is None or _default._closed:
+            _default = SandboxPool(**options)
+        return _default
+
+
+def make_docker_sandbox(*, pool: SandboxPool | None = None, **options: Any) -> DockerSandbox:
+    """``make_sandbox("docker", ...)``: from ``pool``, from a pool built with ``options``
+    (``pool_size`` warm containers, default 1), or, with no options, from the shared pool."""
+    if pool is None:
+        size = options.pop("pool_size", None)
+        if options or size is not None:
+            pool = SandboxPool(size=1 if size is None else size, **options)
+            sb = pool.acquire()
+            weakref.finalize(sb, pool.close)  # a private pool lives as long as its sandbox
+            return sb
+        pool = default_pool()
+    return pool.acquire()
+

@@ -1,0 +1,214 @@
+"""The sandbox image: a minimal Debian with python3 and pytest, built without a registry.
+
+Recipe (``build_image``): ``debootstrap --variant=minbase`` of Debian bookworm from the
+mirror apt already uses, a non-root ``sandbox`` user (uid 1000), the runner at
+``/opt/agentgym/runner.py``, setuid bits stripped, docs and caches dropped; then the rootfs is
+kept in the cache dir (the bubblewrap backend mounts it read-only as ``/``) and piped as a
+tar into ``docker import``. The tag ``agentgym-sandbox:<hash12>`` hashes the recipe (this
+file, the runner, the package list), so a changed recipe gets a new image and a stale one is
+never used. Where a registry is reachable, ``build_image(dockerfile=True)`` builds the same
+tag from :data:`DOCKERFILE` instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from agentgym.errors import SandboxUnavailable
+from agentgym.sandboxes import runner as runner_module
+
+__all__ = [
+    "DOCKERFILE",
+    "IMAGE_REPO",
+    "PACKAGES",
+    "SANDBOX_UID",
+    "build_image",
+    "build_rootfs",
+    "cache_dir",
+    "debian_mirror",
+    "image_tag",
+    "recipe_hash",
+    "rootfs_path",
+]
+
+IMAGE_REPO = "agentgym-sandbox"
+SUITE = "bookworm"
+PACKAGES = ("python3", "python3-pytest")
+SANDBOX_UID = 1000
+RUNNER_PATH = "/opt/agentgym/runner.py"
+WORKDIR = "/work"
+RUNNER_CMD = ["python3", "-I", RUNNER_PATH, WORKDIR]
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+
+DOCKERFILE = f"""\
+# Same image from a registry base, for machines that can pull debian:{SUITE}-slim.
+FROM debian:{SUITE}-slim
+RUN apt-get update && apt-get install -y --no-install-recommends {' '.join(PACKAGES)} \\
+    && rm -rf /var/lib/apt/lists/* /usr/share/doc /usr/share/man \\
+    && groupadd -g {SANDBOX_UID} sandbox \\
+    && useradd -u {SANDBOX_UID} -g {SANDBOX_UID} -d {WORKDIR} -s /bin/sh sandbox \\
+    && mkdir -p {WORKDIR} /opt/agentgym \\
+    && find / -xdev -perm /6000 -type f -exec chmod ug-s {{}} +
+COPY runner.py {RUNNER_PATH}
+USER sandbox
+WORKDIR {WORKDIR}
+CMD {str(RUNNER_CMD).replace("'", '"')}
+"""
+
+
+def recipe_hash() -> str:
+    """12 hex digits of sha256 over everything that decides the image's content."""
+    h = hashlib.sha256()
+    for part in (Path(__file__).read_bytes(), Path(runner_module.__file__).read_bytes(),
+                 SUITE.encode(), "\n".join(PACKAGES).encode()):
+        h.update(len(part).to_bytes(8, "big") + part)
+    return h.hexdigest()[:12]
+
+
+def image_tag() -> str:
+    return f"{IMAGE_REPO}:{recipe_hash()}"
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("AGENTGYM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "agentgym"
+    )
+    return Path(base) / "sandbox"
+
+
+def rootfs_path() -> Path:
+    """Where the current recipe's rootfs lives (it exists once ``build_rootfs`` ran)."""
+    return cache_dir() / recipe_hash() / "rootfs"
+
+
+def debian_mirror() -> str:
+    """The Debian mirror apt is configured with (deb822 or one-line sources), or deb.debian.org."""
+    if os.environ.get("AGENTGYM_DEBIAN_MIRROR"):
+        return os.environ["AGENTGYM_DEBIAN_MIRROR"]
+    sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
+    for src in sources:
+        try:
+            text = src.read_text()
+        except OSError:
+            continue
+        for stanza in re.split(r"\n\s*\n", text):
+            uris = re.search(r"^URIs:\s*(\S+)", stanza, re.M)
+            if uris and re.search(rf"^Suites:.*\b{SUITE}\b", stanza, re.M) and "security" not in uris.group(1):
+                return uris.group(1)
+        m = re.search(rf"^deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+{SUITE}\s", text, re.M)
+        if m and "security" not in m.group(1):
+            return m.group(1)
+    return DEFAULT_MIRROR
+
+
+def _finish_rootfs(root: Path) -> None:
+    """Turn the debootstrapped tree into the sandbox image's rootfs."""
+    etc = root / "etc"
+    with open(etc / "passwd", "a") as f:
+        f.write(f"sandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:agentgym sandbox:{WORKDIR}:/bin/sh\n")
+    with open(etc / "group", "a") as f:
+        f.write(f"sandbox:x:{SANDBOX_UID}:\n")
+    (root / WORKDIR.lstrip("/")).mkdir(mode=0o755, exist_ok=True)
+    opt = root / "opt" / "agentgym"
+    opt.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(runner_module.__file__, opt / "runner.py")
+    os.chmod(opt / "runner.py", 0o644)
+    for junk in ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
+                 "var/cache/apt", "var/lib/apt/lists"):
+        shutil.rmtree(root / junk, ignore_errors=True)
+    # Defence in depth: no setuid/setgid programs at all (no-new-privileges also neuters them).
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                os.chmod(p, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+
+
+def build_rootfs(*, force: bool = False, log: Any = print) -> Path:
+    """Debootstrap the rootfs into the cache (needs root and ``debootstrap``); return its path."""
+    final = rootfs_path()
+    if final.is_dir() and not force:
+        return final
+    if shutil.which("debootstrap") is None:
+        raise SandboxUnavailable(
+            "expected `debootstrap` to build the sandbox image, found none; "
+            "install it with `apt-get install debootstrap`"
+        )
+    if os.geteuid() != 0:
+        raise SandboxUnavailable("building the sandbox rootfs needs root (debootstrap); "
+                                 "run `sudo agentgym sandbox build`")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="rootfs-", dir=final.parent))
+    mirror = debian_mirror()
+    cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
+           str(tmp), mirror]
+    log(f"$ {' '.join(cmd)}")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tail = (proc.stdout + proc.stderr)[-2000:]
+        raise SandboxUnavailable(
+            f"debootstrap failed (exit {proc.returncode}) with mirror {mirror}; check that the "
+            f"mirror is reachable or set AGENTGYM_DEBIAN_MIRROR. Output tail:\n{tail}"
+        )
+    _finish_rootfs(tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return final
+
+
+def _docker_client() -> Any:
+    from agentgym.sandboxes.docker_backend import docker_client
+
+    return docker_client()
+
+
+def build_image(*, force: bool = False, dockerfile: bool = False, log: Any = print) -> str:
+    """Make sure ``image_tag()`` exists in the Docker engine (build it if not); return the tag."""
+    client = _docker_client()
+    tag = image_tag()
+    repo, version = tag.split(":")
+    if not force:
+        try:
+            client.images.get(tag)
+            log(f"{tag} is up to date")
+            return tag
+        except Exception:  # docker.errors.ImageNotFound
+            pass
+    t0 = time.monotonic()
+    if dockerfile:
+        with tempfile.TemporaryDirectory() as ctx:
+            Path(ctx, "Dockerfile").write_text(DOCKERFILE)
+            shutil.copyfile(runner_module.__file__, Path(ctx, "runner.py"))
+            log(f"docker build -t {tag} (Dockerfile; needs registry access for debian:{SUITE}-slim)")
+            client.images.build(path=ctx, tag=tag, rm=True, labels={"agentgym.recipe": version})
+    else:
+        root = build_rootfs(force=force, log=log)
+        with tempfile.NamedTemporaryFile(suffix=".tar", dir=root.parent) as tar_file:
+            with tarfile.open(fileobj=tar_file, mode="w") as tar:
+                tar.add(root, arcname=".")
+            tar_file.flush()
+            log(f"docker import -> {tag}")
+            changes = [
+                f"USER {SANDBOX_UID}:{SANDBOX_UID}", f"WORKDIR {WORKDIR}",
+                f"CMD {str(RUNNER_CMD).replace(chr(39), chr(34))}",
+                "ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8",
+                f"LABEL agentgym.recipe={version}",
+            ]
+            client.api.import_image_from_file(tar_file.name, repository=repo, tag=version,
+                                              changes=changes)
+    client.images.get(tag)  # raises if the import silently produced nothing
+    log(f"built {tag} in {time.monotonic() - t0:.1f} s")
+    return tag
