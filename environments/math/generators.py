@@ -1,0 +1,281 @@
+"""Procedural math problems: ten seeded families, three levels each.
+
+Generation is on the reset hot path, so answers are computed with Python ints and
+``Fraction`` and written with string formatting (no sympy). Randomness comes only from the
+``np.random.Generator`` passed in: one vectorised draw of 32 integers per problem (a numpy
+call costs microseconds; 32 plain-int draws from it cost nothing).
+
+Every problem has a stable id ``math/<family>/<level>/<10 hex digits of the question hash>``,
+so the same question has the same id in every version of this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from agentgym.environments.math.words import word_problem
+
+__all__ = ["FAMILIES", "LEVELS", "Problem", "Draw", "generate", "fmt_frac", "fmt_poly"]
+
+LEVELS: tuple[str, ...] = ("easy", "medium", "hard")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    id: str
+    question: str
+    answer: str  # canonical answer text, verified with verify()
+    family: str
+    level: str
+    expression: str | None = None  # plain arithmetic the calculator tool can evaluate
+
+
+class Draw:
+    """Cheap integer draws from one vectorised call on the episode's Generator."""
+
+    __slots__ = ("_rng", "_buf", "_i")
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+        self._buf: list[int] = rng.integers(0, 1 << 31, size=32).tolist()
+        self._i = 0
+
+    def int(self, lo: int, hi: int) -> int:
+        """Uniform in [lo, hi] (inclusive; modulo bias < 1e-7 for our ranges)."""
+        if self._i == len(self._buf):
+            self._buf = self._rng.integers(0, 1 << 31, size=32).tolist()
+            self._i = 0
+        v = self._buf[self._i]
+        self._i += 1
+        return lo + v % (hi - lo + 1)
+
+    def nonzero(self, lo: int, hi: int) -> int:
+        v = self.int(lo, hi - 1)
+        return v if v < 0 else v + 1  # skip 0, keep the range size
+
+    def choice(self, seq: tuple | list):  # type: ignore[type-arg]
+        return seq[self.int(0, len(seq) - 1)]
+
+
+# ---------------------------------------------------------------------------- formatting
+def fmt_frac(f: Fraction | int) -> str:
+    f = Fraction(f)
+    return str(f.numerator) if f.denominator == 1 else f"{f.numerator}/{f.denominator}"
+
+
+def fmt_poly(terms: list[tuple[int, int]], var: str = "x") -> str:
+    """``[(3, 2), (-2, 1), (5, 0)]`` -> ``3x^2 - 2x + 5`` (integer coefficients, any order kept)."""
+    out: list[str] = []
+    for c, p in terms:
+        if c == 0:
+            continue
+        mag = abs(c)
+        body = var if p == 1 else f"{var}^{p}" if p else ""
+        coef = "" if mag == 1 and body else str(mag)
+        term = coef + body
+        if not out:
+            out.append(("-" if c < 0 else "") + term)
+        else:
+            out.append((" - " if c < 0 else " + ") + term)
+    return "".join(out) or "0"
+
+
+def _signed(v: int) -> str:
+    return f"+ {v}" if v >= 0 else f"- {-v}"
+
+
+# ---------------------------------------------------------------------------- families
+Gen = Callable[[Draw, int], tuple[str, str, str | None]]  # -> question, answer, expression
+
+
+def arithmetic(d: Draw, lvl: int) -> tuple[str, str, str | None]:
+    if lvl == 0:
+        a, b = d.int(1, 99), d.int(1, 99)
+        op = d.choice(("+", "-"))
+    elif lvl == 1:
+        op = d.choice(("*", "+", "-"))
+        a, b = (d.int(2, 30), d.int(2, 30)) if op == "*" else (d.int(100, 999), d.int(100, 999))
+    else:
+        op = d.choice(("*", "/"))
+        b = d.int(3, 40)
+        a = d.int(20, 400) * (b if op == "/" else 1)
+        if op == "*":
+            b = d.int(11, 99)
+    val = a + b if op == "+" else a - b if op == "-" else a * b if op == "*" else a // b
+    expr = f"{a} {op} {b}"
+    return f"What is {expr}?", str(val), expr
+
+
+def order_of_operations(d: Draw, lvl: int) -> tuple[str, str, str | None]:
+    a, b, c = d.int(2, 12), d.int(2, 12), d.int(2, 12)
+    if lvl == 0:
+        form = d.int(0, 1)
+        expr = f"{a} + {b} * {c}" if form else f"{a} * {b} - {c}"
+        val = a + b * c if form else a * b - c
+    elif lvl == 1:
+        e = d.int(1, 20)
+        expr = f"({a} + {b}) * {c} - {e}"
+        val = (a + b) * c - e
+    else:
+        e = d.int(2, 9)
+        f = e * d.int(1, 12)
+        expr = f"{a} * ({b} - {c})^2 + {f} / {e}"
+        val = a * (b - c) ** 2 + f // e
+    return f"What is {expr}?", str(val), expr
+
+
+def _proper(d: Draw) -> Fraction:
+    """A fraction that is not an integer, e.g. 7/4 or 2/9."""
+    den = d.int(2, 12)
+    num = d.int(1, 2 * den - 1)
+    return Fraction(num + 1 if num % den == 0 else num, den)
+
+
+def fractions(d: Draw, lvl: int) -> tuple[str, str, str | None]:
+    if lvl == 0:
+        den = d.int(3, 12)
+        x, y = Fraction(d.int(1, den - 1), den), Fraction(d.int(1, den - 1), den)
+        op = "+"
+        val = x + y
+        q = f"{x.numerator}/{den} + {y.numerator}/{den}"
+    else:
+        x, y = _proper(d), _proper(d)
+        ops = ("+", "-") if lvl == 1 else ("*", "/")
+        op = d.choice(ops)
+        val = x + y if op == "+" else x - y if op == "-" else x * y if op == "*" else x / y
+        q = f"{fmt_frac(x)} {op} {fmt_frac(y)}" if lvl == 1 else f"({fmt_frac(x)}) {op} ({fmt_frac(y)})"
+        if lvl == 2:
+            z = Fraction(d.int(1, 9), d.int(2, 9))
+            val += z
+            q = f"{q} + {fmt_frac(z)}"
+    return f"Compute {q}. Give the answer as a reduced fraction.", fmt_frac(val), q
+
+
+def linear_equation(d: Draw, lvl: int) -> tuple[str, str, str | None]:
+    x = d.int(-20, 20)
+    if lvl == 0:
+        a = d.int(1, 30)
+        return f"Solve for x: x + {a} = {x + a}.", str(x), None
+    if lvl == 1:
+        a, b = d.nonzero(-9, 9), d.int(-30, 30)
+        lhs = fmt_poly([(a, 1), (b, 0)])
+        return f"Solve for x: {lhs} = {a * x + b}.", str(x), None
+    a, c = d.nonzero(-9, 9), d.nonzero(-9, 9)
+    while c == a:
+        c = d.nonzero(-9, 9)
+    b, e = d.int(-30, 30), d.int(-30, 30)
+    sol = Fraction(e - b, a - c)
+    return (f"Solve for x: {fmt_poly([(a, 1), (b, 0)])} = {fmt_poly([(c, 1), (e, 0)])}.",
+            fmt_frac(sol), None)
+
+
+def quadratic(d: Draw, lvl: int) -> tuple[str, str, str | None]:
+    r1 = d.int(-9, 9)
+    r2 = d.int(-9, 8)
+    r2 = r2 + 1 if r2 >= r1 else r2  # distinct roots
+    if lvl < 2:
+        k = 1 if lvl == 0 else d.int(2, 5)
+        coeffs = [(k, 2), (-k * (r1 + r2), 1), (k * r1 * r2, 0)]
+        roots = sorted((Fraction(r1), Fraction(r2)))
+    else:  # (p x - q)(r x - s): rational roots q/p, s/r
+        p, r = d.int(2, 5), d.int(1, 4)
+        q, s = d.nonzero(-7, 7), d.nonzero(-7, 7)
+        if Fraction(q, p) == Fraction(s, r):
+            s = -s  # q, s are nonzero, so the roots now differ in sign
+        coeffs = [(p * r, 2), (-(p * s + q * r), 1), (q * s, 0)]
+        roots = sorted((Fraction(q, p), Fraction(s, r)))
+    q_text = f"Solve {fmt_poly(coeffs)} = 0. Give both roots, separated by a comma."
+    return q_text, ", ".join(fmt_frac(v) for v in roots), None
+
+
+def linear_system(d: Draw, lvl: int) -> tuple[str, str, str | None]:
+    span = (5, 9, 15)[lvl]
+    x, y = d.int(-span, span), d.int(-span, span)
+    while True:
+        if lvl == 0:
+            a1, b1, a2, b2 = 1, 1, 1, -1
+        else:
+            lim = 5 if lvl == 1 else 12
+            a1, b1, a2, b2 = (d.nonzero(-lim, lim) for _ in range(4))
+        if a1 * b2 - a2 * b1 != 0:
+            break
+    e1 = f"{fmt_poly([(a1, 1)], 'x')} {'+' if b1 > 0 else '-'} {fmt_poly([(abs(b1), 1)], 'y')} = {a1 * x + b1 * y}"
+    e2 = f"{fmt_poly([(a2, 1)], 'x')} {'+' if b2 > 0 else '-'} {fmt_poly([(abs(b2), 1)], 'y')} = {a2 * x + b2 * y}"
+    return f"Solve the system {e1} and {e2}. Give the answer as (x, y).", f"({x}, {y})", None
+
+
+def derivative(d: Draw, lvl: int) -> tuple[str, str, str | None]:
+    if lvl < 2:
+        deg = 2 if lvl == 0 else d.int(3, 4)
+        terms = [(d.int(-9, 9) if p < deg else d.nonzero(-9, 9), p) for p in range(deg, -1, -1)]
+        dterms = [(c * p, p - 1) for c, p in terms if p > 0]
+        f, df = fmt_poly(terms), fmt_poly(dterms)
+    else:
+        a, b = d.int(2, 6), d.nonzero(-5, 5)
+        kind = d.int(0, 2)
+        if kind == 0:
+            n = d.int(2, 5)
+            inner = fmt_poly([(a, 1), (b, 0)])
+            f = f"({inner})^{n}"
+            df = f"{n * a}({inner})" + (f"^{n - 1}" if n > 2 else "")
+        elif kind == 1:
+            k = abs(b) + 1
+            f = f"{a}sin({k}x)"
+            df = f"{a * k}cos({k}x)"
+        else:
+            ex = f"e^({fmt_poly([(b, 1)])})"
+            f = f"x^2 {ex}"
+            df = f"2x {ex} {'+' if b > 0 else '-'} {fmt_poly([(abs(b), 2)])} {ex}"
+    return f"Find the derivative of f(x) = {f} with respect to x.", df, None
+
+
+def definite_integral(d: Draw, lvl: int) -> tuple[str, str, str | None]:
+    deg = lvl + 1
+    terms = [(d.int(-6, 6) if p < deg else d.nonzero(-6, 6), p) for p in range(deg, -1, -1)]
+    lo = 0 if lvl == 0 else d.int(-3, 2)
+    hi = lo + d.int(1, 4)
+    val = sum(Fraction(c, p + 1) * (hi ** (p + 1) - lo ** (p + 1)) for c, p in terms)
+    q = f"Evaluate the definite integral of {fmt_poly(terms)} with respect to x from x = {lo} to x = {hi}."
+    return q, fmt_frac(val), None
+
+
+def indefinite_integral(d: Draw, lvl: int) -> tuple[str, str, str | None]:
+    if lvl < 2:
+        deg = 1 + lvl * 2
+        # coefficients (p + 1) * k keep the antiderivative's coefficients integers
+        prim = [(d.int(-5, 5) if p < deg + 1 else d.nonzero(-5, 5), p) for p in range(deg + 1, 0, -1)]
+        terms = [(k * p, p - 1) for k, p in prim]
+        q_f, ans = fmt_poly(terms), fmt_poly(prim) + " + C"
+    else:
+        a, b = d.int(2, 6), d.int(2, 5)
+        if d.int(0, 1):
+            q_f, ans = f"{a * b}cos({b}x)", f"{a}sin({b}x) + C"
+        else:
+            q_f, ans = f"{a * b}e^({b}x)", f"{a}e^({b}x) + C"
+    return f"Find the indefinite integral of {q_f} with respect to x. Include + C.", ans, None
+
+
+FAMILIES: dict[str, Gen] = {
+    "arithmetic": arithmetic,
+    "fractions": fractions,
+    "order_of_operations": order_of_operations,
+    "linear_equation": linear_equation,
+    "quadratic": quadratic,
+    "linear_system": linear_system,
+    "derivative": derivative,
+    "definite_integral": definite_integral,
+    "indefinite_integral": indefinite_integral,
+    "word_problem": word_problem,
+}
+
+
+def generate(family: str, level: str, rng: np.random.Generator) -> Problem:
+    """One problem of ``family`` at ``level`` drawn with ``rng``."""
+    question, answer, expr = FAMILIES[family](Draw(rng), LEVELS.index(level))
+    digest = hashlib.blake2s(question.encode(), digest_size=5).hexdigest()
+    return Problem(f"math/{family}/{level}/{digest}", question, answer, family, level, expr)

@@ -1,0 +1,223 @@
+"""From a model's answer text to plain expressions: extraction, LaTeX rewriting, text stripping.
+
+``extract`` finds the answer inside the text (the last ``\\boxed{}``, else the last ``$...$``
+segment, else the text after "answer is"); ``to_plain`` rewrites LaTeX (``\\frac``, ``\\sqrt``,
+``\\pi``, ``\\cdot``, ``\\left(``...) into the grammar of :mod:`.expr`; ``strip_text`` drops a
+trailing unit or word ("3 apples", "12 cm"). All are linear or, for nested braces, quadratic in
+an input already capped at :data:`expr.MAX_CHARS` characters.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agentgym.environments.math.expr import CONSTANTS, FUNCTIONS, MAX_DEPTH, TooLarge
+
+__all__ = ["extract", "max_depth", "split_top", "strip_text", "to_plain"]
+
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def max_depth(s: str) -> int:
+    """Deepest bracket nesting, counting all three kinds alike."""
+    d = best = 0
+    for ch in s:
+        if ch in _OPEN:
+            d += 1
+            if d > best:
+                best = d
+        elif ch in _CLOSE:
+            d -= 1
+    return best
+
+
+def _match(s: str, i: int) -> int:
+    """Index of the bracket closing the one at ``s[i]`` (any kind), or -1."""
+    d = 0
+    for j in range(i, len(s)):
+        ch = s[j]
+        if ch in _OPEN:
+            d += 1
+        elif ch in _CLOSE:
+            d -= 1
+            if d == 0:
+                return j
+    return -1
+
+
+def split_top(s: str, seps: tuple[str, ...]) -> list[str]:
+    """Split at separators that sit outside every bracket (separators are tried first)."""
+    parts: list[str] = []
+    d = start = i = 0
+    n = len(s)
+    while i < n:
+        if d == 0:
+            for sep in seps:
+                if s.startswith(sep, i):
+                    parts.append(s[start:i])
+                    i += len(sep)
+                    start = i
+                    break
+            else:
+                sep = ""
+            if sep:
+                continue
+        ch = s[i]
+        if ch in _OPEN:
+            d += 1
+        elif ch in _CLOSE:
+            d -= 1
+        i += 1
+    parts.append(s[start:])
+    return parts
+
+
+# ---------------------------------------------------------------------------- extraction
+_ANSWER_IS = re.compile(r"(?i)\b(?:final answer|answer|result)\b\s*(?:is\b|:|=)?\s*")
+_DELIMS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
+_SIZING = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big)(?![A-Za-z])\.?")
+
+
+def extract(text: str) -> str:
+    """The answer inside a final message: last ``\\boxed{}``, last math segment, or the text."""
+    s = text.strip()
+    for cmd in ("\\boxed", "\\fbox"):
+        k = s.rfind(cmd)
+        if k >= 0:
+            j = k + len(cmd)
+            while j < len(s) and s[j] == " ":
+                j += 1
+            if j < len(s) and s[j] == "{":
+                end = _match(s, j)
+                if end > 0:
+                    s = s[j + 1 : end]
+                    break
+            else:  # "\boxed 3"
+                s = s[j:].split()[0] if s[j:].split() else ""
+                break
+    else:
+        for open_, close in _DELIMS:
+            end = s.rfind(close)
+            if end > 0:
+                start = s.rfind(open_, 0, end)
+                if start >= 0 and (open_ != "$" or start < end):
+                    s = s[start + len(open_) : end]
+                    break
+        else:
+            m = None
+            for m in _ANSWER_IS.finditer(s):
+                pass
+            if m is not None:
+                s = s[m.end():]
+    s = _SIZING.sub("", s).replace("$", "").strip()
+    return s.rstrip(".!").strip()
+
+
+# ---------------------------------------------------------------------------- LaTeX
+_UNICODE = str.maketrans({"−": "-", "–": "-", "×": "*", "·": "*", "÷": "/", "π": " pi ",
+                          "∞": " oo ", "√": " sqrt ", "±": "+-", "∪": "\\cup", "²": "^2", "³": "^3", "°": ""})
+_FRAC = {"frac", "dfrac", "tfrac", "cfrac"}
+_TEXT = {"text", "textrm", "textbf", "textit", "mathrm", "mathbf", "mathit", "mbox",
+         "operatorname", "mathsf", "textnormal"}
+_DROP = {"displaystyle", "textstyle", "quad", "qquad", "circ", "degree", "limits", "!", ",",
+         ";", ":", " ", "%", "$"}
+_MAP = {"cdot": "*", "times": "*", "div": "/", "ast": "*", "infty": "oo", "infinity": "oo",
+        "pi": "pi", "{": "{", "}": "}", "le": "<=", "leq": "<=", "ge": ">=", "geq": ">=",
+        "neq": "!=", "approx": "=", "cup": "\\cup", "pm": "+-", "mp": "-+"}
+_CMD = re.compile(r"\\([A-Za-z]+|.)")
+
+
+def _arg(s: str, i: int) -> tuple[str, int]:
+    """One LaTeX argument starting at ``i``: a braced group, a command or one character."""
+    n = len(s)
+    while i < n and s[i] == " ":
+        i += 1
+    if i >= n:
+        return "", i
+    if s[i] == "{":
+        end = _match(s, i)
+        if end < 0:
+            return s[i + 1 :], n
+        return s[i + 1 : end], end + 1
+    if s[i] == "\\":
+        m = _CMD.match(s, i)
+        assert m is not None
+        return m.group(0), m.end()
+    return s[i], i + 1
+
+
+def to_plain(s: str, depth: int = 0) -> str:
+    """Rewrite LaTeX into the plain grammar of :mod:`.expr` (unknown commands become names)."""
+    if depth > MAX_DEPTH:
+        raise TooLarge(f"LaTeX nests deeper than {MAX_DEPTH} levels")
+    s = s.translate(_UNICODE).replace("{,}", "")
+    if "\\" not in s and "{" not in s and "_" not in s:
+        return s
+    out: list[str] = []
+    i, n = 0, len(s)
+    while i < n:
+        ch = s[i]
+        if ch == "\\":
+            m = _CMD.match(s, i)
+            if m is None:
+                i += 1
+                continue
+            cmd, i = m.group(1), m.end()
+            if cmd in _FRAC:
+                a, i = _arg(s, i)
+                b, i = _arg(s, i)
+                out.append(f"(({to_plain(a, depth + 1)})/({to_plain(b, depth + 1)}))")
+            elif cmd == "sqrt":
+                idx = None
+                if i < n and s[i] == "[":
+                    end = _match(s, i)
+                    idx, i = s[i + 1 : end], end + 1
+                a, i = _arg(s, i)
+                a = to_plain(a, depth + 1)
+                out.append(f" sqrt({a})" if idx is None else f" root({a}, {to_plain(idx, depth + 1)})")
+            elif cmd in _TEXT:
+                a, i = _arg(s, i)
+                out.append(" " + a.replace("~", " ") + " ")
+            elif cmd in _DROP:
+                pass
+            elif cmd in _MAP:
+                out.append(" " + _MAP[cmd] + " ")
+            else:
+                out.append(" " + cmd + " ")  # \sin -> sin, \ln -> ln, \alpha -> alpha
+        elif ch == "{":
+            end = _match(s, i)
+            inner = s[i + 1 : end] if end > 0 else s[i + 1 :]
+            out.append("(" + to_plain(inner, depth + 1) + ")")
+            i = end + 1 if end > 0 else n
+        elif ch == "_":  # subscripts become part of the name: x_{1} -> x_1
+            a, i = _arg(s, i + 1)
+            out.append("_" + re.sub(r"\W", "", a))
+        elif ch == "~":
+            out.append(" ")
+            i += 1
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+_KNOWN = FUNCTIONS | set(CONSTANTS)
+_TRAIL = re.compile(r"(?:^|(?<=[\s\d)]))([A-Za-z][A-Za-z.']*(?:\^\d+)?)\s*$")
+
+
+def strip_text(s: str) -> str:
+    """Drop trailing words that are not math ("3 apples", "12 cm^2", "5 dollars")."""
+    s = s.strip().rstrip("%").strip()
+    for _ in range(8):
+        m = _TRAIL.search(s)
+        if m is None:
+            break
+        word = m.group(1).split("^")[0].rstrip(".'")
+        head = s[: m.start(1)]
+        # a one-letter word right after a number is a variable (3x), two or more are a unit
+        if len(word) < 2 or word in _KNOWN or not head.strip():
+            break
+        if head and not head[-1].isspace() and len(word) < 4:
+            break  # "3cm" stays 3*c*m only when short and glued; "3apples" is text
+        s = head.rstrip()
+    return s.rstrip("%").strip()
