@@ -1,0 +1,189 @@
+"""PPO math: GAE by hand, losses against CleanRL-style formulas, exact on-policy ratio, masks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentgym.errors import ConfigError
+from agentgym.trainer.logprobs import policy_forward
+from agentgym.trainer.model import build_tiny_gptoss
+from agentgym.trainer.ppo import gae, group_advantages, kl_estimate, ppo_policy_loss, value_loss
+
+# Row layout: prompt, policy, policy (end of turn 1), env token, policy (end of turn 2), pad.
+MASK = torch.tensor([[0, 1, 1, 0, 1, 0]])
+VALUES = torch.tensor([[0.0, 0.1, 0.2, 0.0, 0.3, 0.0]])
+REWARDS = torch.tensor([[0.0, 0.0, 0.5, 0.0, 1.0, 0.0]])
+
+
+def test_gae_hand_computed() -> None:
+    adv, ret = gae(REWARDS, VALUES, MASK, gamma=0.9, lam=0.8)
+    # p3: 1.0 + 0 - 0.3 = 0.7
+    # p2: 0.5 + 0.9*0.3 - 0.2 = 0.57 ; A = 0.57 + 0.72*0.7 = 1.074
+    # p1: 0 + 0.9*0.2 - 0.1 = 0.08 ; A = 0.08 + 0.72*1.074 = 0.85328
+    expected = torch.tensor([[0.0, 0.85328, 1.074, 0.0, 0.7, 0.0]])
+    torch.testing.assert_close(adv, expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(ret, torch.tensor([[0.0, 0.95328, 1.274, 0.0, 1.0, 0.0]]), rtol=0, atol=1e-6)
+
+
+def test_gae_bootstrap_and_reward_on_env_token() -> None:
+    adv, _ = gae(REWARDS, VALUES, MASK, gamma=0.9, lam=0.8, bootstrap=torch.tensor([2.0]))
+    # p3: 1 + 0.9*2 - 0.3 = 2.5 ; p2: 0.57 + 0.72*2.5 = 2.37 ; p1: 0.08 + 0.72*2.37 = 1.7864
+    torch.testing.assert_close(adv, torch.tensor([[0.0, 1.7864, 2.37, 0.0, 2.5, 0.0]]), rtol=0, atol=1e-5)
+    r = REWARDS.clone()
+    r[0, 3] = 0.25  # on the env token: credited to the policy token before it (p2)
+    adv2, _ = gae(r, VALUES, MASK, gamma=0.9, lam=0.8)
+    assert adv2[0, 2].item() == pytest.approx(0.82 + 0.72 * 0.7, abs=1e-6)
+
+
+def _cleanrl_gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
+    """CleanRL's loop for one finished episode (next value 0 after the last step)."""
+    T = rewards.shape[0]
+    adv = torch.zeros(T)
+    lastgaelam = 0.0
+    for t in reversed(range(T)):
+        nextvalues = values[t + 1] if t + 1 < T else 0.0
+        nextnonterminal = 1.0 if t + 1 < T else 0.0
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        adv[t] = lastgaelam = delta + gamma * lam * nextnonterminal * lastgaelam
+    return adv
+
+
+def test_gae_matches_cleanrl_on_compacted_policy_tokens() -> None:
+    g = torch.Generator().manual_seed(0)
+    rewards, values = torch.randn(3, 20, generator=g), torch.randn(3, 20, generator=g)
+    mask = (torch.rand(3, 20, generator=g) > 0.4).long()
+    rewards = rewards * mask  # rewards only on policy tokens
+    adv, _ = gae(rewards, values, mask, gamma=0.97, lam=0.9)
+    for b in range(3):
+        idx = mask[b].bool()
+        ref = _cleanrl_gae(rewards[b, idx], values[b, idx], 0.97, 0.9)
+        torch.testing.assert_close(adv[b, idx], ref, rtol=1e-5, atol=1e-5)
+        assert torch.all(adv[b, ~idx] == 0)
+
+
+def test_group_advantages() -> None:
+    scores = torch.tensor([1.0, 0.0, 0.0, 3.0, 5.0, 7.0])
+    groups = torch.tensor([0, 0, 0, 1, 1, 2])
+    adv = group_advantages(scores, groups)
+    m0, s0 = 1 / 3, torch.tensor([1.0, 0.0, 0.0]).std().item()
+    expected = [(1 - m0) / (s0 + 1e-6), -m0 / (s0 + 1e-6), -m0 / (s0 + 1e-6),
+                -1 / (2**0.5 + 1e-6), 1 / (2**0.5 + 1e-6), 0.0]
+    torch.testing.assert_close(adv, torch.tensor(expected), rtol=1e-5, atol=1e-6)
+    raw = group_advantages(scores, groups, normalize_std=False)
+    torch.testing.assert_close(raw, torch.tensor([2 / 3, -1 / 3, -1 / 3, -1.0, 1.0, 0.0]))
+
+
+def _cleanrl_pg(newlogprob, b_logprobs, adv, clip_low, clip_high):  # type: ignore[no-untyped-def]
+    logratio = newlogprob - b_logprobs
+    ratio = logratio.exp()
+    pg_loss1 = -adv * ratio
+    pg_loss2 = -adv * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
+    return torch.max(pg_loss1, pg_loss2)
+
+
+def test_policy_loss_matches_cleanrl_formula() -> None:
+    g = torch.Generator().manual_seed(1)
+    logp, old = torch.randn(4, 9, generator=g) * 0.3 - 2, torch.randn(4, 9, generator=g) * 0.3 - 2
+    adv = torch.randn(4, 9, generator=g)
+    mask = (torch.rand(4, 9, generator=g) > 0.3).long()
+    w = torch.rand(4, 9, generator=g) * 2
+    loss, stats = ppo_policy_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.28, weights=w)
+    m = mask.bool()
+    ref = (_cleanrl_pg(logp, old, adv, 0.2, 0.28) * w)[m].mean()
+    torch.testing.assert_close(loss, ref)
+    ratio = (logp - old).exp()[m]
+    assert stats["clip_frac"] == pytest.approx(((ratio < 0.8) | (ratio > 1.28)).float().mean().item())
+    assert stats["ratio_max"] == pytest.approx(ratio.max().item())
+    assert stats["ratio_min"] == pytest.approx(ratio.min().item())
+    # asymmetric clip: a ratio of 1.25 is inside [0.8, 1.28] so it is not clipped for A > 0
+    l2, s2 = ppo_policy_loss(torch.log(torch.tensor([[1.25]])), torch.zeros(1, 1), torch.ones(1, 1),
+                             torch.ones(1, 1))
+    assert l2.item() == pytest.approx(-1.25) and s2["clip_frac"] == 0.0
+
+
+def test_value_loss_matches_cleanrl_formula() -> None:
+    g = torch.Generator().manual_seed(2)
+    v, old, ret = (torch.randn(3, 7, generator=g) for _ in range(3))
+    mask = (torch.rand(3, 7, generator=g) > 0.3).long()
+    m = mask.bool()
+    v_loss_unclipped = (v - ret) ** 2
+    v_clipped = old + torch.clamp(v - old, -0.2, 0.2)
+    v_loss_clipped = (v_clipped - ret) ** 2
+    ref = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped)[m].mean()
+    torch.testing.assert_close(value_loss(v, old, ret, mask, clip=0.2), ref)
+    torch.testing.assert_close(value_loss(v, old, ret, mask, clip=None), 0.5 * v_loss_unclipped[m].mean())
+
+
+def test_kl_estimates() -> None:
+    logp, ref = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -1.0]])
+    torch.testing.assert_close(kl_estimate(logp, ref, "k1"), logp - ref)
+    r = torch.exp(ref - logp)
+    torch.testing.assert_close(kl_estimate(logp, ref, "k3"), r - 1 - (ref - logp))
+    assert torch.all(kl_estimate(logp, ref, "k3") >= 0)
+    with pytest.raises(ConfigError):
+        kl_estimate(logp, ref, "k9")  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def tiny() -> torch.nn.Module:
+    return build_tiny_gptoss(264, seed=0)
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 263, (3, 40), generator=g)
+    attn = torch.ones_like(ids)
+    attn[2, 30:] = 0  # right padding
+    pmask = torch.zeros_like(ids)
+    pmask[:, 10:18] = 1  # turn 1 action
+    pmask[:, 25:30] = 1  # turn 2 action; 18..24 are environment tokens
+    return ids, attn, pmask
+
+
+def test_on_policy_ratio_is_exactly_one(tiny: torch.nn.Module) -> None:
+    ids, attn, pmask = _batch()
+    out = policy_forward(tiny, ids, attn)
+    old = out.logprobs.detach()
+    ratio = torch.exp(out.logprobs - old)
+    assert torch.equal(ratio, torch.ones_like(ratio))
+    adv = torch.randn(ids.shape, generator=torch.Generator().manual_seed(4))
+    loss, stats = ppo_policy_loss(out.logprobs, old, adv, pmask)
+    assert stats["ratio_min"] == 1.0 and stats["ratio_max"] == 1.0 and stats["ratio_mean"] == 1.0
+    assert stats["clip_frac"] == 0.0
+    # and the gradient is the plain policy gradient -A * grad log p
+    loss.backward()
+    g1 = [p.grad.clone() for p in tiny.parameters() if p.grad is not None]
+    tiny.zero_grad()
+    out2 = policy_forward(tiny, ids, attn)
+    (-(adv * out2.logprobs)[pmask.bool()].mean()).backward()
+    g2 = [p.grad.clone() for p in tiny.parameters() if p.grad is not None]
+    tiny.zero_grad()
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_policy_mask_excludes_environment_tokens(tiny: torch.nn.Module) -> None:
+    ids, attn, pmask = _batch()
+    saved: list[torch.Tensor] = []
+
+    def keep(_m: torch.nn.Module, _i: object, out: torch.Tensor) -> None:
+        out.retain_grad()
+        saved.append(out)
+
+    h = tiny.get_output_embeddings().register_forward_hook(keep)
+    try:
+        out = policy_forward(tiny, ids, attn)
+    finally:
+        h.remove()
+    adv = torch.randn(ids.shape, generator=torch.Generator().manual_seed(5))
+    loss, _ = ppo_policy_loss(out.logprobs, out.logprobs.detach(), adv, pmask)
+    loss = loss - 0.01 * (out.entropy * pmask).sum() / pmask.sum()
+    loss.backward()
+    tiny.zero_grad()
+    (logits,) = saved  # (B, T-1, V): logits[:, t-1] predicts token t
+    grad = logits.grad
+    assert grad is not None
+    predicts_policy = pmask[:, 1:].bool()
+    assert torch.all(grad[~predicts_policy] == 0)  # env, prompt and padding: exactly zero
+    assert torch.all(grad[predicts_policy].abs().sum(-1) > 0)

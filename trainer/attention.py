@@ -1,0 +1,180 @@
+"""Sink-aware attention with forward *and* backward, for training GPT-OSS on GPU.
+
+GPT-OSS attention adds one learned logit ``s_h`` per head to every softmax denominator::
+
+    P_ij = exp(S_ij) / (sum_j' exp(S_ij') + exp(s_h))
+
+Any kernel that returns the plain attention output ``O_i = sum_j softmax(S_i)_j V_j`` and the
+log-sum-exp ``LSE_i = log sum_j exp(S_ij)`` (without the sink) gives the sink attention
+exactly, because only the denominator changes::
+
+    O_sink_i = sum_j exp(S_ij) V_j / (exp(LSE_i) + exp(s_h))
+             = O_i * exp(LSE_i) / (exp(LSE_i) + exp(s_h))
+             = O_i * sigmoid(LSE_i - s_h)
+
+Autograd through ``sigmoid(LSE - s)`` reproduces the FlashAttention-3 sink backward:
+``dL/ds_h = -sum_i P_i,h * D_i`` with ``D_i = rowsum(dO_sink_i * O_sink_i)`` and
+``P_i,h = exp(s_h - LSE'_i)`` (LSE' including the sink), provided the kernel is
+differentiable w.r.t. its LSE output. ``torch.nn.attention.flex_attention`` is (its math
+and Triton backward take ``grad_logsumexp``), so :func:`flex_sink_attention` is a fused,
+sink-exact kernel on GPU: flex for the causal / sliding-window block-sparse part, then one
+elementwise correction. A fully masked row has ``LSE = -inf`` and output 0, as in eager.
+
+Torch 2.13 runs flex attention on CPU only without gradients, so on CPU training uses
+transformers' eager attention; :func:`dense_sink_attention` is a plain-torch reference with
+the same (output, LSE) split, used by the tests to check the correction and its gradients.
+
+:func:`register_sink_attention` registers the kernel with transformers' ``AttentionInterface``
+as ``"agentgym_flex"`` (and transformers' flex ``BlockMask`` builder as its mask function,
+which encodes causality, padding and the sliding window of the layer).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "ATTN_NAME",
+    "apply_sinks",
+    "dense_sink_attention",
+    "flex_sink_attention",
+    "register_sink_attention",
+    "set_attention",
+    "sink_attention_forward",
+]
+
+ATTN_NAME = "agentgym_flex"
+_compiled_flex: Any = None
+
+
+def apply_sinks(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:
+    """Turn a plain attention output into the sink attention output.
+
+    out (B, H, Tq, D), lse (B, H, Tq) natural-log LSE of the scaled scores (no sink),
+    sinks (H,) -> (B, H, Tq, D) in ``out``'s dtype; the factor is computed in float32.
+    """
+    factor = torch.sigmoid(lse.float() - sinks.float().view(1, -1, 1))  # (B, H, Tq)
+    return (out.float() * factor.unsqueeze(-1)).to(out.dtype)
+
+
+def dense_sink_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    sinks: torch.Tensor,
+    allowed: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Reference sink attention in plain torch: (output, LSE) then :func:`apply_sinks`.
+
+    q (B, Hq, Tq, D); k, v (B, Hkv, Tk, D) with Hq a multiple of Hkv; ``allowed`` bool
+    broadcastable to (B, Hq, Tq, Tk), True where query i may attend key j. -> (B, Hq, Tq, D).
+    """
+    rep = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(rep, dim=1)
+    v = v.repeat_interleave(rep, dim=1)
+    scores = (q @ k.transpose(-1, -2)).float() * scale  # (B, H, Tq, Tk)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)  # (B, H, Tq); -inf on fully masked rows
+    safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+    probs = torch.exp(scores - safe.unsqueeze(-1))  # exactly 0 on masked keys
+    out = (probs.to(v.dtype) @ v).to(q.dtype)
+    return apply_sinks(out, lse, sinks)
+
+
+def _flex() -> Any:
+    """flex_attention, compiled once on CUDA (eager flex is a slow math fallback there)."""
+    global _compiled_flex
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if _compiled_flex is None:
+        _compiled_flex = torch.compile(flex_attention, dynamic=False) if torch.cuda.is_available() else flex_attention
+    return _compiled_flex
+
+
+def flex_sink_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    sinks: torch.Tensor,
+    block_mask: Any = None,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Sink attention with flex attention + LSE correction (module doc); shapes as dense."""
+    from torch.nn.attention.flex_attention import AuxRequest
+
+    flex = _flex() if q.is_cuda else _flex_eager()
+    out, aux = flex(
+        q,
+        k,
+        v,
+        block_mask=block_mask,
+        scale=scale,
+        enable_gqa=q.shape[1] != k.shape[1],
+        return_aux=AuxRequest(lse=True),
+    )
+    return apply_sinks(out, aux.lse, sinks)
+
+
+def _flex_eager() -> Any:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention
+
+
+def sink_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Any,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    s_aux: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers attention function (``AttentionInterface``) for ``"agentgym_flex"``.
+
+    query (B, Hq, Tq, D), key/value (B, Hkv, Tk, D), ``attention_mask`` a flex ``BlockMask``
+    (built by the registered mask function) or None for plain causal. Returns the output in
+    transformers' layout (B, Tq, Hq, D) and no attention weights.
+    """
+    if dropout:
+        raise ValueError("agentgym_flex attention has no dropout; set attention_dropout=0")
+    sinks = s_aux if s_aux is not None else getattr(module, "sinks", None)
+    if sinks is None:  # a model without sinks: the correction factor must be exactly 1
+        sinks = torch.full((query.shape[1],), float("-inf"), device=query.device)
+    block_mask = attention_mask
+    if attention_mask is not None and isinstance(attention_mask, torch.Tensor):
+        raise ValueError(
+            "agentgym_flex expects a flex BlockMask from transformers' mask builder, got a dense "
+            "tensor; call register_sink_attention() before building the model's masks"
+        )
+    out = flex_sink_attention(query, key, value, sinks, block_mask=block_mask, scale=scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register_sink_attention(name: str = ATTN_NAME) -> str:
+    """Register the kernel and its BlockMask builder with transformers; returns ``name``."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flex_attention_mask
+
+    AttentionInterface.register(name, sink_attention_forward)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(name, flex_attention_mask)
+    return name
+
+
+def set_attention(model: nn.Module, name: str) -> nn.Module:
+    """Switch a loaded model's attention implementation (registering ``agentgym_flex`` first).
+
+    Writes the config field directly: GPT-OSS declares ``_supports_sdpa = False`` and custom
+    registered names are not in transformers' validation list. No sink check here; use
+    ``model.check_attention`` (``load_policy`` does) before training.
+    """
+    if name == ATTN_NAME:
+        register_sink_attention(name)
+    model.config._attn_implementation = name
+    return model
