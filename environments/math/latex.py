@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 
-from agentgym.environments.math.expr import CONSTANTS, FUNCTIONS, MAX_DEPTH, TooLarge
+from agentgym.environments.math.expr import CONSTANTS, FUNCTIONS, MAX_DEPTH, ExprError, TooLarge
 
-__all__ = ["extract", "max_depth", "split_top", "strip_text", "to_plain"]
+__all__ = ["extract", "max_depth", "split_top", "strip_lead", "strip_text", "to_plain"]
 
 _OPEN, _CLOSE = "([{", ")]}"
 
@@ -75,6 +75,7 @@ def split_top(s: str, seps: tuple[str, ...]) -> list[str]:
 # ---------------------------------------------------------------------------- extraction
 _ANSWER_IS = re.compile(r"(?i)\b(?:final answer|answer|result)\b\s*(?:is\b|:|=)?\s*")
 _DELIMS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
+_THIN_THOUSANDS = re.compile(r"(?<=\d)\\[,!;: ](?=\d{3}(?!\d))")
 _SIZING = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big)(?![A-Za-z])\.?")
 
 
@@ -109,20 +110,23 @@ def extract(text: str) -> str:
                 pass
             if m is not None:
                 s = s[m.end():]
-    s = _SIZING.sub("", s).replace("$", "").strip()
-    return s.rstrip(".!").strip()
+    s = _SIZING.sub("", s).replace("$", "")
+    s = _THIN_THOUSANDS.sub("", s)  # 3\,000 -> 3000
+    for sp in ("\\,", "\\!", "\\;", "\\:", "\\ "):
+        s = s.replace(sp, " ")
+    return s.strip().rstrip(".!").strip()
 
 
 # ---------------------------------------------------------------------------- LaTeX
 _UNICODE = str.maketrans({"−": "-", "–": "-", "×": "*", "·": "*", "÷": "/", "π": " pi ",
-                          "∞": " oo ", "√": " sqrt ", "±": "+-", "∪": "\\cup", "²": "^2", "³": "^3", "°": ""})
+                          "∞": " oo ", "√": " sqrt ", "±": "+-", "∪": "\\cup", "≤": "<=", "≥": ">=", "²": "^2", "³": "^3", "°": ""})
 _FRAC = {"frac", "dfrac", "tfrac", "cfrac"}
 _TEXT = {"text", "textrm", "textbf", "textit", "mathrm", "mathbf", "mathit", "mbox",
          "operatorname", "mathsf", "textnormal"}
 _DROP = {"displaystyle", "textstyle", "quad", "qquad", "circ", "degree", "limits", "!", ",",
          ";", ":", " ", "%", "$"}
 _MAP = {"cdot": "*", "times": "*", "div": "/", "ast": "*", "infty": "oo", "infinity": "oo",
-        "pi": "pi", "{": "{", "}": "}", "le": "<=", "leq": "<=", "ge": ">=", "geq": ">=",
+        "pi": "pi", "{": "{", "}": "}", "le": "<=", "leq": "<=", "lt": "<", "gt": ">", "ge": ">=", "geq": ">=",
         "neq": "!=", "approx": "=", "cup": "\\cup", "pm": "+-", "mp": "-+"}
 _CMD = re.compile(r"\\([A-Za-z]+|.)")
 
@@ -137,7 +141,7 @@ def _arg(s: str, i: int) -> tuple[str, int]:
     if s[i] == "{":
         end = _match(s, i)
         if end < 0:
-            return s[i + 1 :], n
+            raise ExprError("unbalanced braces: a '{' is never closed")
         return s[i + 1 : end], end + 1
     if s[i] == "\\":
         m = _CMD.match(s, i)
@@ -186,9 +190,10 @@ def to_plain(s: str, depth: int = 0) -> str:
                 out.append(" " + cmd + " ")  # \sin -> sin, \ln -> ln, \alpha -> alpha
         elif ch == "{":
             end = _match(s, i)
-            inner = s[i + 1 : end] if end > 0 else s[i + 1 :]
-            out.append("(" + to_plain(inner, depth + 1) + ")")
-            i = end + 1 if end > 0 else n
+            if end < 0:
+                raise ExprError("unbalanced braces: a '{' is never closed")
+            out.append("(" + to_plain(s[i + 1 : end], depth + 1) + ")")
+            i = end + 1
         elif ch == "_":  # subscripts become part of the name: x_{1} -> x_1
             a, i = _arg(s, i + 1)
             out.append("_" + re.sub(r"\W", "", a))
@@ -202,12 +207,22 @@ def to_plain(s: str, depth: int = 0) -> str:
 
 
 _KNOWN = FUNCTIONS | set(CONSTANTS)
+_LEAD = re.compile(r"([A-Za-z]{2,})\s+(?=[A-Za-z0-9\\(\[{-])")
 _TRAIL = re.compile(r"(?:^|(?<=[\s\d)]))([A-Za-z][A-Za-z.']*(?:\^\d+)?)\s*$")
 
 
+def strip_lead(s: str) -> str:
+    """Drop leading words ("it is 30", "we get (3, 4)")."""
+    m = _LEAD.match(s)
+    while m is not None and m.group(1).lower() not in _KNOWN:
+        s = s[m.end():]
+        m = _LEAD.match(s)
+    return s
+
+
 def strip_text(s: str) -> str:
-    """Drop trailing words that are not math ("3 apples", "12 cm^2", "5 dollars")."""
-    s = s.strip().rstrip("%").strip()
+    """Drop words that are not math around the answer ("3 apples", "12 cm^2", "it is 30")."""
+    s = strip_lead(s.strip().rstrip("%").strip())
     for _ in range(8):
         m = _TRAIL.search(s)
         if m is None:

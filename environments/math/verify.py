@@ -45,7 +45,14 @@ from agentgym.environments.math.expr import (
     parse,
     to_str,
 )
-from agentgym.environments.math.latex import extract, max_depth, split_top, strip_text, to_plain
+from agentgym.environments.math.latex import (
+    extract,
+    max_depth,
+    split_top,
+    strip_lead,
+    strip_text,
+    to_plain,
+)
 
 __all__ = ["MAX_INPUT", "Verdict", "verify"]
 
@@ -57,7 +64,7 @@ _LIST_SEPS = (",", ";", " or ", " and ", "\\text{ or }", "\\text{ and }", "\\qua
 _THOUSANDS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _DECIMAL = re.compile(r"[-+]?\d*\.(\d+)")
 _VAR = re.compile(r"[A-Za-z](?:_\w+)?|[A-Za-z]\([A-Za-z]\)|[A-Za-z]'+(?:\([A-Za-z]\))?|d[a-z]/d[a-z]")
-_INEQ = re.compile(r"[<>]|!=|\\[lg]eq?(?![a-z])|\\neq|≤|≥|≠")
+_INEQ = re.compile(r"[<>]|!=|\\[lg](?:eq?|t)(?![a-z])|\\neq|≤|≥|≠")
 _INT_CONST = ("C", "c", "K")
 
 
@@ -75,6 +82,7 @@ class _Ans:
     text: str = ""  # scalar: the plain text it was parsed from (for the decimal rule)
     items: list[_Ans] = field(default_factory=list)
     brackets: str = ""  # seq: "()", "[)", ...
+    bare: bool = False  # seq or list written without brackets ("3, 4", "x = 3, y = 4")
 
     def __str__(self) -> str:
         if self.kind == "scalar":
@@ -94,7 +102,7 @@ def _squash(s: str) -> str:
 
 
 def _structure(s: str, expect_scalar: bool) -> _Ans:
-    s = s.strip().replace("∪", "\\cup")
+    s = strip_lead(s.strip().replace("∪", "\\cup"))
     if not s:
         raise ExprError("empty answer")
     if _THOUSANDS.fullmatch(s) and expect_scalar:
@@ -107,10 +115,10 @@ def _structure(s: str, expect_scalar: bool) -> _Ans:
         names = [v for v, _ in pairs]
         if all(names) and len(set(names)) == len(names):  # x = 3, y = 4 -> (3, 4)
             ordered = [a for _, a in sorted(pairs, key=lambda va: str(va[0]))]
-            return _Ans("seq", items=ordered, brackets="()")
-        return _Ans("list", items=[a for _, a in pairs])
+            return _Ans("seq", items=ordered, brackets="()", bare=True)
+        return _Ans("list", items=[a for _, a in pairs], bare=True)
     if _INEQ.search(s):
-        raise ExprError("inequalities are not supported; give the value, set or interval")
+        return _inequality(s)
     eqs = split_top(s, ("=",))
     if len(eqs) > 1:
         return _structure(eqs[-1], expect_scalar)
@@ -128,12 +136,38 @@ def _structure(s: str, expect_scalar: bool) -> _Ans:
         if len(elems) >= 2:
             return _Ans("seq", items=[_structure(p, False) for p in elems], brackets=s[0] + s[-1])
     plain = strip_text(to_plain(s))
-    if "+-" in plain or "-+" in plain:  # a \pm b: both values
+    if "+-" in plain or "-+" in plain:  # a \pm b: both values, also inside a fraction
         sign = "+-" if "+-" in plain else "-+"
-        a, b = plain.split(sign, 1)
-        a = a.strip() or "0"
-        return _Ans("list", items=[_scalar(f"{a} + ({b})"), _scalar(f"{a} - ({b})")])
+        return _Ans("list", items=[_scalar(plain.replace(sign, "+", 1)),
+                                   _scalar(plain.replace(sign, "-", 1))])
     return _scalar(plain)
+
+
+_CMP = re.compile(r"(<=|>=|<|>)")
+
+
+def _inequality(s: str) -> _Ans:
+    """``x > 3``, ``3 <= x``, ``1 < x \\le 2`` as the interval they describe."""
+    parts = [p.strip() for p in _CMP.split(to_plain(s))]
+    if len(parts) not in (3, 5) or "!=" in s or "\\neq" in s:
+        raise ExprError("only inequalities such as x > 3 or 1 < x <= 2 are supported")
+    if len(parts) == 5:
+        a, op1, var, op2, b = parts
+        if not _VAR.fullmatch(var) or (op1[0] != op2[0]):
+            raise ExprError("a double inequality must read a < x < b or a > x > b")
+        if op1[0] == ">":
+            a, b, op1, op2 = b, a, op2.replace(">", "<"), op1.replace(">", "<")
+        return _Ans("seq", items=[_scalar(a), _scalar(b)],
+                    brackets=("[" if op1 == "<=" else "(") + ("]" if op2 == "<=" else ")"))
+    lhs, op, rhs = parts
+    if _VAR.fullmatch(rhs) and not _VAR.fullmatch(lhs):  # 3 < x  ->  x > 3
+        lhs, rhs, op = rhs, lhs, {"<": ">", ">": "<", "<=": ">=", ">=": "<="}[op]
+    if not _VAR.fullmatch(lhs):
+        raise ExprError("an inequality must compare a variable with a value, e.g. x > 3")
+    closed = op.endswith("=")
+    if op.startswith(">"):
+        return _Ans("seq", items=[_scalar(rhs), _scalar("oo")], brackets=("[" if closed else "(") + ")")
+    return _Ans("seq", items=[_scalar("-oo"), _scalar(rhs)], brackets="(" + ("]" if closed else ")"))
 
 
 def _scalar(plain: str) -> _Ans:
@@ -251,12 +285,14 @@ def _equal(p: _Ans, r: _Ans) -> bool:
             return _scalars_equal(p, r)
         return p.kind in ("list", "set") and len(p.items) == 1 and _equal(p.items[0], r)
     if r.kind == "seq":
-        return (p.kind == "seq" and p.brackets == r.brackets and len(p.items) == len(r.items)
+        # "3, 4" and "x = 3, y = 4" stand for the tuple (3, 4), never for an interval [3, 4]
+        same_shape = p.kind == "seq" and p.brackets == r.brackets or p.bare and r.brackets == "()"
+        return (same_shape and len(p.items) == len(r.items)
                 and all(_equal(a, b) for a, b in zip(p.items, r.items)))
     if r.kind in ("set", "list"):
         if p.kind == "scalar":
             return all(_equal(p, b) for b in r.items)
-        if p.kind not in ("set", "list"):
+        if p.kind not in ("set", "list") and not p.bare:
             return False
         return _same_elements(p.items, r.items)
     return p.kind == "union" and _same_elements(p.items, r.items)
