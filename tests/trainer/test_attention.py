@@ -1,0 +1,160 @@
+"""Sink-aware attention: the LSE sink correction against transformers' eager GPT-OSS attention."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
+
+from agentgym.trainer.attention import apply_sinks, dense_sink_attention, flex_sink_attention, set_attention
+from agentgym.trainer.model import build_tiny_gptoss
+
+B, HQ, HKV, T, D, WINDOW = 2, 4, 2, 24, 8, 6
+
+
+class _Heads(nn.Module):
+    """The two attributes eager_attention_forward reads from a GptOssAttention."""
+
+    def __init__(self, sinks: torch.Tensor) -> None:
+        super().__init__()
+        self.sinks = nn.Parameter(sinks)
+        self.num_key_value_groups = HQ // HKV
+
+
+def _allowed(window: int | None, pad_row1: int = 5) -> torch.Tensor:
+    i = torch.arange(T)[:, None]
+    j = torch.arange(T)[None, :]
+    ok = j <= i
+    if window is not None:
+        ok = ok & (i - j < window)
+    allowed = ok[None, None].expand(B, 1, T, T).clone()
+    allowed[1, :, :, :pad_row1] = False  # left padding in row 1: rows 0..4 see nothing
+    return allowed
+
+
+def _inputs(seed: int, device: str = "cpu", dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, HQ, T, D, generator=g)
+    k = torch.randn(B, HKV, T, D, generator=g)
+    v = torch.randn(B, HKV, T, D, generator=g)
+    s = torch.randn(HQ, generator=g)
+    return [x.to(device=device, dtype=dtype).requires_grad_() for x in (q, k, v, s)]
+
+
+@pytest.mark.parametrize("window", [None, WINDOW])
+def test_dense_sink_attention_matches_eager_with_gradients(window: int | None) -> None:
+    allowed = _allowed(window)
+    q, k, v, s = _inputs(0)
+    heads = _Heads(s.detach().clone())
+    additive = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    ref, _ = eager_attention_forward(heads, q, k, v, additive, scaling=D**-0.5)  # (B, T, H, D)
+    out = dense_sink_attention(q, k, v, s, allowed, scale=D**-0.5).transpose(1, 2)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    g = torch.randn_like(ref)
+    grads = torch.autograd.grad((out * g).sum(), (q, k, v, s))
+    q2, k2, v2 = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    ref2, _ = eager_attention_forward(heads, q2, k2, v2, additive, scaling=D**-0.5)
+    ref_grads = torch.autograd.grad((ref2 * g).sum(), (q2, k2, v2, heads.sinks))
+    for a, b in zip(grads, ref_grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_sink_gradient_formula() -> None:
+    """dL/ds_h = -sum_i P_ih D_i, D_i = rowsum(dO_i * O_i), P_ih = exp(s_h - LSE'_i)."""
+    q, k, v, s = _inputs(1)
+    allowed = _allowed(None, pad_row1=0)
+    out = dense_sink_attention(q, k, v, s, allowed, scale=D**-0.5)  # (B, H, T, D)
+    dout = torch.randn_like(out)
+    (ds,) = torch.autograd.grad((out * dout).sum(), (s,), retain_graph=True)
+    with torch.no_grad():
+        kk = k.repeat_interleave(HQ // HKV, 1)
+        scores = (q @ kk.transpose(-1, -2)) * D**-0.5
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        lse_sink = torch.logsumexp(torch.cat([scores, s.view(1, -1, 1, 1).expand(B, HQ, T, 1)], -1), -1)
+        p_sink = torch.exp(s.view(1, -1, 1) - lse_sink)  # (B, H, T)
+        d_row = (dout * out).sum(-1)
+        expected = -(p_sink * d_row).sum(dim=(0, 2))
+    torch.testing.assert_close(ds, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_apply_sinks_without_sink_is_identity() -> None:
+    out = torch.randn(1, 2, 3, 4)
+    lse = torch.randn(1, 2, 3)
+    assert torch.equal(apply_sinks(out, lse, torch.full((2,), float("-inf"))), out)
+
+
+def test_flex_forward_matches_eager_on_cpu() -> None:
+    """Whole tiny model: agentgym_flex (flex forward, no grad on CPU) vs eager, with padding
+    and sequences longer than the sliding window."""
+    model = build_tiny_gptoss(264, seed=1)
+    ids = torch.randint(0, 263, (2, 90), generator=torch.Generator().manual_seed(0))
+    attn = torch.ones_like(ids)
+    attn[1, :17] = 0
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = model(input_ids=ids, attention_mask=attn).logits
+        set_attention(model, "agentgym_flex")
+        out = model(input_ids=ids, attention_mask=attn).logits
+    torch.testing.assert_close(out[0], ref[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out[1, 17:], ref[1, 17:], rtol=1e-5, atol=1e-5)
+
+
+def test_sdpa_really_drops_the_sinks() -> None:
+    """Why sdpa is refused: on GPT-OSS it silently gives different logits."""
+    model = build_tiny_gptoss(264, seed=1)
+    ids = torch.randint(0, 263, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = model(input_ids=ids).logits
+        set_attention(model, "sdpa")
+        out = model(input_ids=ids).logits
+    assert (out - ref).abs().max() > 1e-2
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("window", [None, WINDOW])
+def test_flex_sink_attention_forward_backward_on_gpu(window: int | None) -> None:
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    allowed = _allowed(window).cuda()
+
+    def mask_mod(b, h, qi, kj):  # type: ignore[no-untyped-def]
+        return allowed[b, 0, qi, kj]
+
+    bm = create_block_mask(mask_mod, B, None, T, T, device="cuda")
+    q, k, v, s = _inputs(2, "cuda")
+    out = flex_sink_attention(q, k, v, s, block_mask=bm, scale=D**-0.5)
+    q2, k2, v2, s2 = (x.detach().clone().requires_grad_() for x in (q, k, v, s))
+    ref = dense_sink_attention(q2, k2, v2, s2, allowed, scale=D**-0.5)
+    valid = allowed.any(-1).expand(B, HQ, T)  # fully masked rows: both give 0, skip
+    torch.testing.assert_close(out[valid], ref[valid], rtol=2e-5, atol=2e-5)
+    g = torch.randn_like(out)
+    ga = torch.autograd.grad((out * g).sum(), (q, k, v, s))
+    gb = torch.autograd.grad((ref * g).sum(), (q2, k2, v2, s2))
+    for a, b in zip(ga, gb):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+@cuda
+def test_tiny_model_flex_matches_eager_on_gpu_with_gradients() -> None:
+    ids = torch.randint(0, 263, (2, 150), generator=torch.Generator().manual_seed(0)).cuda()
+    grads = []
+    logits = []
+    for name in ("eager", "agentgym_flex"):
+        model = build_tiny_gptoss(264, seed=2).cuda()
+        set_attention(model, name)
+        out = model(input_ids=ids).logits
+        out.float().logsumexp(-1).sum().backward()
+        logits.append(out.detach())
+        grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
+    torch.testing.assert_close(logits[1], logits[0], rtol=1e-4, atol=1e-4)
+    for n, ga in grads[0].items():
+        torch.testing.assert_close(grads[1][n], ga, rtol=1e-3, atol=1e-4, msg=n)
+    assert any("sinks" in n for n in grads[1])
