@@ -80,9 +80,16 @@ def image_tag() -> str:
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("AGENTGYM_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "agentgym"
-    )
+    """``$AGENTGYM_CACHE/sandbox``; for root ``/var/cache/agentgym/sandbox`` (not under
+    /root, which is mode 0700: the bwrap backend mounts the rootfs as an unprivileged uid),
+    else ``~/.cache/agentgym/sandbox``."""
+    base = os.environ.get("AGENTGYM_CACHE")
+    if not base:
+        if os.geteuid() == 0:
+            base = "/var/cache/agentgym"
+        else:
+            base = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                                "agentgym")
     return Path(base) / "sandbox"
 
 
@@ -149,6 +156,8 @@ def build_rootfs(*, force: bool = False, log: Any = print) -> Path:
         raise SandboxUnavailable("building the sandbox rootfs needs root (debootstrap); "
                                  "run `sudo agentgym sandbox build`")
     final.parent.mkdir(parents=True, exist_ok=True)
+    for d in (final.parent, final.parent.parent):
+        os.chmod(d, 0o755)  # traversable by the unprivileged uid bwrap runs as
     tmp = Path(tempfile.mkdtemp(prefix="rootfs-", dir=final.parent))
     mirror = debian_mirror()
     cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
@@ -163,6 +172,7 @@ def build_rootfs(*, force: bool = False, log: Any = print) -> Path:
             f"mirror is reachable or set AGENTGYM_DEBIAN_MIRROR. Output tail:\n{tail}"
         )
     _finish_rootfs(tmp)
+    os.chmod(tmp, 0o755)  # mkdtemp made it 0700
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
