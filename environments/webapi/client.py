@@ -1,0 +1,151 @@
+"""The HTTP client side: episode admin calls and tools generated from the OpenAPI document.
+
+:func:`tools_from_openapi` turns every operation of the served document into a
+:class:`~agentgym.tools.Tool` whose parameters are the operation's path, query and body
+fields; calling it sends one HTTP request through a shared ``httpx.Client`` (connection
+reuse, per-call timeout). Whatever happens on the wire, the agent gets a readable string:
+``HTTP 409 Conflict`` plus the JSON ``detail`` for refusals, a timeout or connection notice
+for transport failures. Nothing raises into the environment.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from agentgym.environments.webapi.wire import ADMIN_PREFIX, EPISODE_HEADER, MAX_BODY_BYTES, Snapshot
+from agentgym.errors import ServiceError
+from agentgym.tools import Tool, ToolResult
+
+__all__ = ["StoreClient", "tools_from_openapi"]
+
+_METHODS = ("get", "post", "put", "patch", "delete")
+
+
+class StoreClient:
+    """One ``httpx.Client`` per environment; ``transport`` is injectable (``httpx.MockTransport``)."""
+
+    def __init__(self, base_url: str, *, transport: httpx.BaseTransport | None = None,
+                 timeout_s: float = 10.0) -> None:
+        self.base_url = base_url
+        self.timeout_s = timeout_s
+        self.http = httpx.Client(base_url=base_url, transport=transport,
+                                 timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)),
+                                 limits=httpx.Limits(max_connections=4, max_keepalive_connections=4))
+
+    def close(self) -> None:
+        self.http.close()
+
+    # ------------------------------------------------------------------ admin (raise ServiceError)
+    def _admin(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            r = self.http.request(method, path, **kw)
+        except httpx.HTTPError as e:
+            raise ServiceError(f"the WebAPI server at {self.base_url} did not answer {method} {path}: "
+                               f"{type(e).__name__}: {e}") from e
+        if r.status_code >= 400:
+            raise ServiceError(f"the WebAPI server refused {method} {path}: HTTP {r.status_code} {r.text[:500]}")
+        return r
+
+    def openapi(self) -> dict[str, Any]:
+        return self._admin("GET", "/openapi.json").json()
+
+    def health(self) -> dict[str, Any]:
+        return self._admin("GET", f"{ADMIN_PREFIX}/health").json()
+
+    def create_episode(self, key: str) -> None:
+        self._admin("POST", f"{ADMIN_PREFIX}/episodes", json={"key": key})
+
+    def delete_episode(self, key: str) -> None:
+        self._admin("DELETE", f"{ADMIN_PREFIX}/episodes/{key}")
+
+    def snapshot(self, key: str) -> Snapshot:
+        return self._admin("GET", f"{ADMIN_PREFIX}/episodes/{key}/snapshot").json()
+
+    # ------------------------------------------------------------------ operations (never raise)
+    def call(self, key: str, method: str, path: str, query: dict[str, Any] | None = None,
+             body: dict[str, Any] | None = None) -> ToolResult:
+        where = f"{method.upper()} {path}"
+        content: bytes | None = None
+        if body is not None:
+            content = json.dumps(body).encode()
+            if len(content) > MAX_BODY_BYTES:
+                return ToolResult.failure("payload_too_large", f"{where}: the request body is {len(content)} "
+                                          f"bytes; the limit is {MAX_BODY_BYTES}. Send less data.")
+        headers = {EPISODE_HEADER: key}
+        if content is not None:
+            headers["content-type"] = "application/json"
+        try:
+            r = self.http.request(method.upper(), path, params=query or None, content=content, headers=headers)
+        except httpx.TimeoutException:
+            return ToolResult.failure("timeout", f"{where} got no answer within {self.timeout_s:g} s. "
+                                      "A write may or may not have happened: check with a read before retrying.")
+        except httpx.HTTPError as e:
+            return ToolResult.failure("service_unavailable", f"{where} failed: {type(e).__name__}: {e}")
+        try:
+            data: Any = r.json()
+            text = json.dumps(data, ensure_ascii=False)
+        except ValueError:
+            text = r.text
+        if r.status_code >= 400:
+            try:
+                phrase = HTTPStatus(r.status_code).phrase
+            except ValueError:
+                phrase = ""
+            return ToolResult(f"HTTP {r.status_code} {phrase}\n{text}", ok=False, error=f"http_{r.status_code}")
+        return ToolResult(f"HTTP {r.status_code}\n{text}")
+
+
+def _operation_tool(client_ref: Callable[[], tuple[StoreClient, str]], method: str, path: str,
+                    op: dict[str, Any]) -> Tool:
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    where: dict[str, str] = {}  # field -> "path" | "query" | "body"
+    for p in op.get("parameters", []):
+        schema = dict(p.get("schema", {}))
+        if p.get("description"):
+            schema["description"] = p["description"]
+        props[p["name"]] = schema
+        where[p["name"]] = p["in"]
+        if p.get("required"):
+            required.append(p["name"])
+    body = (op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema"))
+    if body:
+        for name, schema in body.get("properties", {}).items():
+            props[name] = schema
+            where[name] = "body"
+        required += [r for r in body.get("required", []) if r not in required]
+    params = {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+    has_body = body is not None
+
+    def call(**args: Any) -> ToolResult:
+        client, key = client_ref()
+        url = path
+        for name, value in args.items():
+            if where[name] == "path":
+                url = url.replace("{" + name + "}", quote(str(value), safe=""))
+        query = {n: v for n, v in args.items() if where[n] == "query"}
+        payload = {n: v for n, v in args.items() if where[n] == "body"} if has_body else None
+        return client.call(key, method, url, query, payload)
+
+    desc = op.get("summary") or op.get("description") or f"{method.upper()} {path}"
+    return Tool(op["operationId"], f"{desc} ({method.upper()} {path})", params, call)
+
+
+def tools_from_openapi(doc: dict[str, Any], client_ref: Callable[[], tuple[StoreClient, str]]) -> list[Tool]:
+    """One tool per operation of an OpenAPI 3 document, in document order.
+
+    ``client_ref`` returns the client and the episode key at call time, so one set of tools
+    serves every episode of an environment.
+    """
+    tools = []
+    for path, item in doc.get("paths", {}).items():
+        for method in _METHODS:
+            if method in item:
+                tools.append(_operation_tool(client_ref, method, path, item[method]))
+    return tools

@@ -1,0 +1,160 @@
+"""``agentgym/WebAPI-v0``: serve a store's customer through its real HTTP API.
+
+The environment launches (or joins) the store's uvicorn server, gives every episode its
+own database under a fresh episode key, offers one tool per OpenAPI operation, and scores
+the final answer by comparing the episode's database with the task's goal state::
+
+    env = gym.make("agentgym/WebAPI-v0", split="train")
+    obs, info = env.reset(seed=0)                       # or options={"task_id": "cancel-12"}
+
+Options: ``split`` ("train" | "test" | "all"), ``database_url`` (a ``postgresql://`` DSN;
+default SQLite files), ``server_url`` (use a server that is already running),
+``transport`` (an ``httpx.BaseTransport``, e.g. ``httpx.MockTransport`` for offline tests),
+``request_timeout`` (seconds per tool call), ``test_endpoints`` (adds a slow ``sleep`` tool,
+for tests), plus every ``ToolEnv`` option (tokenizer, reward_mode, max_turns, ...).
+"""
+
+from __future__ import annotations
+
+import difflib
+import uuid
+from typing import Any
+
+import httpx
+import numpy as np
+
+from agentgym.env import Task, ToolEnv
+from agentgym.environments.webapi.client import StoreClient, tools_from_openapi
+from agentgym.environments.webapi.launcher import ServerConfig, ServerProcess, acquire, release
+from agentgym.environments.webapi.reward import evaluate
+from agentgym.environments.webapi.tasks import POLICY, SPLITS, WebTask, all_tasks, base_snapshot, goal_state, split_tasks
+from agentgym.errors import ConfigError, ServiceError
+from agentgym.tools import Tool, ToolResult
+
+__all__ = ["WebAPIEnv"]
+
+MOCK_BASE_URL = "http://webapi.invalid"  # base URL when only a transport is given
+
+
+class WebAPIEnv(ToolEnv):
+    default_id = "agentgym/WebAPI-v0"
+    instructions = POLICY
+    # Shaped terms (see reward.py). answer_correct is reported only: the outcome already pays it.
+    extra_shaping = {"progress": 0.5, "forbidden_writes": -0.25, "answer_correct": 0.0}
+
+    def __init__(self, *, split: str = "train", database_url: str | None = None, server_url: str | None = None,
+                 transport: httpx.BaseTransport | None = None, request_timeout: float = 10.0,
+                 test_endpoints: bool = False, max_turns: int = 16, **kwargs: Any) -> None:
+        super().__init__(max_turns=max_turns, **kwargs)
+        if split not in SPLITS:
+            raise ConfigError(f"split must be one of {SPLITS}, got {split!r}")
+        if database_url is not None and (server_url is not None or transport is not None):
+            raise ConfigError("database_url configures the server this env launches; a server given by "
+                              "server_url or transport has its own database. Pass one or the other.")
+        if database_url is not None and not database_url.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(f"database_url must be a postgresql:// DSN, got {database_url!r} "
+                              "(leave it out for per-episode SQLite files)")
+        if not request_timeout > 0:
+            raise ConfigError(f"request_timeout must be > 0 seconds, got {request_timeout!r}")
+        self.split = split
+        self.request_timeout = float(request_timeout)
+        self._tasks = split_tasks(split)
+        self._transport = transport
+        self._server_url = server_url
+        self._config = ServerConfig(database_url=database_url, test_endpoints=test_endpoints)
+        self.server: ServerProcess | None = None  # the shared server this env holds a reference on
+        self.client: StoreClient | None = None
+        self._tool_list: list[Tool] = []
+        self.episode_key: str | None = None
+        self.web_task: WebTask | None = None
+
+    # ------------------------------------------------------------------ connection
+    def _base_url(self) -> str:
+        if self._transport is not None or self._server_url is not None:
+            return self._server_url or MOCK_BASE_URL
+        if self.server is None:
+            self.server = acquire(self._config)
+        return self.server.ensure()
+
+    def _connect(self) -> StoreClient:
+        url = self._base_url()
+        if self.client is None or self.client.base_url != url:
+            if self.client is not None:
+                self.client.close()
+            self.client = StoreClient(url, transport=self._transport, timeout_s=self.request_timeout)
+            self._tool_list = tools_from_openapi(self.client.openapi(), self._call_target)
+        return self.client
+
+    def _call_target(self) -> tuple[StoreClient, str]:
+        assert self.client is not None and self.episode_key is not None
+        return self.client, self.episode_key
+
+    def _drop_episode(self) -> None:
+        key, self.episode_key = self.episode_key, None
+        if key is not None and self.client is not None:
+            try:
+                self.client.delete_episode(key)
+            except ServiceError:
+                pass  # the server went away with its databases: nothing left to delete
+
+    # ------------------------------------------------------------------ ToolEnv API
+    def sample_task(self, rng: np.random.Generator, options: dict[str, Any]) -> Task:
+        if "task_id" in options:
+            by_id = {t.id: t for t in all_tasks()}
+            wt = by_id.get(options["task_id"])
+            if wt is None:
+                near = difflib.get_close_matches(str(options["task_id"]), by_id, n=3)
+                raise ConfigError(f"unknown WebAPI task_id {options['task_id']!r}; did you mean {near}? "
+                                  "(ids look like 'cancel-12'; see agentgym.environments.webapi.tasks.all_tasks())")
+        elif "index" in options:
+            i = options["index"]
+            if not isinstance(i, (int, np.integer)) or not 0 <= i < len(self._tasks):
+                raise ConfigError(f"options['index'] must be an int in [0, {len(self._tasks)}) for split "
+                                  f"{self.split!r}, got {i!r}")
+            wt = self._tasks[int(i)]
+        else:
+            wt = self._tasks[int(rng.integers(len(self._tasks)))]
+        self.web_task = wt
+        return Task(id=wt.id, prompt=wt.prompt, answer=wt.answer,
+                    meta={"kind": wt.kind, "forbidden": wt.forbidden, "split": wt.split})
+
+    def on_reset(self) -> None:
+        client = self._connect()
+        self._drop_episode()
+        key = uuid.uuid4().hex
+        try:
+            client.create_episode(key)
+        except ServiceError:
+            if self.server is None:
+                raise
+            # The shared server died (killed, crashed): wait for it to be reaped, start a new one.
+            if self.server.proc is not None:
+                try:
+                    self.server.proc.wait(2.0)
+                except Exception:
+                    pass
+            client = self._connect()
+            client.create_episode(key)
+        self.episode_key = key
+
+    def tools(self) -> list[Tool]:
+        return self._tool_list
+
+    def score_final(self, answer: str) -> ToolResult:
+        assert self.web_task is not None and self.client is not None and self.episode_key is not None
+        try:
+            final = self.client.snapshot(self.episode_key)
+        except ServiceError as e:
+            return ToolResult(f"could not read the final state: {e}", ok=False, error="service_unavailable",
+                              terminal=True, outcome=0.0)
+        outcome, comps = evaluate(goal_state(self.web_task), final, base_snapshot(), self.web_task.answer, answer)
+        return ToolResult("", terminal=True, outcome=outcome, components=comps)
+
+    def on_close(self) -> None:
+        self._drop_episode()
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        if self.server is not None:
+            release(self.server)
+            self.server = None

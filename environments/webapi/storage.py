@@ -1,0 +1,199 @@
+"""Server-side storage: one database per episode, SQLite files or PostgreSQL schemas.
+
+``SqliteStore`` seeds a template file once and copies it per episode (a file copy, ~100 us),
+so episodes never see each other's writes. ``PostgresStore`` does the same with one schema
+per episode cloned from a template schema; ``psycopg`` is imported only there.
+Both give out :class:`~agentgym.environments.webapi.db.Tx` transactions per request.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import shutil
+import sqlite3
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from agentgym.environments.webapi.db import TABLES, Tx, create_schema
+from agentgym.environments.webapi.fixture import seed_fixture
+
+__all__ = ["PostgresStore", "SqliteStore", "Store", "UnknownEpisode", "open_store"]
+
+
+class UnknownEpisode(KeyError):
+    """The episode key names no live episode database."""
+
+
+class Store(Protocol):
+    def create(self, key: str) -> None: ...
+    def drop(self, key: str) -> None: ...
+    def has(self, key: str) -> bool: ...
+    def count(self) -> int: ...
+    def transaction(self, key: str) -> Any: ...  # context manager yielding a Tx
+    def close(self) -> None: ...
+
+
+class SqliteStore:
+    def __init__(self, seed: int, data_dir: str | None = None) -> None:
+        self._own_dir = data_dir is None
+        self.dir = data_dir or tempfile.mkdtemp(prefix="agentgym-webapi-")
+        os.makedirs(self.dir, exist_ok=True)
+        self.template = os.path.join(self.dir, "template.sqlite")
+        if os.path.exists(self.template):
+            os.remove(self.template)
+        conn = sqlite3.connect(self.template)
+        try:
+            tx = Tx(conn)
+            create_schema(tx)
+            seed_fixture(tx, seed)
+            conn.commit()
+        finally:
+            conn.close()
+        self._keys: set[str] = set()
+        self._lock = threading.Lock()
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.dir, f"ep-{key}.sqlite")
+
+    def create(self, key: str) -> None:
+        with self._lock:
+            # Re-creating a key starts that episode over from the fixture.
+            shutil.copyfile(self.template, self._path(key))
+            self._keys.add(key)
+
+    def drop(self, key: str) -> None:
+        with self._lock:
+            if key not in self._keys:
+                raise UnknownEpisode(key)
+            self._keys.discard(key)
+        for suffix in ("", "-journal"):
+            try:
+                os.remove(self._path(key) + suffix)
+            except FileNotFoundError:
+                pass
+
+    def has(self, key: str) -> bool:
+        return key in self._keys
+
+    def count(self) -> int:
+        return len(self._keys)
+
+    @contextmanager
+    def transaction(self, key: str) -> Iterator[Tx]:
+        if key not in self._keys:
+            raise UnknownEpisode(key)
+        # isolation_level=None: we issue BEGIN ourselves; IMMEDIATE takes the write lock up
+        # front so two requests of one episode can never interleave half-done writes.
+        conn = sqlite3.connect(self._path(key), timeout=30, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA synchronous = OFF")  # per-episode scratch data: no fsync needed
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield Tx(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class PostgresStore:
+    """One schema per episode in the database named by ``dsn``; dropped again on close."""
+
+    def __init__(self, seed: int, dsn: str, pool_size: int = 8) -> None:
+        try:
+            import psycopg
+        except ImportError as e:  # pragma: no cover - depends on the install
+            raise RuntimeError("PostgreSQL support needs psycopg: pip install 'psycopg[binary]'") from e
+        self._psycopg = psycopg
+        self.dsn = dsn
+        self.prefix = f"agw_{uuid.uuid4().hex[:8]}_"  # unique per server: several may share a database
+        self._pool: queue.Queue[Any] = queue.Queue()
+        for _ in range(pool_size):
+            self._pool.put(psycopg.connect(dsn))
+        self._keys: set[str] = set()
+        self._lock = threading.Lock()
+        with self._conn() as conn:
+            tmpl = self._schema("template")
+            conn.execute(f'CREATE SCHEMA "{tmpl}"')
+            conn.execute(f'SET LOCAL search_path TO "{tmpl}"')
+            tx = Tx(conn, "format")
+            create_schema(tx)
+            seed_fixture(tx, seed)
+
+    def _schema(self, key: str) -> str:
+        return self.prefix + re.sub(r"[^a-z0-9_]", "_", key.lower())
+
+    @contextmanager
+    def _conn(self) -> Iterator[Any]:
+        conn = self._pool.get()
+        try:
+            with conn.transaction():
+                yield conn
+        finally:
+            self._pool.put(conn)
+
+    def create(self, key: str) -> None:
+        s, tmpl = self._schema(key), self._schema("template")
+        with self._conn() as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{s}" CASCADE')
+            conn.execute(f'CREATE SCHEMA "{s}"')
+            for table in TABLES:
+                conn.execute(f'CREATE TABLE "{s}".{table} (LIKE "{tmpl}".{table} INCLUDING ALL)')
+                conn.execute(f'INSERT INTO "{s}".{table} SELECT * FROM "{tmpl}".{table}')
+        with self._lock:
+            self._keys.add(key)
+
+    def drop(self, key: str) -> None:
+        with self._lock:
+            if key not in self._keys:
+                raise UnknownEpisode(key)
+            self._keys.discard(key)
+        with self._conn() as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{self._schema(key)}" CASCADE')
+
+    def has(self, key: str) -> bool:
+        return key in self._keys
+
+    def count(self) -> int:
+        return len(self._keys)
+
+    @contextmanager
+    def transaction(self, key: str) -> Iterator[Tx]:
+        if key not in self._keys:
+            raise UnknownEpisode(key)
+        with self._conn() as conn:
+            conn.execute(f'SET LOCAL search_path TO "{self._schema(key)}"')
+            # One episode's requests are serialised by a row-free advisory lock on its key.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (key,))
+            yield Tx(conn, "format")
+
+    def close(self) -> None:
+        try:
+            with self._conn() as conn:
+                rows = conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s",
+                                    (self.prefix + "%",)).fetchall()
+                for (name,) in rows:
+                    conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        finally:
+            while not self._pool.empty():
+                self._pool.get().close()
+
+
+def open_store(seed: int, database_url: str | None = None, data_dir: str | None = None) -> Store:
+    if database_url and database_url.startswith(("postgres://", "postgresql://")):
+        return PostgresStore(seed, database_url)
+    if database_url:
+        raise ValueError(f"database_url must be a postgresql:// DSN, got {database_url!r}")
+    return SqliteStore(seed, data_dir)
