@@ -1,0 +1,140 @@
+"""Tiny GPT-OSS, sink-safe loading, and policy_forward's log-prob conventions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentgym.errors import ConfigError
+from agentgym.tokenizers import ByteTokenizer
+from agentgym.trainer.logprobs import policy_forward
+from agentgym.trainer.model import (
+    ValueHead,
+    build_tiny_gptoss,
+    check_attention,
+    load_policy,
+    tiny_gptoss_config,
+)
+
+VOCAB = ByteTokenizer().vocab_size
+
+
+@pytest.fixture(scope="module")
+def tiny() -> torch.nn.Module:
+    return build_tiny_gptoss(VOCAB, seed=0)
+
+
+def test_tiny_config_has_gptoss_shape() -> None:
+    c = tiny_gptoss_config(VOCAB)
+    assert c.vocab_size == 264 and c.num_local_experts == 4 and c.num_experts_per_tok == 2
+    assert c.layer_types == ["sliding_attention", "full_attention"] * 2
+    assert c.num_attention_heads == 4 and c.num_key_value_heads == 2 and c.head_dim == 32
+    assert tiny_gptoss_config(VOCAB, num_hidden_layers=6).layer_types[-1] == "full_attention"
+
+
+def test_build_is_seeded_and_about_1m_params(tiny: torch.nn.Module) -> None:
+    n = sum(p.numel() for p in tiny.parameters())
+    assert 0.8e6 < n < 1.5e6
+    again = build_tiny_gptoss(VOCAB, seed=0)
+    other = build_tiny_gptoss(VOCAB, seed=1)
+    sd, sd2, sd3 = tiny.state_dict(), again.state_dict(), other.state_dict()
+    assert all(torch.equal(sd[k], sd2[k]) for k in sd)
+    assert not torch.equal(sd["model.layers.0.self_attn.sinks"], sd3["model.layers.0.self_attn.sinks"])
+    assert tiny.config._attn_implementation == "eager"
+    assert tiny.config._experts_implementation == "eager"
+
+
+@pytest.mark.parametrize("name", ["sdpa", "flash_attention_2", "something_else"])
+def test_sink_dropping_attention_is_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match="sink"):
+        check_attention(name)
+    with pytest.raises(ConfigError, match="sink"):
+        load_policy("tiny", attn_implementation=name)
+
+
+def test_gpu_kernels_refused_on_cpu() -> None:
+    with pytest.raises(ConfigError, match="CUDA"):
+        load_policy("tiny", attn_implementation="agentgym_flex")
+
+
+def test_load_policy_roundtrip(tmp_path: Path, tiny: torch.nn.Module) -> None:
+    tiny.save_pretrained(tmp_path)
+    loaded = load_policy(str(tmp_path))
+    assert loaded.config._attn_implementation == "eager"
+    assert loaded.config._experts_implementation in ("eager", "grouped_mm")
+    ids = torch.randint(0, 263, (2, 20), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, tiny(ids).logits, rtol=0, atol=1e-6)
+    with pytest.raises(ConfigError, match="sink"):
+        load_policy(str(tmp_path), attn_implementation="sdpa")
+    with pytest.raises(ConfigError, match="config"):
+        load_policy(str(tmp_path / "missing"))
+
+
+def test_policy_forward_definition(tiny: torch.nn.Module) -> None:
+    ids = torch.randint(0, 263, (2, 30), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = policy_forward(tiny, ids, temperature=0.7)
+        logits = tiny(ids).logits.float() / 0.7
+    logp_all = torch.log_softmax(logits[:, :-1], -1)
+    expected = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    assert out.logprobs.dtype == torch.float32 and out.logprobs.shape == ids.shape
+    assert torch.all(out.logprobs[:, 0] == 0)
+    torch.testing.assert_close(out.logprobs[:, 1:], expected, rtol=0, atol=1e-5)
+    ent = -(logp_all.exp() * logp_all).sum(-1)
+    torch.testing.assert_close(out.entropy[:, 1:], ent, rtol=0, atol=1e-5)
+    assert out.values is None
+    with pytest.raises(ConfigError, match="temperature"):
+        policy_forward(tiny, ids, temperature=0.0)
+
+
+def test_padding_left_or_right_does_not_change_logprobs(tiny: torch.nn.Module) -> None:
+    seq = torch.randint(0, 263, (1, 25), generator=torch.Generator().manual_seed(2))
+    pad = torch.full((1, 7), VOCAB - 1)
+    with torch.no_grad():
+        alone = policy_forward(tiny, seq).logprobs
+        right = policy_forward(tiny, torch.cat([seq, pad], 1),
+                               torch.cat([torch.ones(1, 25), torch.zeros(1, 7)], 1)).logprobs
+        left = policy_forward(tiny, torch.cat([pad, seq], 1),
+                              torch.cat([torch.zeros(1, 7), torch.ones(1, 25)], 1)).logprobs
+    torch.testing.assert_close(right[:, :25], alone, rtol=0, atol=1e-5)
+    torch.testing.assert_close(left[:, 8:], alone[:, 1:], rtol=0, atol=1e-5)
+
+
+def test_value_head_aligned_with_logprobs(tiny: torch.nn.Module) -> None:
+    head = ValueHead(tiny.config.hidden_size)
+    torch.nn.init.normal_(head.proj.weight)
+    ids = torch.randint(0, 263, (2, 12), generator=torch.Generator().manual_seed(3))
+    out = policy_forward(tiny, ids, value_head=head)
+    assert out.values is not None and out.values.shape == ids.shape
+    assert torch.all(out.values[:, 0] == 0)
+    hidden = tiny.model(ids).last_hidden_state
+    torch.testing.assert_close(out.values[:, 5], head(hidden)[:, 4])
+    out.values.sum().backward()
+    assert head.proj.weight.grad is not None
+
+
+def test_memory_hungry_expert_path_is_replaced(tiny: torch.nn.Module) -> None:
+    tiny.config._experts_implementation = "batched_mm"  # per-token weight gather
+    ids = torch.randint(0, 263, (1, 8))
+    with torch.no_grad():
+        policy_forward(tiny, ids)
+    assert tiny.config._experts_implementation == "eager"
+
+
+def test_chunked_head_gives_same_logprobs_and_grads(tiny: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentgym.trainer.logprobs as lp
+
+    ids = torch.randint(0, 263, (2, 33), generator=torch.Generator().manual_seed(4))
+    full = policy_forward(tiny, ids)
+    full.logprobs.sum().backward()
+    g_full = tiny.lm_head.weight.grad.clone()
+    tiny.zero_grad()
+    monkeypatch.setattr(lp, "_CHUNK_ELEMENTS", 2 * VOCAB * 5)  # chunks of 5 time steps
+    chunked = policy_forward(tiny, ids)
+    chunked.logprobs.sum().backward()
+    torch.testing.assert_close(chunked.logprobs, full.logprobs, rtol=0, atol=1e-6)
+    torch.testing.assert_close(tiny.lm_head.weight.grad, g_full, rtol=1e-5, atol=1e-6)
+    tiny.zero_grad()
