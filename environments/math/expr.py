@@ -101,8 +101,8 @@ def _split_name(word: str) -> list[str]:
     """A multi-letter word that is no known name is a product of one-letter symbols (``xy``)."""
     if word in FUNCTIONS or word in CONSTANTS or "_" in word or len(word) == 1:
         return [word]
-    # Known names glued to symbols: "xsin" is rare enough that we only split plain letters.
-    if len(word) > 3:
+    # "xy" is x*y; a word with e/i/o/u in it ("yes", "no", "cos2") is text, not a product
+    if len(word) > 3 or any(ch in "eiouEIOU" for ch in word):
         raise ExprError(f"unknown word {word!r}: expected a number, a one-letter variable "
                         f"or one of {sorted(FUNCTIONS | set(CONSTANTS))}")
     return list(word)

@@ -139,10 +139,9 @@ def _proper(d: Draw) -> Fraction:
 def fractions(d: Draw, lvl: int) -> tuple[str, str, str | None]:
     if lvl == 0:
         den = d.int(3, 12)
-        x, y = Fraction(d.int(1, den - 1), den), Fraction(d.int(1, den - 1), den)
-        op = "+"
-        val = x + y
-        q = f"{x.numerator}/{den} + {y.numerator}/{den}"
+        a, b = d.int(1, den - 1), d.int(1, den - 1)
+        val = Fraction(a + b, den)
+        q = f"{a}/{den} + {b}/{den}"
     else:
         x, y = _proper(d), _proper(d)
         ops = ("+", "-") if lvl == 1 else ("*", "/")
