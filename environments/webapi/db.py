@@ -90,5 +90,6 @@ def snapshot(tx: Tx) -> Snapshot:
         cols = [c for c, _ in TABLES[table] if not (table in _DROP_ID and c == "id")]
         rows = tx.all(f"SELECT {', '.join(cols)} FROM {table}")
         canon = [[r[c] for c in cols] for r in rows]
-        out[table] = sorted(canon, key=lambda row: [(v is None, v if v is not None else 0) for v in row])
+        # The only nullable column is text (orders.delivered_on): None sorts as "".
+        out[table] = sorted(canon, key=lambda row: ["" if v is None else v for v in row])
     return out

@@ -1,0 +1,170 @@
+"""Unit tests of the rules, the canonical snapshot, the reward and the task set (no server)."""
+
+from __future__ import annotations
+
+import collections
+import sqlite3
+
+import pytest
+
+from agentgym.environments.webapi.db import Tx, create_schema, snapshot
+from agentgym.environments.webapi.domain import OPERATIONS, DomainError, cancellation_fee
+from agentgym.environments.webapi.fixture import seed_fixture
+from agentgym.environments.webapi.reward import check_answer, evaluate
+from agentgym.environments.webapi.spec import OPERATIONS as SPEC_OPS
+from agentgym.environments.webapi.spec import openapi_document
+from agentgym.environments.webapi.tasks import all_tasks, base_snapshot, goal_state, split_tasks
+from agentgym.environments.webapi.wire import FIXTURE_SEED
+
+
+@pytest.fixture()
+def tx() -> Tx:
+    conn = sqlite3.connect(":memory:")
+    t = Tx(conn)
+    create_schema(t)
+    seed_fixture(t, FIXTURE_SEED)
+    return t
+
+
+def _customer(tx: Tx, tier: str) -> dict:
+    return tx.one("SELECT * FROM customers WHERE tier = ? AND id IN "
+                  "(SELECT customer_id FROM orders WHERE status = 'placed') ORDER BY id", [tier])
+
+
+def test_fixture_is_deterministic_and_covers_every_status(tx: Tx) -> None:
+    other = Tx(sqlite3.connect(":memory:"))
+    create_schema(other)
+    seed_fixture(other, FIXTURE_SEED)
+    assert snapshot(tx) == snapshot(other)
+    statuses = {r["status"] for r in tx.all("SELECT status FROM orders")}
+    assert statuses == {"placed", "shipped", "delivered", "cancelled", "returned"}
+    assert tx.one("SELECT COUNT(*) AS n FROM products WHERE stock <= 3")["n"] >= 2
+
+
+def test_writes_need_verification_of_the_right_customer(tx: Tx) -> None:
+    c = _customer(tx, "standard")
+    order = tx.one("SELECT * FROM orders WHERE customer_id = ? AND status = 'placed'", [c["id"]])
+    with pytest.raises(DomainError) as e:
+        OPERATIONS["cancel_order"](tx, order_id=order["id"], reason="other")
+    assert e.value.status == 403 and "verify_customer" in e.value.detail
+    with pytest.raises(DomainError) as e:
+        OPERATIONS["verify_customer"](tx, email=c["email"], card_last4="0000" if c["card_last4"] != "0000" else "1111")
+    assert e.value.status == 401
+    other = tx.one("SELECT * FROM customers WHERE id <> ? ORDER BY id", [c["id"]])
+    OPERATIONS["verify_customer"](tx, email=other["email"], card_last4=other["card_last4"])
+    with pytest.raises(DomainError) as e:
+        OPERATIONS["cancel_order"](tx, order_id=order["id"], reason="other")
+    assert e.value.status == 403 and "not" in e.value.detail
+
+
+def test_cancel_applies_fee_restocks_and_refunds(tx: Tx) -> None:
+    for tier in ("standard", "gold"):
+        c = _customer(tx, tier)
+        order = tx.one("SELECT * FROM orders WHERE customer_id = ? AND status = 'placed'", [c["id"]])
+        stock_before = {r["product_id"]: r["stock"] for r in tx.all(
+            "SELECT i.product_id, p.stock FROM order_items i JOIN products p ON p.id = i.product_id "
+            "WHERE i.order_id = ?", [order["id"]])}
+        OPERATIONS["verify_customer"](tx, email=c["email"], card_last4=c["card_last4"])
+        out = OPERATIONS["cancel_order"](tx, order_id=order["id"], reason="changed_mind")
+        fee = cancellation_fee(tier, order["total_cents"])
+        assert out["status"] == "cancelled" and out["fee_cents"] == fee
+        assert (fee > 0) == (tier == "standard")
+        assert {"kind": "refund", "amount_cents": order["total_cents"] - fee} in out["payments"]
+        for it in out["items"]:
+            now = tx.one("SELECT stock FROM products WHERE id = ?", [it["product_id"]])["stock"]
+            assert now == stock_before[it["product_id"]] + it["quantity"]
+        with pytest.raises(DomainError) as e:  # cancelled orders stay cancelled
+            OPERATIONS["cancel_order"](tx, order_id=order["id"], reason="other")
+        assert e.value.status == 409
+
+
+def test_order_stock_limits_and_validation(tx: Tx) -> None:
+    c = tx.one("SELECT * FROM customers ORDER BY id")
+    OPERATIONS["verify_customer"](tx, email=c["email"], card_last4=c["card_last4"])
+    scarce = tx.one("SELECT * FROM products WHERE stock <= 3 ORDER BY id")
+    with pytest.raises(DomainError) as e:
+        OPERATIONS["create_order"](tx, customer_id=c["id"], items=[{"product_id": scarce["id"], "quantity": scarce["stock"] + 1}])
+    assert e.value.status == 409 and f"available {scarce['stock']}" in e.value.detail
+    with pytest.raises(DomainError) as e:
+        OPERATIONS["create_order"](tx, customer_id=c["id"], items=[{"product_id": 1, "quantity": 1}, {"product_id": 1, "quantity": 2}])
+    assert e.value.status == 422
+    with pytest.raises(DomainError) as e:
+        OPERATIONS["get_product"](tx, product_id=999)
+    assert e.value.status == 404
+    n_orders = tx.one("SELECT COUNT(*) AS n FROM orders")["n"]
+    out = OPERATIONS["create_order"](tx, customer_id=c["id"], items=[{"product_id": 2, "quantity": 2}])
+    assert out["id"] == n_orders + 1 and out["status"] == "placed" and out["shipping_address"] == c["address"]
+
+
+def test_snapshot_hides_payment_ids_and_is_sorted(tx: Tx) -> None:
+    snap = snapshot(tx)
+    assert set(snap) == {"customers", "products", "orders", "order_items", "payments"}
+    assert all(len(r) == 3 for r in snap["payments"])  # (order_id, kind, amount)
+    for rows in snap.values():
+        assert rows == sorted(rows, key=lambda r: ["" if v is None else v for v in r])
+
+
+def test_openapi_document_names_every_rule() -> None:
+    doc = openapi_document()
+    ops = {op["operationId"] for item in doc["paths"].values() for op in item.values()}
+    assert ops == set(OPERATIONS) and len(ops) >= 10
+    assert {o.operation_id for o in SPEC_OPS} == set(OPERATIONS)
+    assert any(op.method != "GET" for op in SPEC_OPS) and any(op.method == "GET" for op in SPEC_OPS)
+
+
+@pytest.mark.parametrize(("spec", "text", "ok"), [
+    ({"kind": "money", "value": 45.1}, "The refund is $45.10.\nANSWER: $45.10", True),
+    ({"kind": "money", "value": 45.1}, "ANSWER: 1,045.10", False),
+    ({"kind": "money", "value": 1045.1}, "ANSWER: 1,045.10", True),
+    ({"kind": "number", "value": 7}, "ANSWER: 7 units", True),
+    ({"kind": "number", "value": 7}, "7", False),  # no ANSWER line
+    ({"kind": "text", "value": "shipped"}, "ANSWER: Shipped.", True),
+    ({"kind": "text", "value": "shipped"}, "ANSWER: placed or shipped", False),
+    (None, "whatever", True),
+])
+def test_check_answer(spec: dict | None, text: str, ok: bool) -> None:
+    assert check_answer(spec, text) is ok
+
+
+def test_evaluate_credits_goal_rows_and_counts_forbidden_writes() -> None:
+    base = {"orders": [[1, "placed"], [2, "placed"]], "payments": [[1, "charge", 10]]}
+    goal = {"orders": [[1, "cancelled"], [2, "placed"]], "payments": [[1, "charge", 10], [1, "refund", 9]]}
+    assert evaluate(goal, goal, base, None, "") == (1.0, {"progress": 1.0, "forbidden_writes": 0.0})
+    half = {"orders": [[1, "cancelled"], [2, "placed"]], "payments": [[1, "charge", 10]]}
+    outcome, comps = evaluate(goal, half, base, None, "")
+    assert outcome == 0.0 and comps["progress"] == 0.5 and comps["forbidden_writes"] == 0.0
+    wrong = {"orders": [[1, "placed"], [2, "cancelled"]], "payments": [[1, "charge", 10]]}
+    outcome, comps = evaluate(goal, wrong, base, None, "")
+    assert outcome == 0.0 and comps == {"progress": 0.0, "forbidden_writes": 1.0}
+    outcome, comps = evaluate(base, base, base, {"kind": "number", "value": 3}, "ANSWER: 4")
+    assert outcome == 0.0 and comps["answer_correct"] == 0.0
+
+
+def test_task_set_is_large_distinct_and_typed() -> None:
+    tasks = all_tasks()
+    assert len(tasks) >= 200 and len({t.id for t in tasks}) == len(tasks)
+    assert len({t.prompt for t in tasks}) >= 200
+    kinds = collections.Counter(t.kind for t in tasks)
+    assert len(kinds) >= 10
+    lookups = [t for t in tasks if t.answer is not None and all(op.startswith(("get", "list", "find")) for op, _ in t.plan)]
+    forbidden = [t for t in tasks if t.forbidden]
+    multi = [t for t in tasks if sum(op not in ("get_order", "list_products", "list_customer_orders", "find_customers",
+                                                "get_cancellation_quote", "verify_customer") for op, _ in t.plan) >= 2]
+    assert len(lookups) >= 50 and len(forbidden) >= 50 and len(multi) >= 20
+    train, test = split_tasks("train"), split_tasks("test")
+    assert len(train) + len(test) == len(tasks) and not {t.id for t in train} & {t.id for t in test}
+    assert len(test) >= 40
+
+
+def test_goal_states_follow_the_rules() -> None:
+    base = base_snapshot()
+    for t in all_tasks():
+        goal = goal_state(t)
+        writes = any(op not in ("verify_customer",) and not op.startswith(("get", "list", "find")) for op, _ in t.plan)
+        assert (goal != base) == writes, t.id
+        if t.forbidden:
+            assert goal == base
+    t = next(t for t in all_tasks() if t.kind == "cancel")
+    order_id = t.plan[-1][1]["order_id"]
+    cancelled = [r for r in goal_state(t)["orders"] if r[0] == order_id][0]
+    assert cancelled[2] == "cancelled"
