@@ -1,0 +1,132 @@
+"""The ``openai-http`` engine: sample through any OpenAI-compatible completions server.
+
+Works with vLLM (``vllm serve PATH --logprobs-mode processed_logprobs``: without it vLLM
+reports log-probs *before* temperature and they will not match the trainer's), SGLang, and
+agentgym's own ``server.py``. Prompts go out as token ids, sampled ids and per-token log-probs
+come back (``wire.py``), so nothing is ever re-tokenized.
+
+Weight sync writes the policy to ``checkpoint_dir`` with safetensors (``save_pretrained``
+layout when the model has it) and asks the server to reload that path. Every request has a
+timeout, so a hung sync fails loudly instead of stalling the run.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import torch
+
+from agentgym.errors import ConfigError, ServiceError
+from agentgym.trainer.engines.base import Sample
+from agentgym.trainer.engines.wire import COMPLETIONS_PATH, RELOAD_PATH, completion_request, parse_completion
+
+__all__ = ["OpenAIHTTPEngine", "write_checkpoint"]
+
+
+def write_checkpoint(model: torch.nn.Module, directory: Path) -> Path:
+    """Save ``model`` under ``directory`` with safetensors; returns the directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if hasattr(model, "save_pretrained"):
+        model.save_pretrained(directory, safe_serialization=True)
+    else:
+        from safetensors.torch import save_file
+
+        sd = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        save_file(sd, str(directory / "model.safetensors"))
+    return directory
+
+
+class OpenAIHTTPEngine:
+    """Client engine for an OpenAI-compatible completions server.
+
+    ``base_url``: e.g. ``http://127.0.0.1:8000``. ``model``: the served model name.
+    ``checkpoint_dir``: where :meth:`sync_weights` writes (a temporary directory by default;
+    it must be readable by the server). ``reload_path``/``reload_key``: the reload endpoint and
+    its JSON key (agentgym: ``/reload_weights``, ``path``; SGLang: ``/update_weights_from_disk``,
+    ``model_path``). ``transport`` is injectable for offline unit tests.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str = "agentgym",
+        checkpoint_dir: str | Path | None = None,
+        reload_path: str = RELOAD_PATH,
+        reload_key: str = "path",
+        timeout: float = 120.0,
+        sync_timeout: float = 600.0,
+        api_key: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"base_url must start with http:// or https://, got {base_url!r}")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(
+            base_url=base_url.rstrip("/"), timeout=timeout, headers=headers, transport=transport
+        )
+        self.model = model
+        self.reload_path, self.reload_key = reload_path, reload_key
+        self.sync_timeout = sync_timeout
+        self._own_dir = checkpoint_dir is None
+        self.checkpoint_dir = Path(checkpoint_dir or tempfile.mkdtemp(prefix="agentgym-sync-"))
+        self._version = 0
+        self._closed = False
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        stop_ids: Sequence[int],
+        seed: int | None = None,
+    ) -> list[Sample]:
+        if self._closed:
+            raise ConfigError("OpenAIHTTPEngine used after close(); build a new engine")
+        if not prompts:
+            return []
+        body = completion_request(
+            self.model, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
+            stop_ids=stop_ids, seed=seed,
+        )
+        return parse_completion(self._post(COMPLETIONS_PATH, body), len(prompts))
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Write a safetensors checkpoint and ask the server to load it."""
+        self._version += 1
+        target = write_checkpoint(model, self.checkpoint_dir / f"v{self._version:06d}")
+        self._post(self.reload_path, {self.reload_key: str(target)}, timeout=self.sync_timeout)
+        previous = self.checkpoint_dir / f"v{self._version - 1:06d}"
+        if previous.exists():
+            shutil.rmtree(previous, ignore_errors=True)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._client.close()
+        if self._own_dir:
+            shutil.rmtree(self.checkpoint_dir, ignore_errors=True)
+
+    def _post(self, path: str, body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        try:
+            r = self._client.post(path, json=body, timeout=timeout or self._client.timeout)
+        except httpx.HTTPError as e:
+            raise ServiceError(
+                f"request to {self._client.base_url}{path} failed: {e!r}; is the server running?"
+            ) from e
+        if r.status_code != 200:
+            raise ServiceError(f"{path} answered HTTP {r.status_code}: {r.text[:500]}")
+        try:
+            out = r.json()
+        except ValueError as e:
+            raise ServiceError(f"{path} answered non-JSON: {r.text[:200]!r}") from e
+        if not isinstance(out, dict):
+            raise ServiceError(f"{path} answered {type(out).__name__}, expected a JSON object")
+        return out

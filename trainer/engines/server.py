@@ -1,0 +1,183 @@
+"""agentgym's OpenAI-compatible completions server, backed by the ``hf`` engine.
+
+Serves token-id completions with processed log-probs (the wire format in ``wire.py``) and a
+``/reload_weights`` endpoint that loads a safetensors checkpoint into the served model, so
+the ``openai-http`` engine and weight sync are tested end to end over real HTTP without vLLM.
+
+Run it in a thread (:class:`CompletionServer`, used by tests and the doctor) or as a process::
+
+    python -m agentgym.trainer.engines.server --model tiny --port 8000
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from agentgym.errors import CheckpointError, ServiceError
+from agentgym.trainer.engines.hf import HFEngine
+from agentgym.trainer.engines.wire import COMPLETIONS_PATH, RELOAD_PATH, completion_response
+
+__all__ = ["CompletionServer", "build_app", "load_safetensors_into", "main"]
+
+
+def load_safetensors_into(model: torch.nn.Module, path: str | Path) -> int:
+    """Load a safetensors file, or every ``*.safetensors`` in a directory, into ``model``.
+
+    Every parameter and buffer of the checkpoint must match the model by name and shape;
+    returns the number of tensors loaded.
+    """
+    from safetensors.torch import load_file
+
+    p = Path(path)
+    files = sorted(p.glob("*.safetensors")) if p.is_dir() else [p]
+    if not files or not all(f.is_file() for f in files):
+        raise CheckpointError(f"no safetensors checkpoint at {str(p)!r}; expected a file or a directory of *.safetensors")
+    sd: dict[str, torch.Tensor] = {}
+    for f in files:
+        sd.update(load_file(str(f)))
+    own = model.state_dict()
+    unknown = sorted(set(sd) - set(own))
+    if unknown:
+        raise CheckpointError(f"checkpoint {str(p)!r} has tensors the served model lacks: {unknown[:5]}")
+    for k, v in sd.items():
+        if own[k].shape != v.shape:
+            raise CheckpointError(f"{k}: checkpoint shape {tuple(v.shape)} != model shape {tuple(own[k].shape)}")
+    with torch.no_grad():
+        for k, v in sd.items():
+            own[k].copy_(v.to(own[k].dtype))
+    return len(sd)
+
+
+def build_app(engine: HFEngine, model_name: str = "agentgym") -> Starlette:
+    """The Starlette app: completions, weight reload, health and model list."""
+    lock = threading.Lock()  # one generation or reload at a time
+
+    def _complete(body: dict[str, Any]) -> dict[str, Any]:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            prompt = [prompt]
+        if not (isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt)):
+            raise ValueError("prompt must be a list of token ids or a list of such lists (text is not accepted)")
+        if float(body.get("top_p", 1.0)) != 1.0 or int(body.get("top_k", -1)) not in (-1, 0):
+            raise ValueError("only top_p=1 and top_k=-1 are served (log-probs must match the trainer)")
+        if int(body.get("n", 1)) != 1:
+            raise ValueError("n must be 1; repeat the prompt instead")
+        with lock:
+            samples = engine.generate(
+                [[int(t) for t in p] for p in prompt],
+                max_new_tokens=int(body.get("max_tokens", 16)),
+                temperature=float(body.get("temperature", 1.0)),
+                stop_ids=[int(t) for t in body.get("stop_token_ids") or []],
+                seed=body.get("seed"),
+            )
+        return completion_response(model_name, samples)
+
+    def _reload(body: dict[str, Any]) -> dict[str, Any]:
+        path = body.get("path") or body.get("model_path")
+        if not isinstance(path, str):
+            raise ValueError("reload body must be {\"path\": \"<checkpoint dir or .safetensors file>\"}")
+        with lock:
+            n = load_safetensors_into(engine.model, path)
+        return {"ok": True, "loaded_tensors": n, "path": path}
+
+    async def completions(request: Request) -> JSONResponse:
+        try:
+            return JSONResponse(await run_in_threadpool(_complete, await request.json()))
+        except (ValueError, TypeError) as e:
+            return JSONResponse({"error": {"message": str(e), "type": "invalid_request"}}, status_code=400)
+
+    async def reload(request: Request) -> JSONResponse:
+        try:
+            return JSONResponse(await run_in_threadpool(_reload, await request.json()))
+        except (ValueError, CheckpointError) as e:
+            return JSONResponse({"error": {"message": str(e), "type": "reload_failed"}}, status_code=400)
+
+    async def health(_: Request) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    async def models(_: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": model_name, "object": "model"}]})
+
+    return Starlette(
+        routes=[
+            Route(COMPLETIONS_PATH, completions, methods=["POST"]),
+            Route(RELOAD_PATH, reload, methods=["POST"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/v1/models", models, methods=["GET"]),
+        ]
+    )
+
+
+class CompletionServer:
+    """Run :func:`build_app` with uvicorn in a background thread on ``host`` (a free port by default).
+
+    Use as a context manager; ``url`` is the base URL once started.
+    """
+
+    def __init__(self, engine: HFEngine, *, host: str = "127.0.0.1", port: int = 0, model_name: str = "agentgym") -> None:
+        import uvicorn
+
+        config = uvicorn.Config(build_app(engine, model_name), host=host, port=port, log_level="warning")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="agentgym-completions", daemon=True)
+        self.host = host
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> CompletionServer:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise ServiceError(f"completions server did not start on {self.host}:{self.port} within {timeout}s")
+            time.sleep(0.02)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> CompletionServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m agentgym.trainer.engines.server --model PATH|tiny [--host H] [--port P]``."""
+    from agentgym.trainer.model import load_policy
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True, help="checkpoint directory, hub id, or 'tiny'")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--served-model-name", default="agentgym")
+    args = ap.parse_args(argv)
+    import uvicorn
+
+    model = load_policy(args.model, device=args.device)
+    engine = HFEngine(model, share=True)
+    uvicorn.run(build_app(engine, args.served_model_name), host=args.host, port=args.port, log_level="info")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
