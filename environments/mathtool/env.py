@@ -1,0 +1,112 @@
+"""``agentgym/MathTool-v0``: Math-v0 plus a ``python`` tool that runs in a sandbox (ReTool-style).
+
+    env = gym.make("agentgym/MathTool-v0")          # sandbox="docker" by default
+
+The agent may call ``python {code}`` any number of times (each call is ``python3 -c code``
+in the episode's sandbox, with the work dir kept between calls) and answers in the final
+channel; Math-v0's verifier decides. Each call returns the exit code and the stdout and
+stderr, each cut to ``max_output_chars``. Budgets: ToolEnv's turns and tokens, a
+per-command timeout (``command_timeout``, 10 s) and ``sandbox_seconds`` (30 s) of command
+time per episode; when that is used up the tool says so and the episode is truncated.
+Rewards are Math-v0's (sparse outcome; shaped adds format, malformed and turn terms).
+
+One sandbox per episode, acquired in ``reset`` (from the shared warm pool for Docker),
+released at the next reset and on ``close()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from agentgym.environments.codefix.env import SandboxSpec, _factory
+from agentgym.environments.math.env import MathEnv
+from agentgym.errors import ConfigError
+from agentgym.sandboxes.base import Sandbox
+from agentgym.tools import Tool, ToolResult
+
+__all__ = ["MathToolEnv", "format_exec"]
+
+
+def format_exec(res: Any, limit: int) -> str:
+    """An ExecResult as the model reads it: exit code, then stdout and stderr, each cut."""
+    def cut(s: str, truncated: bool) -> str:
+        if len(s) > limit:
+            s, truncated = s[:limit], True
+        return s + ("\n[... output cut ...]" if truncated else "")
+
+    head = f"exit code: {res.exit_code}" + (" (timed out)" if res.timed_out else "")
+    out = [head]
+    if res.stdout:
+        out.append("stdout:\n" + cut(res.stdout, res.stdout_truncated))
+    if res.stderr:
+        out.append("stderr:\n" + cut(res.stderr, res.stderr_truncated))
+    return "\n".join(out)
+
+
+class MathToolEnv(MathEnv):
+    default_id = "agentgym/MathTool-v0"
+    instructions = ("Solve the math problem. You may run Python 3 code with the python tool "
+                    "(print what you need to see). Answer in the final channel with only the "
+                    "final answer (plain text or LaTeX; \\boxed{} is fine).")
+
+    def __init__(self, *, sandbox: SandboxSpec = "docker", command_timeout: float = 10.0,
+                 sandbox_seconds: float = 30.0, max_output_chars: int = 2000, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        for name, v in (("command_timeout", command_timeout), ("sandbox_seconds", sandbox_seconds),
+                        ("max_output_chars", max_output_chars)):
+            if not isinstance(v, (int, float)) or v <= 0:
+                raise ConfigError(f"{name} must be a positive number, got {v!r}")
+        self.command_timeout, self.sandbox_seconds = float(command_timeout), float(sandbox_seconds)
+        self.max_output_chars = int(max_output_chars)
+        self._make_sandbox = _factory(sandbox)
+        self._max_turns_cfg = self.max_turns
+        self.sandbox: Sandbox | None = None
+        self.used_s = 0.0
+        self.last_output: str | None = None  # stdout of the latest python call (for oracles)
+        self._tool = Tool(
+            "python", "Runs Python 3 code (python3 -c) in a sandbox; returns exit code, stdout, stderr.",
+            {"type": "object", "properties": {"code": {"type": "string", "maxLength": 20_000}},
+             "required": ["code"], "additionalProperties": False},
+            self._python)
+
+    def on_reset(self) -> None:
+        self.max_turns = self._max_turns_cfg
+        self._release()
+        self.used_s, self.last_output = 0.0, None
+        self.sandbox = self._make_sandbox()
+
+    def tools(self) -> list[Tool]:
+        return [self._tool]
+
+    def on_close(self) -> None:
+        self._release()
+
+    def _python(self, code: str) -> ToolResult:
+        assert self.sandbox is not None
+        left = self.sandbox_seconds - self.used_s
+        res = self.sandbox.run(["python3", "-c", code], timeout=min(self.command_timeout, left))
+        self.used_s += res.duration_s
+        self.last_output = res.stdout
+        text = format_exec(res, self.max_output_chars)
+        if self.used_s >= self.sandbox_seconds:
+            self.max_turns = self.counts["turns"]  # ToolEnv truncates this step (see step())
+            text += (f"\n[sandbox time budget used up: {self.used_s:.1f} s of "
+                     f"{self.sandbox_seconds:.0f} s; the episode ends here]")
+        return ToolResult(text, ok=res.ok)
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        try:
+            obs, reward, terminated, truncated, info = super().step(action)
+        finally:
+            self.max_turns = self._max_turns_cfg
+        info["sandbox_seconds"] = round(self.used_s, 3)
+        if truncated and not terminated and self.used_s >= self.sandbox_seconds:
+            info["truncated_by"] = "sandbox_seconds"
+        return obs, reward, terminated, truncated, info
+
+    def _release(self) -> None:
+        sb, self.sandbox = self.sandbox, None
+        if sb is not None:
+            sb.close()
