@@ -187,9 +187,12 @@ def _docker_client() -> Any:
 
 def build_image(*, force: bool = False, dockerfile: bool = False, log: Any = print) -> str:
     """Make sure ``image_tag()`` exists in the Docker engine (build it if not); return the tag."""
+    t0 = time.monotonic()
     client = _docker_client()
     tag = image_tag()
     repo, version = tag.split(":")
+    # The rootfs (cached by the same hash) is what the bwrap backend mounts: keep it in step.
+    root = None if dockerfile else build_rootfs(force=force, log=log)
     if not force:
         try:
             client.images.get(tag)
@@ -197,7 +200,6 @@ def build_image(*, force: bool = False, dockerfile: bool = False, log: Any = pri
             return tag
         except Exception:  # docker.errors.ImageNotFound
             pass
-    t0 = time.monotonic()
     if dockerfile:
         with tempfile.TemporaryDirectory() as ctx:
             Path(ctx, "Dockerfile").write_text(DOCKERFILE)
@@ -205,7 +207,7 @@ def build_image(*, force: bool = False, dockerfile: bool = False, log: Any = pri
             log(f"docker build -t {tag} (Dockerfile; needs registry access for debian:{SUITE}-slim)")
             client.images.build(path=ctx, tag=tag, rm=True, labels={"agentgym.recipe": version})
     else:
-        root = build_rootfs(force=force, log=log)
+        assert root is not None
         with tempfile.NamedTemporaryFile(suffix=".tar", dir=root.parent) as tar_file:
             with tarfile.open(fileobj=tar_file, mode="w") as tar:
                 tar.add(root, arcname=".")
