@@ -25,6 +25,7 @@ from agentgym.tools import Tool, ToolResult
 __all__ = ["StoreClient", "tools_from_openapi"]
 
 _METHODS = ("get", "post", "put", "patch", "delete")
+MAX_OBSERVATION_CHARS = 8000  # longer answers are cut with a note: a tool result is context, not a dump
 
 
 class StoreClient:
@@ -101,6 +102,21 @@ class StoreClient:
         return ToolResult(f"HTTP {r.status_code}\n{text}")
 
 
+class _HttpTool(Tool):
+    """A Tool whose every answer is capped, refusals included.
+
+    ``Tool`` caps what its function returns, but a schema refusal quotes the offending value
+    in full (a 200 kB string comes back as a 200 kB observation); this caps that too.
+    """
+
+    def __call__(self, arguments: dict[str, Any]) -> ToolResult:
+        result = super().__call__(arguments)
+        if len(result.content) > self.max_output_chars:
+            cut = len(result.content) - self.max_output_chars
+            result.content = result.content[: self.max_output_chars] + f"\n[... {cut} characters cut]"
+        return result
+
+
 def _operation_tool(client_ref: Callable[[], tuple[StoreClient, str]], method: str, path: str,
                     op: dict[str, Any]) -> Tool:
     props: dict[str, Any] = {}
@@ -134,7 +150,8 @@ def _operation_tool(client_ref: Callable[[], tuple[StoreClient, str]], method: s
         return client.call(key, method, url, query, payload)
 
     desc = op.get("summary") or op.get("description") or f"{method.upper()} {path}"
-    return Tool(op["operationId"], f"{desc} ({method.upper()} {path})", params, call)
+    return _HttpTool(op["operationId"], f"{desc} ({method.upper()} {path})", params, call,
+                     max_output_chars=MAX_OBSERVATION_CHARS)
 
 
 def tools_from_openapi(doc: dict[str, Any], client_ref: Callable[[], tuple[StoreClient, str]]) -> list[Tool]:
