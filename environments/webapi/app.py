@@ -137,7 +137,8 @@ def create_app(store: Store, test_endpoints: bool = False) -> Starlette:
         return JSONResponse(doc)
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"ok": True, "pid": os.getpid(), "episodes": store.count()})
+        return JSONResponse({"ok": True, "pid": os.getpid(), "episodes": store.count(),
+                             "storage": store.location})
 
     async def create_episode(request: Request) -> Response:
         body, problem = await _read_json(request)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import sys
 import threading
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     sock.bind((args.host, args.port))
     sock.listen(1024)
     config = uvicorn.Config(app, log_level=args.log_level, access_log=False, lifespan="off",
-                            timeout_keep_alive=300, backlog=1024)
+                            timeout_keep_alive=300, backlog=1024, timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     stop = threading.Event()
 
@@ -72,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         threading.Thread(target=_watch_parent, args=(args.parent_pid, stop, orphaned), daemon=True).start()
 
+    # uvicorn handles SIGTERM gracefully, then re-raises it with the handler it found: make
+    # that handler a clean exit so the finally below still deletes the episode databases.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     port = sock.getsockname()[1]
     started = threading.Thread(target=_announce, args=(server, port), daemon=True)
     started.start()

@@ -35,6 +35,7 @@ class Store(Protocol):
     def drop(self, key: str) -> None: ...
     def has(self, key: str) -> bool: ...
     def count(self) -> int: ...
+    location: str  # where the episode databases live (a directory, or a schema prefix)
     def transaction(self, key: str) -> Any: ...  # context manager yielding a Tx
     def close(self) -> None: ...
 
@@ -57,6 +58,8 @@ class SqliteStore:
             conn.close()
         self._keys: set[str] = set()
         self._lock = threading.Lock()
+        self._closed = False
+        self.location = self.dir
 
     def _path(self, key: str) -> str:
         return os.path.join(self.dir, f"ep-{key}.sqlite")
@@ -104,7 +107,9 @@ class SqliteStore:
             conn.close()
 
     def close(self) -> None:
-        if self._own_dir:
+        with self._lock:
+            closed, self._closed = self._closed, True
+        if not closed and self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -124,6 +129,8 @@ class PostgresStore:
             self._pool.put(psycopg.connect(dsn))
         self._keys: set[str] = set()
         self._lock = threading.Lock()
+        self._closed = False
+        self.location = f"postgresql schemas {self.prefix}*"
         with self._conn() as conn:
             tmpl = self._schema("template")
             conn.execute(f'CREATE SCHEMA "{tmpl}"')
@@ -180,6 +187,10 @@ class PostgresStore:
             yield Tx(conn, "format")
 
     def close(self) -> None:
+        with self._lock:
+            closed, self._closed = self._closed, True
+        if closed:
+            return
         try:
             with self._conn() as conn:
                 rows = conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s",

@@ -30,7 +30,7 @@ EPISODE_HEADER = "X-Agentgym-Episode"
 KEY_PATTERN = r"^[A-Za-z0-9_-]{8,64}$"
 
 # Admin routes (not in the OpenAPI document, so never a tool):
-#   GET  /_admin/health                      -> {"ok": true, "pid": int, "episodes": int}
+#   GET  /_admin/health                      -> {"ok": true, "pid": int, "episodes": int, "storage": str}
 #   POST /_admin/episodes        {"key": k}  -> 201 {"key": k}   (fresh copy of the fixture)
 #   GET  /_admin/episodes/{key}/snapshot     -> Snapshot
 #   DELETE /_admin/episodes/{key}            -> 204

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,8 @@ class OpenAIHTTPEngine:
     ``checkpoint_dir``: where :meth:`sync_weights` writes (a temporary directory by default;
     it must be readable by the server). ``reload_path``/``reload_key``: the reload endpoint and
     its JSON key (agentgym: ``/reload_weights``, ``path``; SGLang: ``/update_weights_from_disk``,
-    ``model_path``). ``transport`` is injectable for offline unit tests.
+    ``model_path``). With a ``seed``, prompts go out as one request each (seed + i, at most
+    ``max_concurrency`` in flight); without, as one batched request. ``transport`` is injectable for offline unit tests.
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class OpenAIHTTPEngine:
         timeout: float = 120.0,
         sync_timeout: float = 600.0,
         api_key: str | None = None,
+        max_concurrency: int = 16,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
@@ -73,6 +76,7 @@ class OpenAIHTTPEngine:
         self.model = model
         self.reload_path, self.reload_key = reload_path, reload_key
         self.sync_timeout = sync_timeout
+        self.max_concurrency = max_concurrency
         self._own_dir = checkpoint_dir is None
         self.checkpoint_dir = Path(checkpoint_dir or tempfile.mkdtemp(prefix="agentgym-sync-"))
         self._version = 0
@@ -91,11 +95,20 @@ class OpenAIHTTPEngine:
             raise ConfigError("OpenAIHTTPEngine used after close(); build a new engine")
         if not prompts:
             return []
-        body = completion_request(
-            self.model, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-            stop_ids=stop_ids, seed=seed,
-        )
-        return parse_completion(self._post(COMPLETIONS_PATH, body), len(prompts))
+        def ask(batch: list[list[int]], batch_seed: int | None) -> list[Sample]:
+            body = completion_request(
+                self.model, batch, max_new_tokens=max_new_tokens, temperature=temperature,
+                stop_ids=stop_ids, seed=batch_seed,
+            )
+            return parse_completion(self._post(COMPLETIONS_PATH, body), len(batch))
+
+        if seed is None:
+            return ask(prompts, None)
+        # A request-level seed is applied to every prompt of the request by vLLM, so identical
+        # prompts (a GRPO group) would get identical samples: one request per prompt, seed + i.
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(prompts))) as pool:
+            parts = list(pool.map(lambda i: ask([prompts[i]], seed + i), range(len(prompts))))
+        return [s for part in parts for s in part]
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Write a safetensors checkpoint and ask the server to load it."""
