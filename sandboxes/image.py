@@ -98,11 +98,14 @@ def rootfs_path() -> Path:
     return cache_dir() / recipe_hash() / "rootfs"
 
 
-def debian_mirror() -> str:
-    """The Debian mirror apt is configured with (deb822 or one-line sources), or deb.debian.org."""
+def debian_mirror(apt_dir: Path = Path("/etc/apt")) -> str:
+    """The Debian mirror apt is configured with (deb822 or one-line sources), or deb.debian.org.
+
+    ``$AGENTGYM_DEBIAN_MIRROR`` wins; security and third-party suites are skipped.
+    """
     if os.environ.get("AGENTGYM_DEBIAN_MIRROR"):
         return os.environ["AGENTGYM_DEBIAN_MIRROR"]
-    sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
+    sources = [apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*"))]
     for src in sources:
         try:
             text = src.read_text()
@@ -160,17 +163,25 @@ def build_rootfs(*, force: bool = False, log: Any = print) -> Path:
         os.chmod(d, 0o755)  # traversable by the unprivileged uid bwrap runs as
     tmp = Path(tempfile.mkdtemp(prefix="rootfs-", dir=final.parent))
     mirror = debian_mirror()
-    cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
-           str(tmp), mirror]
-    log(f"$ {' '.join(cmd)}")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tail = (proc.stdout + proc.stderr)[-2000:]
-        raise SandboxUnavailable(
-            f"debootstrap failed (exit {proc.returncode}) with mirror {mirror}; check that the "
-            f"mirror is reachable or set AGENTGYM_DEBIAN_MIRROR. Output tail:\n{tail}"
-        )
+    base = ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}"]
+    # The downloaded .debs are kept (keyed by suite + packages, not by the whole recipe), so
+    # a rebuild after a runner change installs from the cache instead of the network.
+    debs = cache_dir() / f"debs-{SUITE}-{hashlib.sha256(repr(PACKAGES).encode()).hexdigest()[:8]}.tgz"
+    steps = [] if debs.is_file() else [base + [f"--make-tarball={debs}", SUITE, str(tmp) + "-dl", mirror]]
+    steps.append(base + [f"--unpack-tarball={debs}", SUITE, str(tmp), mirror])
+    for cmd in steps:
+        log(f"$ {' '.join(cmd)}")
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        shutil.rmtree(str(tmp) + "-dl", ignore_errors=True)
+        if proc.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if "--make-tarball" not in cmd[3]:
+                debs.unlink(missing_ok=True)  # maybe a corrupt cache: next build downloads
+            tail = (proc.stdout + proc.stderr)[-2000:]
+            raise SandboxUnavailable(
+                f"debootstrap failed (exit {proc.returncode}) with mirror {mirror}; check that "
+                f"the mirror is reachable or set AGENTGYM_DEBIAN_MIRROR. Output tail:\n{tail}"
+            )
     _finish_rootfs(tmp)
     os.chmod(tmp, 0o755)  # mkdtemp made it 0700
     if final.exists():

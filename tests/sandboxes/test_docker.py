@@ -1,0 +1,181 @@
+"""Docker backend specifics: pool, container settings, cleanup paths, runner loss."""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from agentgym.errors import SandboxUnavailable
+from agentgym.sandboxes import SandboxPool
+from agentgym.sandboxes.docker_backend import docker_client
+from agentgym.sandboxes.orphans import LABEL, OWNER_LABEL, owner_id, remove_orphans
+
+pytestmark = pytest.mark.docker
+
+
+def _exists(client, cid: str) -> bool:  # type: ignore[no-untyped-def]
+    import docker
+
+    try:
+        client.containers.get(cid)
+        return True
+    except docker.errors.NotFound:
+        return False
+
+
+def _gone_within(client, cid: str, seconds: float = 20.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not _exists(client, cid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _wait_ready(pool: SandboxPool) -> None:
+    deadline = time.monotonic() + 60
+    while pool._ready.qsize() < pool.size and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_acquire_takes_an_already_started_container(docker_pool: SandboxPool) -> None:
+    _wait_ready(docker_pool)
+    warm_ids = {w.container.id for w in list(docker_pool._ready.queue)}  # type: ignore[union-attr]
+    sb = docker_pool.acquire()
+    try:
+        assert sb.container_id in warm_ids
+        assert sb.run("echo hi").stdout == "hi\n"
+    finally:
+        sb.close()
+
+
+def test_container_is_locked_down(docker_pool: SandboxPool) -> None:
+    sb = docker_pool.acquire()
+    try:
+        attrs = docker_pool.client.api.inspect_container(sb.container_id)
+        hc, cfg = attrs["HostConfig"], attrs["Config"]
+        assert hc["NetworkMode"] == "none"
+        assert hc["CapDrop"] == ["ALL"]
+        assert "no-new-privileges" in hc["SecurityOpt"]
+        assert hc["ReadonlyRootfs"] is True
+        assert hc["Memory"] == hc["MemorySwap"] == 512 << 20
+        assert hc["PidsLimit"] == 128 and hc["NanoCpus"] == 10**9
+        assert set(hc["Tmpfs"]) == {"/work", "/tmp"} and "size=64m" in hc["Tmpfs"]["/work"]
+        assert cfg["User"] == "1000:1000"
+        assert cfg["Labels"][LABEL] == "1" and cfg["Labels"][OWNER_LABEL] == owner_id()
+        assert hc["AutoRemove"] is True and cfg["StdinOnce"] is True
+        assert sb.run("cat /proc/1/cmdline | tr '\\0' ' '").stdout.startswith("python3 -I /opt/agentgym/runner.py")
+    finally:
+        sb.close()
+
+
+def test_reset_swaps_in_a_fresh_container_and_removes_the_old(docker_pool: SandboxPool) -> None:
+    sb = docker_pool.acquire()
+    old = sb.container_id
+    sb.write_files({"x": "1"})
+    sb.reset()
+    assert sb.container_id != old and sb.list_files() == []
+    assert _gone_within(docker_pool.client, old)
+    sb.close()
+
+
+def test_close_and_gc_remove_the_container(docker_pool: SandboxPool) -> None:
+    sb = docker_pool.acquire()
+    cid = sb.container_id
+    sb.close()
+    assert _gone_within(docker_pool.client, cid)
+    sb2 = docker_pool.acquire()
+    cid2 = sb2.container_id
+    del sb2
+    gc.collect()
+    assert _gone_within(docker_pool.client, cid2)
+
+
+def test_runner_loss_is_reported_and_the_sandbox_recovers(docker_pool: SandboxPool) -> None:
+    sb = docker_pool.acquire()
+    try:
+        docker_pool.client.api.kill(sb.container_id)  # as if the OOM killer took PID 1
+        r = sb.run("echo hi")
+        assert r.exit_code == -9 and "runner lost" in r.stderr
+        assert sb.run("echo back").stdout == "back\n"
+    finally:
+        sb.close()
+
+
+_CHILD = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from agentgym.sandboxes import SandboxPool
+    pool = SandboxPool(size=1, cleanup_orphans=False)
+    sb = pool.acquire()
+    while pool._ready.qsize() < 1:   # let the refill finish: a spare container exists too
+        time.sleep(0.05)
+    print(os.getpid(), flush=True)
+    if sys.argv[1] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)   # crash: no close, no atexit
+    # "exit": leave without close(); atexit (weakref.finalize) must clean up
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_containers_do_not_outlive_their_process(how: str) -> None:
+    client = docker_client()
+    out = subprocess.run([sys.executable, "-c", _CHILD, how], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.strip(), out.stderr
+    pid = out.stdout.split()[0]
+
+    def owned() -> list[str]:
+        return [c.id for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
+                if c.labels.get(OWNER_LABEL, "").split(":")[1:2] == [pid]]
+
+    # exit: removed by the finalizers at interpreter exit; kill: the attach stream closes,
+    # the runner reads EOF and exits, and AutoRemove deletes the container
+    deadline = time.monotonic() + 30
+    while owned() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert owned() == [], f"{how}: containers outlived their owner process"
+
+
+def test_orphans_of_dead_owners_are_removed() -> None:
+    client = docker_client()
+    from agentgym.sandboxes.image import image_tag
+
+    dead = subprocess.run(["true"])  # noqa: F841 - its pid is now free
+    orphan = client.containers.create(
+        image_tag(), command=["true"], labels={LABEL: "1", OWNER_LABEL: owner_id(os.getpid()) + "0"}
+    )
+    mine = client.containers.create(
+        image_tag(), command=["true"], labels={LABEL: "1", OWNER_LABEL: owner_id()}
+    )
+    try:
+        removed = remove_orphans(client)
+        assert orphan.short_id in removed and mine.short_id not in removed
+        assert not _exists(client, orphan.id) and _exists(client, mine.id)
+    finally:
+        mine.remove(force=True)
+        if _exists(client, orphan.id):
+            orphan.remove(force=True)
+
+
+def test_missing_image_says_how_to_build_it() -> None:
+    with pytest.raises(SandboxUnavailable, match="agentgym sandbox build"):
+        SandboxPool(size=0, image="agentgym-sandbox:does-not-exist")
+
+
+def test_sandboxes_from_one_pool_are_isolated_from_each_other(docker_pool: SandboxPool) -> None:
+    a, b = docker_pool.acquire(), docker_pool.acquire()
+    try:
+        a.write_files({"secret.txt": "from a"})
+        assert b.list_files() == []
+        assert "from a" not in b.run("cat /work/secret.txt /proc/*/root/work/secret.txt 2>&1").stdout
+    finally:
+        a.close()
+        b.close()
