@@ -1,0 +1,177 @@
+"""Trajectories -> padded (B, T) tensors for the PPO update. No re-tokenization: the rows are
+the trajectories' token streams exactly as the policy sampled and saw them.
+
+Layout (right padding, one extra pad column so every row has a position *after* its last
+token; ``ForwardOut.values`` at that column is the value of the final state, which is what a
+truncated episode bootstraps from):
+
+* ``input_ids``      (B, T) long   the episode's tokens, then ``pad_id``
+* ``attention_mask`` (B, T) long   1 on real tokens
+* ``policy_mask``    (B, T) float  1 where the policy sampled the token (Trajectory.policy_mask)
+* ``behaviour_logp`` (B, T) float  the engine's log-prob of each sampled token (0 elsewhere)
+* ``rewards``        (B, T) float  each turn's reward on the last action token of that turn
+* ``scores``         (B,)   float  episode return (sum of turn rewards)
+* ``group_ids``      (B,)   long   samples of the same task share an id (group baseline)
+* ``lengths``        (B,)   long   real tokens per row
+* ``truncated``      (B,)   bool   hit a budget (bootstrap with the value head)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+from agentgym.errors import NonFiniteError
+from agentgym.trajectory import Trajectory
+
+__all__ = ["Batch", "make_batch", "prefix_forward", "shared_prefix_len"]
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    policy_mask: torch.Tensor
+    behaviour_logp: torch.Tensor
+    rewards: torch.Tensor
+    scores: torch.Tensor
+    group_ids: torch.Tensor
+    lengths: torch.Tensor
+    truncated: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def select(self, rows: torch.Tensor | Sequence[int]) -> Batch:
+        """The sub-batch of ``rows`` (episodes), trimmed to its longest row + 1 pad column."""
+        idx = torch.as_tensor(rows, dtype=torch.long)
+        width = int(self.lengths[idx].max()) + 1
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)[idx]
+            out[f.name] = v[:, :width] if v.dim() == 2 else v
+        return Batch(**out)
+
+    def to(self, device: str | torch.device) -> Batch:
+        return Batch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
+    @property
+    def num_policy_tokens(self) -> int:
+        return int(self.policy_mask.sum())
+
+
+def _reward_position(traj: Trajectory, turn_index: int) -> int | None:
+    """Index of the token that carries a turn's reward: its last action token, or the last
+    policy token before it when the turn appended nothing (a rejected action)."""
+    t = traj.turns[turn_index]
+    if t.action_end > t.action_start:
+        return t.action_end - 1
+    for i in range(t.action_start - 1, traj.prompt_len - 1, -1):
+        if traj.policy_mask[i]:
+            return i
+    return None
+
+
+def make_batch(trajectories: Sequence[Trajectory], group_ids: Sequence[int], *, pad_id: int) -> Batch:
+    """Stack trajectories into a :class:`Batch` (see the module doc for the layout).
+
+    Raises :class:`NonFiniteError` if a reward is NaN or infinite: that is a bug in the
+    environment or reward function, and training on it would poison the weights.
+    """
+    B = len(trajectories)
+    if B == 0 or len(group_ids) != B:
+        raise ValueError(f"need >= 1 trajectory and one group id each, got {B} and {len(group_ids)}")
+    lengths = [len(t.tokens) for t in trajectories]
+    T = max(lengths) + 1
+    input_ids = torch.full((B, T), pad_id, dtype=torch.long)
+    attention = torch.zeros(B, T, dtype=torch.long)
+    policy = torch.zeros(B, T)
+    behaviour = torch.zeros(B, T)
+    rewards = torch.zeros(B, T)
+    scores = torch.zeros(B)
+    for b, traj in enumerate(trajectories):
+        n = lengths[b]
+        input_ids[b, :n] = torch.tensor(traj.tokens, dtype=torch.long)
+        attention[b, :n] = 1
+        policy[b, :n] = torch.tensor(traj.policy_mask, dtype=torch.float32)
+        behaviour[b, :n] = torch.tensor([lp if lp is not None else 0.0 for lp in traj.logprobs])
+        for k, turn in enumerate(traj.turns):
+            if not math.isfinite(turn.reward):
+                raise NonFiniteError(
+                    f"episode {b} ({traj.env_id}, seed {traj.seed}) turn {k} has reward "
+                    f"{turn.reward}; expected a finite number. Check the environment's "
+                    "score_final/tool outcomes and reward shaping weights.")
+            pos = _reward_position(traj, k)
+            if pos is not None:
+                rewards[b, pos] += turn.reward
+        scores[b] = traj.total_reward
+    return Batch(
+        input_ids=input_ids, attention_mask=attention, policy_mask=policy,
+        behaviour_logp=behaviour, rewards=rewards, scores=scores,
+        group_ids=torch.tensor(list(group_ids), dtype=torch.long),
+        lengths=torch.tensor(lengths, dtype=torch.long),
+        truncated=torch.tensor([t.truncated and not t.terminated for t in trajectories]),
+    )
+
+
+def shared_prefix_len(input_ids: torch.Tensor, policy_mask: torch.Tensor, lengths: torch.Tensor) -> int:
+    """Length of the token prefix every row shares and the policy never sampled (the system +
+    developer prompt of an environment, ~600 tokens for the byte tokenizer)."""
+    same = (input_ids == input_ids[:1]).all(0)  # (T,)
+    n = int(same.long().cumprod(0).sum())
+    first_policy = policy_mask.bool().any(0).nonzero()
+    if first_policy.numel():
+        n = min(n, int(first_policy[0]))
+    return max(0, min(n, int(lengths.min()) - 1))
+
+
+def prefix_forward(model: torch.nn.Module, b: Batch, *, temperature: float = 1.0,
+                   value_head: torch.nn.Module | None = None, with_entropy: bool = True,
+                   min_prefix: int = 64) -> Any:
+    """``policy_forward`` for a batch whose rows share a long prompt prefix, computed once.
+
+    The shared prefix (P tokens) runs once at batch size 1; its keys/values are expanded to
+    the batch and the B suffixes attend to them through the KV cache. Gradients flow back
+    through the cache into the single prefix pass, so this is the same function of the
+    weights as the full forward (same values up to float rounding, same gradients), at a
+    fraction of the cost: the prefix is B times cheaper and attention is (T - P) x T instead
+    of T x T. Positions before P get log-prob 0 (they are never policy tokens). Falls back to
+    the plain full forward when the shared prefix is shorter than ``min_prefix``.
+    """
+    from transformers import DynamicCache
+
+    from agentgym.trainer.logprobs import ForwardOut, policy_forward, token_logprobs
+
+    P = shared_prefix_len(b.input_ids, b.policy_mask, b.lengths)
+    if P < min_prefix:
+        return policy_forward(model, b.input_ids, b.attention_mask, temperature=temperature,
+                              value_head=value_head, with_entropy=with_entropy)
+    B, T = b.input_ids.shape
+    backbone = getattr(model, model.base_model_prefix)
+    cache = DynamicCache(config=model.config)
+    pre = backbone(input_ids=b.input_ids[:1, :P], use_cache=True, past_key_values=cache,
+                   position_ids=torch.arange(P, device=b.input_ids.device)[None]).last_hidden_state
+    for layer in cache.layers:  # (1, H, p, D) -> (B, H, p, D) views: no copy, grads sum back
+        layer.keys = layer.keys.expand(B, -1, -1, -1)
+        layer.values = layer.values.expand(B, -1, -1, -1)
+    positions = torch.arange(P, T, device=b.input_ids.device)[None].expand(B, -1)
+    suffix = backbone(input_ids=b.input_ids[:, P:], attention_mask=b.attention_mask,
+                      position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
+    # hidden[t-1] predicts token t: rows of (last prefix hidden, suffix hidden[:-1]) -> tokens P..T-1
+    h = torch.cat([pre[:, -1:].expand(B, -1, -1), suffix[:, :-1]], dim=1)  # (B, T-P, H)
+    head = model.get_output_embeddings()
+    logits = head(h)
+    V = logits.shape[-1]
+    targets = b.input_ids[:, P:]
+    lp, ent = token_logprobs(logits.reshape(-1, V), targets.reshape(-1), temperature, with_entropy)
+    zeros = torch.zeros(B, P, dtype=torch.float32, device=b.input_ids.device)
+    logprobs = torch.cat([zeros, lp.view(B, T - P)], dim=1)  # (B, T)
+    entropy = torch.cat([zeros, ent.view(B, T - P)], dim=1)
+    values = None
+    if value_head is not None:
+        values = torch.cat([zeros, value_head(h).float()], dim=1)
+    return ForwardOut(logprobs=logprobs, entropy=entropy, values=values)

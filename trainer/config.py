@@ -1,0 +1,436 @@
+"""The one typed config of ``agentgym-train``: YAML recipe + dotted command-line overrides.
+
+    cfg = load_config("cpu-quickstart", ["ppo.lr=5e-4", "rollout.samples_per_task=8"])
+
+Small nested dataclasses (env, model, rollout, ppo, correction, sft, log), each field
+documented once by the string right under it (``--help`` prints those strings). Unknown
+keys are rejected with a did-you-mean suggestion; values are checked against the field
+types; derived values (batch sizes, schedule lengths) are computed in one place,
+:meth:`TrainConfig.derived`. Recipes live in ``agentgym/trainer/recipes/*.yaml`` and are
+found by bare name (``--config cpu-quickstart``) or by path.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import inspect
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentgym.errors import ConfigError
+
+__all__ = [
+    "CorrectionConfig", "EnvConfig", "LogConfig", "ModelConfig", "PPOConfig", "RECIPES_DIR",
+    "RolloutConfig", "SFTConfig", "TrainConfig", "config_from_dict", "config_help", "config_to_dict",
+    "find_recipe",
+    "load_config",
+]
+
+RECIPES_DIR = Path(__file__).parent / "recipes"
+
+
+@dataclass
+class EnvConfig:
+    id: str = "agentgym/MathCalc-v0"
+    """Registered environment id (``gym.make`` name)."""
+    reward_mode: str = "sparse"
+    """``sparse`` (task outcome only) or ``shaped`` (outcome + the env's documented terms)."""
+    max_turns: int = 4
+    """Turn budget per episode; hitting it truncates (the trainer bootstraps with GAE)."""
+    max_tokens: int = 2048
+    """Token budget of the whole episode (prompt included)."""
+    max_action_tokens: int = 96
+    """Longest action the env accepts; also the engine's max new tokens per turn."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for ``gym.make`` (env specific, e.g. ``difficulty``)."""
+    train_options: dict[str, Any] = field(default_factory=lambda: {"split": "train"})
+    """``reset(options=...)`` for training episodes."""
+    eval_options: dict[str, Any] = field(default_factory=lambda: {"split": "eval"})
+    """``reset(options=...)`` for evaluation episodes (the env's eval split)."""
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"
+    """``tiny`` (a local tiny GPT-OSS on the byte tokenizer) or a local path / hub id."""
+    tiny: dict[str, Any] = field(default_factory=dict)
+    """Overrides for the tiny GPT-OSS config (hidden_size, num_hidden_layers, ...)."""
+    init_from: str | None = None
+    """Start from these weights instead (a run dir, a checkpoint dir or a model dir)."""
+    attn_implementation: str = "auto"
+    """Trainer attention; backends that drop GPT-OSS's sinks are refused."""
+    dtype: str = "float32"
+    """Trainer parameter dtype: float32 or bfloat16."""
+    device: str = "cpu"
+    """Trainer device: cpu or cuda."""
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "hf"
+    """Rollout engine: ``hf`` (in process), ``openai-http`` (a server) or ``vllm``."""
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for the engine (base_url, tensor_parallel_size, ...)."""
+    tasks_per_step: int = 8
+    """Distinct tasks per PPO step."""
+    samples_per_task: int = 4
+    """Episodes per task (the group of the group baseline; same seed, same task)."""
+    temperature: float = 1.0
+    """Sampling temperature; the trainer computes log-probs at the same temperature."""
+    max_workers: int = 16
+    """Threads stepping environments concurrently."""
+
+
+@dataclass
+class PPOConfig:
+    steps: int = 30
+    """Number of PPO steps (collect -> update) after the warm start."""
+    advantage: str = "group"
+    """``group`` (baseline = mean score of the task's samples, no critic) or ``gae`` (value head)."""
+    lr: float = 5e-4
+    """AdamW learning rate of the policy (and value head)."""
+    warmup_steps: int = 2
+    """Linear learning-rate warmup, in optimizer steps."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping (global L2 norm)."""
+    epochs: int = 1
+    """Passes over each batch. 1 epoch + 1 minibatch = exactly on-policy (ratio 1)."""
+    minibatches: int = 1
+    """Minibatches per epoch (split by episode)."""
+    clip_low: float = 0.2
+    """Lower clip of the ratio: 1 - clip_low."""
+    clip_high: float = 0.28
+    """Upper clip of the ratio: 1 + clip_high (asymmetric, DAPO-style)."""
+    gamma: float = 1.0
+    """Discount (GAE) per policy token."""
+    lam: float = 0.95
+    """GAE lambda."""
+    value_coef: float = 0.5
+    """Weight of the value loss (GAE only)."""
+    value_clip: float | None = 0.2
+    """Clip of the value update (GAE only); null to disable."""
+    group_std_normalize: bool = True
+    """Divide group advantages by the group's score std (GRPO); false = Dr.GRPO style."""
+    kl_coef: float = 0.0
+    """Weight of the KL to a frozen reference (the warm-started policy); 0 disables it."""
+    kl_estimator: str = "k3"
+    """``k1`` or ``k3`` estimator of KL(policy || reference)."""
+    kl_in: str = "loss"
+    """Where the KL goes: ``loss`` (penalty term) or ``reward`` (subtracted from the score)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus weight (subtracted from the loss)."""
+    normalize_rewards: bool = False
+    """Divide scores by a running std of scores before computing advantages."""
+
+
+@dataclass
+class CorrectionConfig:
+    mode: str = "seq_tis"
+    """Rollout correction: none, token_tis, seq_tis, token_mis, seq_mis, geo_mask."""
+    threshold: float = 2.0
+    """Cap C of the TIS/MIS weights."""
+    lo: float | None = None
+    """Lower bound of seq_mis (default 1/threshold)."""
+    hi: float | None = None
+    """Upper bound of seq_mis (default threshold)."""
+    geo_band: list[float] = field(default_factory=lambda: [0.999, 1.001])
+    """Band of exp(mean log rho) kept by geo_mask."""
+
+
+@dataclass
+class SFTConfig:
+    steps: int = 0
+    """Warm-start optimizer steps on oracle demonstrations (0 = no warm start)."""
+    batch_size: int = 16
+    """Demonstration episodes per step."""
+    lr: float = 1e-3
+    """Peak learning rate (linear warmup, then cosine to 10%)."""
+    warmup_steps: int = 10
+    """Warmup steps."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping."""
+    seed: int = 10_000
+    """First task seed of the demonstrations (kept apart from PPO's task seeds)."""
+
+
+@dataclass
+class LogConfig:
+    run_dir: str = "runs/agentgym"
+    """Where metrics, plots, checkpoints and the resolved config go."""
+    eval_every: int = 10
+    """Evaluate every N PPO steps (and before the first and after the last); 0 = never."""
+    eval_episodes: int = 32
+    """Evaluation episodes (fixed seeds on the eval split)."""
+    eval_temperature: float = 0.0
+    """Evaluation temperature (0 = greedy)."""
+    checkpoint_every: int = 10
+    """Checkpoint every N PPO steps (and at the end); 0 = only at the end."""
+    keep_checkpoints: int = 2
+    """How many step checkpoints to keep (oldest are deleted)."""
+    tensorboard: bool = True
+    """Write TensorBoard event files to run_dir/tb."""
+    wandb: bool = False
+    """Log to Weights & Biases too (needs ``pip install wandb``)."""
+    progress: bool = True
+    """Live progress bar (rich)."""
+    plots: bool = True
+    """Write PNG plots to run_dir/plots at the end."""
+    save_trajectories: bool = False
+    """Append every training trajectory to run_dir/trajectories.jsonl."""
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 0
+    """Seed of everything: model init, task seeds, sampling."""
+    threads: int = 0
+    """torch CPU threads (0 = torch's default)."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def derived(self) -> dict[str, Any]:
+        """Values computed from the fields, in one place."""
+        episodes = self.rollout.tasks_per_step * self.rollout.samples_per_task
+        return {
+            "episodes_per_step": episodes,
+            "episodes_per_minibatch": max(1, episodes // self.ppo.minibatches),
+            "exact_on_policy": self.ppo.epochs == 1 and self.ppo.minibatches == 1,
+            "optimizer_steps": self.ppo.steps * self.ppo.epochs * self.ppo.minibatches,
+        }
+
+    def validate(self) -> None:
+        choices = {
+            "env.reward_mode": (self.env.reward_mode, ("sparse", "shaped")),
+            "ppo.advantage": (self.ppo.advantage, ("group", "gae")),
+            "ppo.kl_estimator": (self.ppo.kl_estimator, ("k1", "k3")),
+            "ppo.kl_in": (self.ppo.kl_in, ("loss", "reward")),
+            "correction.mode": (self.correction.mode,
+                                ("none", "token_tis", "seq_tis", "token_mis", "seq_mis", "geo_mask")),
+            "model.dtype": (self.model.dtype, ("float32", "bfloat16")),
+        }
+        for key, (got, allowed) in choices.items():
+            if got not in allowed:
+                raise ConfigError(f"{key}: expected one of {list(allowed)}, got {got!r}; "
+                                  f"fix: {key}={_suggest(str(got), allowed) or allowed[0]}")
+        positive = {"rollout.tasks_per_step": self.rollout.tasks_per_step,
+                    "rollout.samples_per_task": self.rollout.samples_per_task,
+                    "ppo.epochs": self.ppo.epochs, "ppo.minibatches": self.ppo.minibatches,
+                    "ppo.lr": self.ppo.lr, "sft.batch_size": self.sft.batch_size,
+                    "sft.lr": self.sft.lr, "env.max_action_tokens": self.env.max_action_tokens,
+                    "correction.threshold": self.correction.threshold,
+                    "log.eval_episodes": self.log.eval_episodes}
+        for key, v in positive.items():
+            if not v > 0:
+                raise ConfigError(f"{key}: expected a positive number, got {v!r}")
+        nonneg = {"ppo.steps": self.ppo.steps, "sft.steps": self.sft.steps,
+                  "ppo.kl_coef": self.ppo.kl_coef, "ppo.entropy_coef": self.ppo.entropy_coef,
+                  "rollout.temperature": self.rollout.temperature,
+                  "log.eval_every": self.log.eval_every, "log.checkpoint_every": self.log.checkpoint_every,
+                  "ppo.max_grad_norm": self.ppo.max_grad_norm, "threads": self.threads}
+        for key, v in nonneg.items():
+            if v < 0:
+                raise ConfigError(f"{key}: expected >= 0, got {v!r}")
+        if self.rollout.temperature == 0:
+            raise ConfigError("rollout.temperature: expected > 0 for training (log-probs of greedy "
+                              "sampling are not a distribution), got 0; use e.g. 1.0")
+        if not 0 < self.ppo.clip_low < 1 or self.ppo.clip_high <= 0:
+            raise ConfigError(f"ppo.clip_low must be in (0, 1) and ppo.clip_high > 0, got "
+                              f"{self.ppo.clip_low} and {self.ppo.clip_high}")
+        episodes = self.rollout.tasks_per_step * self.rollout.samples_per_task
+        if self.ppo.minibatches > episodes:
+            raise ConfigError(f"ppo.minibatches: expected at most the {episodes} episodes per step, "
+                              f"got {self.ppo.minibatches}")
+        if self.ppo.advantage == "group" and self.rollout.samples_per_task < 2:
+            raise ConfigError("ppo.advantage=group needs rollout.samples_per_task >= 2 (a group "
+                              f"baseline over one sample is zero), got {self.rollout.samples_per_task}")
+        if len(self.correction.geo_band) != 2:
+            raise ConfigError(f"correction.geo_band: expected [lo, hi], got {self.correction.geo_band}")
+
+
+# ---------------------------------------------------------------------------- loading
+
+def _suggest(name: str, options: typing.Iterable[str]) -> str | None:
+    hits = difflib.get_close_matches(name, list(options), n=1, cutoff=0.5)
+    return hits[0] if hits else None
+
+
+def _fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check (and gently convert) ``value`` against the annotation ``tp``."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, key)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if errors else f"{key}: bad value {value!r}")
+    if tp is Any:
+        return value
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}; fix: {key}={{a: 1}}")
+        return dict(value)
+    if origin is list or tp is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}; fix: {key}=[0.999,1.001]")
+        (item,) = typing.get_args(tp) or (Any,)
+        return [_coerce(v, item, key) for v in value]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    return value
+
+
+def _apply(obj: Any, data: dict[str, Any], prefix: str = "") -> None:
+    hints = typing.get_type_hints(type(obj))
+    known = _fields(type(obj))
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if k not in known:
+            hint = _suggest(k, known)
+            raise ConfigError(f"unknown config key {key!r}"
+                              + (f"; did you mean '{prefix}{hint}'?" if hint else "")
+                              + f" Known keys under {prefix or 'the top level'}: {sorted(known)}")
+        current = getattr(obj, k)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(v, dict):
+                raise ConfigError(f"{key}: expected a section (mapping), got {v!r}")
+            _apply(current, v, key + ".")
+        else:
+            setattr(obj, k, _coerce(v, hints[k], key))
+
+
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise ConfigError(f"override {item!r}: expected KEY=VALUE (e.g. ppo.lr=1e-3)")
+    key, raw = item.split("=", 1)
+    key = key.strip().lstrip("-")
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def find_recipe(name: str) -> Path:
+    """A recipe by path, or by bare name in the shipped recipes folder."""
+    p = Path(name)
+    if p.exists():
+        return p
+    for cand in (RECIPES_DIR / name, RECIPES_DIR / f"{name}.yaml", RECIPES_DIR / p.name):
+        if cand.exists():
+            return cand
+    shipped = sorted(x.stem for x in RECIPES_DIR.glob("*.yaml"))
+    hint = _suggest(p.stem, shipped)
+    raise ConfigError(f"config {name!r} not found: expected a YAML path or a shipped recipe "
+                      f"({', '.join(shipped)})" + (f"; did you mean {hint!r}?" if hint else ""))
+
+
+def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> TrainConfig:
+    """Defaults <- YAML file <- ``key.sub=value`` overrides; then validated."""
+    cfg = TrainConfig()
+    if path is not None:
+        file = find_recipe(str(path))
+        try:
+            data = yaml.safe_load(file.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{file}: not valid YAML ({e})") from e
+        if not isinstance(data, dict):
+            raise ConfigError(f"{file}: expected a mapping at the top level, got {type(data).__name__}")
+        _apply(cfg, data)
+    for item in overrides:
+        keys, value = _parse_override(item)
+        nested: Any = value
+        for k in reversed(keys):
+            nested = {k: nested}
+        _apply(cfg, nested)
+    cfg.validate()
+    return cfg
+
+
+def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def config_from_dict(data: dict[str, Any]) -> TrainConfig:
+    cfg = TrainConfig()
+    _apply(cfg, data)
+    cfg.validate()
+    return cfg
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """The string literal right under each field: the one place a field is documented."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for a, b in zip(body, body[1:]):
+        if (isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
+                and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)
+                and isinstance(b.value.value, str)):
+            docs[a.target.id] = " ".join(b.value.value.split())
+    return docs
+
+
+def config_help(cfg: TrainConfig | None = None) -> str:
+    """Every key with its current value and its documentation (for ``--help``)."""
+    cfg = cfg or TrainConfig()
+    lines: list[str] = []
+
+    def walk(obj: Any, prefix: str) -> None:
+        docs = _field_docs(type(obj))
+        for name in _fields(type(obj)):
+            v = getattr(obj, name)
+            if dataclasses.is_dataclass(v):
+                walk(v, f"{prefix}{name}.")
+            else:
+                lines.append(f"  {prefix}{name}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix('...').strip()}")
+                if name in docs:
+                    lines.append(f"      {docs[name]}")
+
+    walk(cfg, "")
+    return "\n".join(lines)

@@ -1,0 +1,135 @@
+"""Metrics sinks: JSON Lines (always), TensorBoard (when enabled), W&B (when installed and
+enabled), and a live rich progress bar.
+
+``metrics.jsonl`` holds one object per record: ``{"phase": "sft"|"train"|"eval", "step": n,
+...}``. On ``--resume`` the file is cut back to the records of steps the checkpoint covers,
+so a resumed run's file reads exactly like an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from agentgym.errors import ConfigError
+
+__all__ = ["MetricsLogger", "Progress", "episode_stats", "read_metrics", "truncate_metrics"]
+
+
+def _clean(v: Any) -> Any:
+    # NaN/inf are not JSON: write them as strings so a bad step is visible, not silently lost.
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v
+
+
+class MetricsLogger:
+    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, wandb: bool = False,
+                 config: dict[str, Any] | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / "metrics.jsonl"
+        self._file = open(self.path, "a", encoding="utf-8")
+        self._tb: Any = None
+        self._wandb: Any = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:
+                raise ConfigError("log.tensorboard=true needs tensorboard: pip install "
+                                  "'agentgym-suite[train]' (or set log.tensorboard=false)") from e
+            self._tb = SummaryWriter(str(self.run_dir / "tb"))
+        if wandb:
+            try:
+                import wandb as wb
+            except ImportError as e:
+                raise ConfigError("log.wandb=true needs wandb: pip install wandb "
+                                  "(or set log.wandb=false)") from e
+            self._wandb = wb.init(project="agentgym", dir=str(self.run_dir), config=config or {},
+                                  name=self.run_dir.name)
+
+    def log(self, phase: str, step: int, values: dict[str, Any]) -> None:
+        record = {"phase": phase, "step": step, **{k: _clean(v) for k, v in values.items()}}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        scalars = {f"{phase}/{k}": float(v) for k, v in values.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if self._tb is not None:
+            for k, v in scalars.items():
+                self._tb.add_scalar(k, v, step)
+        if self._wandb is not None:
+            self._wandb.log(scalars, step=step)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def read_metrics(run_dir: str | Path, phase: str | None = None) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if phase is None or r["phase"] == phase]
+
+
+def truncate_metrics(run_dir: str | Path, keep_lines: int) -> None:
+    """Keep the first ``keep_lines`` records (what the checkpoint had seen)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(lines[:keep_lines]))
+    tmp.replace(path)
+
+
+class Progress:
+    """A rich progress bar with the latest key numbers; silent when disabled."""
+
+    def __init__(self, total: int, description: str, enabled: bool = True) -> None:
+        self._bar: Any = None
+        if not enabled:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress
+        from rich.progress import TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self._bar = RichProgress(TextColumn("[bold]{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                                 TextColumn("{task.fields[info]}"), transient=False)
+        self._task = self._bar.add_task(description, total=total, info="")
+        self._bar.start()
+
+    def update(self, completed: int, info: str = "") -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=completed, info=info)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def episode_stats(trajectories: list[Any]) -> dict[str, float]:
+    """Per-batch episode numbers: reward, success (outcome > 0.5), lengths, turns, errors."""
+    n = max(len(trajectories), 1)
+    rewards = [t.total_reward for t in trajectories]
+    mean = sum(rewards) / n
+    outcomes = [t.turns[-1].components.get("outcome", 0.0) if t.turns else 0.0 for t in trajectories]
+    turns = [len(t.turns) for t in trajectories]
+    return {
+        "reward_mean": mean,
+        "reward_std": math.sqrt(sum((r - mean) ** 2 for r in rewards) / n),
+        "success": sum(o > 0.5 for o in outcomes) / n,
+        "turns_mean": sum(turns) / n,
+        "tool_calls_mean": sum(1 for t in trajectories for u in t.turns if u.tool) / n,
+        "errors_mean": sum(1 for t in trajectories for u in t.turns if u.error) / n,
+        "policy_tokens_mean": sum(t.num_policy_tokens for t in trajectories) / n,
+        "episode_tokens_mean": sum(len(t.tokens) for t in trajectories) / n,
+        "truncated_frac": sum(t.truncated and not t.terminated for t in trajectories) / n,
+    }
