@@ -1,0 +1,64 @@
+"""Mismatch doctor: eager trainer attention is healthy, a sink-dropping one is flagged."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from agentgym.errors import ConfigError
+from agentgym.trainer.doctor import doctor_main, run_doctor, verdict
+from agentgym.trainer.model import build_tiny_gptoss
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():  # type: ignore[no-untyped-def]
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _sinky_model() -> torch.nn.Module:
+    """A tiny GPT-OSS whose heads lean on their sinks, as trained GPT-OSS heads do
+    (at random init the sinks are ~0 and barely change the softmax)."""
+    model = build_tiny_gptoss(264, seed=0)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.sinks.fill_(3.0)
+    return model
+
+
+KW = dict(max_new_tokens=24, env_kwargs={"max_turns": 2})
+
+
+def test_doctor_eager_is_healthy_and_sdpa_is_flagged() -> None:
+    good = run_doctor(_sinky_model(), "hf", "eager", "agentgym/MathCalc-v0", 3, **KW)  # type: ignore[arg-type]
+    assert good.verdict == "healthy", good.reasons
+    assert good.stats["k3"] < 1e-6 and good.stats["abs_dlogp_max"] < 1e-4
+    assert good.setup["policy_tokens"] > 0 and good.stats["n_seqs"] == 3
+    with pytest.raises(ConfigError, match="sink"):
+        run_doctor(_sinky_model(), "hf", "sdpa", "agentgym/MathCalc-v0", 1, **KW)  # type: ignore[arg-type]
+    bad = run_doctor(_sinky_model(), "hf", "sdpa", "agentgym/MathCalc-v0", 3,
+                     allow_unsafe_attention=True, **KW)  # type: ignore[arg-type]
+    assert bad.verdict in ("warning", "unhealthy"), bad.stats
+    assert bad.stats["abs_dlogp_mean"] > 0.02 > 100 * good.stats["abs_dlogp_mean"]
+    assert bad.stats["k3"] > 100 * max(good.stats["k3"], 1e-9)
+
+
+def test_verdict_thresholds() -> None:
+    base = {"n_tokens": 10.0, "abs_dlogp_max": 0.1}
+    assert verdict({**base, "k3": 1e-4, "abs_dlogp_mean": 0.01})[0] == "healthy"
+    assert verdict({**base, "k3": 5e-3, "abs_dlogp_mean": 0.03})[0] == "warning"
+    assert verdict({**base, "k3": 0.05, "abs_dlogp_mean": 0.03})[0] == "unhealthy"
+    assert verdict({**base, "k3": 1e-3, "abs_dlogp_mean": 0.1})[0] == "unhealthy"
+    assert verdict({"n_tokens": 0.0})[0] == "unhealthy"
+
+
+def test_doctor_main_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code = doctor_main(["--model", "tiny", "--episodes", "2", "--max-new-tokens", "8", "--json",
+                        "--env", "agentgym/Math-v0"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["verdict"] == "healthy"
+    assert report["setup"]["env_id"] == "agentgym/Math-v0" and report["stats"]["n_seqs"] == 2
