@@ -21,22 +21,23 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import gymnasium as gym
 import httpx
 import numpy as np
-
-import agentgym  # noqa: F401
 from agentgym.environments.webapi.policies import oracle_action
 from agentgym.environments.webapi.tasks import all_tasks
 from agentgym.environments.webapi.wire import EPISODE_HEADER
+
+import agentgym  # noqa: F401
 
 
 def round_trip(calls: int, database_url: str | None) -> dict[str, float]:
     env = gym.make("agentgym/WebAPI-v0", split="all", max_turns=10**9, max_tokens=10**9, database_url=database_url)
     try:
         env.reset(seed=0)
-        u = env.unwrapped
+        u: Any = env.unwrapped
         raw = httpx.Client(base_url=u.client.base_url)  # same keep-alive settings as the env's default
         headers = {EPISODE_HEADER: u.episode_key}
         tool = u._tools["get_product"]

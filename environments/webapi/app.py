@@ -16,20 +16,24 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from agentgym.environments.webapi.db import snapshot
+from agentgym.environments.webapi.domain import OPERATIONS as RULES
+from agentgym.environments.webapi.domain import DomainError
+from agentgym.environments.webapi.spec import OPERATIONS, SLEEP_OPERATION, Operation, openapi_document
+from agentgym.environments.webapi.storage import Store, UnknownEpisode
+from agentgym.environments.webapi.wire import (
+    ADMIN_PREFIX,
+    EPISODE_HEADER,
+    KEY_PATTERN,
+    MAX_BODY_BYTES,
+    error_body,
+)
 from jsonschema import Draft202012Validator
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-
-from agentgym.environments.webapi.db import snapshot
-from agentgym.environments.webapi.domain import OPERATIONS as RULES
-from agentgym.environments.webapi.domain import DomainError
-from agentgym.environments.webapi.spec import OPERATIONS, SLEEP_OPERATION, Operation, openapi_document
-from agentgym.environments.webapi.storage import Store, UnknownEpisode
-from agentgym.environments.webapi.wire import (ADMIN_PREFIX, EPISODE_HEADER, KEY_PATTERN, MAX_BODY_BYTES,
-                                               error_body)
 
 __all__ = ["create_app"]
 

@@ -17,8 +17,8 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-
 from agentgym.environments.webapi.wire import ADMIN_PREFIX, EPISODE_HEADER, MAX_BODY_BYTES, Snapshot
+
 from agentgym.errors import ServiceError
 from agentgym.tools import Tool, ToolResult
 

@@ -116,7 +116,8 @@ def get_customer(tx: Tx, customer_id: int) -> dict[str, Any]:
 
 def list_customer_orders(tx: Tx, customer_id: int, status: str | None = None) -> list[dict[str, Any]]:
     _customer(tx, customer_id)
-    sql, args = "SELECT * FROM orders WHERE customer_id = ?", [customer_id]
+    sql = "SELECT * FROM orders WHERE customer_id = ?"
+    args: list[Any] = [customer_id]
     if status:
         sql += " AND status = ?"
         args.append(status)

@@ -22,12 +22,20 @@ from typing import Any
 
 import httpx
 import numpy as np
-
-from agentgym.env import Task, ToolEnv
 from agentgym.environments.webapi.client import StoreClient, tools_from_openapi
 from agentgym.environments.webapi.launcher import ServerConfig, ServerProcess, acquire, release
 from agentgym.environments.webapi.reward import evaluate
-from agentgym.environments.webapi.tasks import POLICY, SPLITS, WebTask, all_tasks, base_snapshot, goal_state, split_tasks
+from agentgym.environments.webapi.tasks import (
+    POLICY,
+    SPLITS,
+    WebTask,
+    all_tasks,
+    base_snapshot,
+    goal_state,
+    split_tasks,
+)
+
+from agentgym.env import Task, ToolEnv
 from agentgym.errors import ConfigError, ServiceError
 from agentgym.tools import Tool, ToolResult
 

@@ -36,7 +36,7 @@ def run_episode(env: gym.Env, policy: Any = oracle_action, *, seed: int | None =
                 options: dict[str, Any] | None = None) -> tuple[float, dict[str, Any]]:
     """Play one episode; returns (total reward, last info)."""
     env.reset(seed=seed, options=options)
-    total, info = 0.0, {}
+    total, info = 0.0, dict[str, Any]()
     while True:
         _, reward, terminated, truncated, info = env.step(policy(env))
         total += float(reward)

@@ -16,13 +16,14 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from agentgym.environments.webapi.wire import READY_PREFIX
 
 __all__ = ["main"]
 
 
-def _watch_parent(parent_pid: int, stop: threading.Event, on_orphan: callable) -> None:  # type: ignore[valid-type]
+def _watch_parent(parent_pid: int, stop: threading.Event, on_orphan: Callable[[], None]) -> None:
     while not stop.wait(0.25):
         # Re-parented (to init or a subreaper) or the pid vanished: the parent is gone.
         if os.getppid() != parent_pid:
@@ -43,7 +44,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     import uvicorn  # imported here: `--help` stays fast
-
     from agentgym.environments.webapi.app import create_app
     from agentgym.environments.webapi.storage import open_store
     from agentgym.environments.webapi.wire import FIXTURE_SEED
