@@ -168,7 +168,10 @@ class BwrapSandbox(RunnerSandbox):
             argv += ["--ro-bind", runner_module.__file__, RUNNER_PATH]
         else:
             argv += ["--ro-bind", self.rootfs, "/"]
+        # bwrap's /dev is a writable, unbounded tmpfs: make it read-only after giving it
+        # a size-limited /dev/shm (like Docker's 16 MiB shm).
         argv += ["--proc", "/proc", "--dev", "/dev",
+                 "--size", str(16 << 20), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
                  "--size", str(tmp), "--tmpfs", "/tmp",
                  "--size", str(work), "--tmpfs", WORKDIR, "--chdir", WORKDIR,
                  "--cap-drop", "ALL", "--clearenv",

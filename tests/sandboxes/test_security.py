@@ -178,7 +178,7 @@ def test_disk_fill_hits_the_quota(sb: Sandbox, factory) -> None:  # type: ignore
 # ----------------------------------------------------------------------------- resources
 def test_fork_bomb_is_bounded(sb: Sandbox, factory) -> None:  # type: ignore[no-untyped-def]
     r = sb.run("bomb() { bomb | bomb & }; bomb; sleep 3", timeout=4)
-    assert not r.ok
+    assert r.timed_out or "fork" in r.stderr, r  # the pid limit stopped it
     assert leftover_pids(sb) == []  # the runner killed and reaped the whole tree
     assert subprocess.run(["true"]).returncode == 0  # the host can still fork
     assert_next_episode_works(factory)
@@ -260,6 +260,15 @@ def test_proc_and_sys_writes_fail(sb: Sandbox, factory) -> None:  # type: ignore
     assert_next_episode_works(factory)
 
 
+_UNSHARE = (  # os.unshare needs Python 3.12; the image has 3.11
+    "import ctypes, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "if libc.unshare(%d) != 0:\n"
+    "    e = ctypes.get_errno(); raise OSError(e, os.strerror(e))\n"
+    "print('UNSHARED')\n"
+)
+
+
 def test_no_privilege_escalation(sb: Sandbox, factory) -> None:  # type: ignore[no-untyped-def]
     r = sb.run("grep CapEff /proc/self/status; id -u; find / -xdev -perm /6000 -type f 2>/dev/null")
     cap_line, uid, *setuid_files = r.stdout.splitlines()
@@ -269,8 +278,8 @@ def test_no_privilege_escalation(sb: Sandbox, factory) -> None:  # type: ignore[
         "setuid(0)": "import os; os.setuid(0)",
         "raw socket (ping)": "import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)",
         "chroot": "import os; os.chroot('/tmp')",
-        "unshare user": "import os; os.unshare(os.CLONE_NEWUSER)",
-        "unshare mount": "import os; os.unshare(os.CLONE_NEWNS)",
+        "unshare user": _UNSHARE % 0x10000000,  # CLONE_NEWUSER
+        "unshare mount": _UNSHARE % 0x00020000,  # CLONE_NEWNS
     }
     for name, code in probes.items():
         res = sb.run_python(code)
