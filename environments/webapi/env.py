@@ -134,16 +134,26 @@ class WebAPIEnv(ToolEnv):
             client.create_episode(key)
         except ServiceError:
             if self.server is None:
-                raise
-            # The shared server died (killed, crashed): wait for it to be reaped, start a new one.
-            if self.server.proc is not None:
-                try:
-                    self.server.proc.wait(2.0)
-                except Exception:
-                    pass
+                raise  # not our server to restart: the error says which URL failed
+            self._revive(client)
             client = self._connect()
             client.create_episode(key)
         self.episode_key = key
+
+    def _revive(self, client: StoreClient) -> None:
+        """The shared server failed a request: restart it if it is dead or hung."""
+        assert self.server is not None
+        proc = self.server.proc
+        if proc is not None:
+            try:
+                proc.wait(1.0)  # killed or crashed: let it be reaped, ensure() starts a new one
+                return
+            except Exception:
+                pass
+        try:
+            client.health()
+        except ServiceError:
+            self.server.restart(client.base_url)  # alive but not answering: its episodes are lost anyway
 
     def tools(self) -> list[Tool]:
         return self._tool_list

@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import os
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,7 @@ class ServerProcess:
         self.restarts = -1  # incremented by each start: 0 after the first
         self._lock = threading.Lock()
         self._log_path = ""
+        self._data_dir = ""
 
     @property
     def pid(self) -> int | None:
@@ -62,16 +64,22 @@ class ServerProcess:
                 self._start_locked()
             return self.url
 
-    def restart(self) -> str:
+    def restart(self, failed_url: str | None = None) -> str:
+        """Stop and start again; with ``failed_url``, only if no one restarted it since."""
         with self._lock:
-            self._stop_locked()
-            self._start_locked()
+            if failed_url is None or self.url == failed_url:
+                self._stop_locked(force=failed_url is not None)  # a hung server gets no grace
+                self._start_locked()
             return self.url
 
     def _start_locked(self) -> None:
         cmd = [sys.executable, "-m", SERVE_MODULE, "--parent-pid", str(os.getpid())]
         if self.config.database_url:
             cmd += ["--database-url", self.config.database_url]
+        else:
+            # Our temp dir: the server deletes it on the way out, and so do we after a kill.
+            self._data_dir = tempfile.mkdtemp(prefix="agentgym-webapi-")
+            cmd += ["--data-dir", self._data_dir, "--delete-data-dir"]
         if self.config.test_endpoints:
             cmd.append("--test-endpoints")
         fd, self._log_path = tempfile.mkstemp(prefix="agentgym-webapi-", suffix=".log")
@@ -115,13 +123,14 @@ class ServerProcess:
         with self._lock:
             self._stop_locked()
 
-    def _stop_locked(self) -> None:
+    def _stop_locked(self, force: bool = False) -> None:
         proc, self.proc = self.proc, None
         if proc is not None:
             if proc.poll() is None:
-                proc.terminate()  # uvicorn shuts down gracefully and the store deletes its files
+                # SIGTERM: uvicorn drains requests (2 s at most) and the store deletes its files.
+                proc.kill() if force else proc.terminate()
                 try:
-                    proc.wait(10)
+                    proc.wait(8)
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(5)
@@ -133,6 +142,9 @@ class ServerProcess:
             except OSError:
                 pass
             self._log_path = ""
+        if self._data_dir:
+            shutil.rmtree(self._data_dir, ignore_errors=True)
+            self._data_dir = ""
 
 
 # ---------------------------------------------------------------------------- sharing

@@ -36,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 picks a free port")
     p.add_argument("--database-url", default=None, help="postgresql://... (default: SQLite files)")
-    p.add_argument("--data-dir", default=None, help="where SQLite episode files live (default: a temp dir)")
+    p.add_argument("--data-dir", default=None, help="where SQLite episode files live (default: a temp dir, "
+                   "deleted on exit)")
+    p.add_argument("--delete-data-dir", action="store_true", help="delete --data-dir on exit too")
     p.add_argument("--parent-pid", type=int, default=None, help="exit when this process dies")
     p.add_argument("--fixture-seed", type=int, default=None)
     p.add_argument("--test-endpoints", action="store_true", help="serve GET /_test/sleep (for tests)")
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from agentgym.environments.webapi.wire import FIXTURE_SEED
 
     seed = FIXTURE_SEED if args.fixture_seed is None else args.fixture_seed
-    store = open_store(seed, args.database_url, args.data_dir)
+    store = open_store(seed, args.database_url, args.data_dir, delete_dir=args.delete_data_dir)
     app = create_app(store, test_endpoints=args.test_endpoints)
     # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on accepted sockets whose proto
     # says TCP, and without it small responses wait ~40 ms for a delayed ACK.

@@ -41,8 +41,8 @@ class Store(Protocol):
 
 
 class SqliteStore:
-    def __init__(self, seed: int, data_dir: str | None = None) -> None:
-        self._own_dir = data_dir is None
+    def __init__(self, seed: int, data_dir: str | None = None, delete_dir: bool = False) -> None:
+        self._own_dir = data_dir is None or delete_dir
         self.dir = data_dir or tempfile.mkdtemp(prefix="agentgym-webapi-")
         os.makedirs(self.dir, exist_ok=True)
         self.template = os.path.join(self.dir, "template.sqlite")
@@ -202,9 +202,10 @@ class PostgresStore:
                 self._pool.get().close()
 
 
-def open_store(seed: int, database_url: str | None = None, data_dir: str | None = None) -> Store:
+def open_store(seed: int, database_url: str | None = None, data_dir: str | None = None,
+               delete_dir: bool = False) -> Store:
     if database_url and database_url.startswith(("postgres://", "postgresql://")):
         return PostgresStore(seed, database_url)
     if database_url:
         raise ValueError(f"database_url must be a postgresql:// DSN, got {database_url!r}")
-    return SqliteStore(seed, data_dir)
+    return SqliteStore(seed, data_dir, delete_dir)

@@ -139,3 +139,25 @@ def test_random_token_actions_never_raise() -> None:
         assert info["counts"]["malformed"] >= 1
     finally:
         env.close()
+
+
+def test_hung_server_is_restarted_for_the_next_episode() -> None:
+    env = gym.make("agentgym/WebAPI-v0", split="all", request_timeout=1.0)
+    try:
+        env.reset(seed=0)
+        server = env.unwrapped.server
+        old_pid = server.pid
+        old_dir = httpx.get(f"{server.url}/_admin/health").json()["storage"]
+        os.kill(old_pid, signal.SIGSTOP)  # alive but deaf
+        try:
+            reward, _ = run_episode(env, oracle_action, options={"task_id": all_tasks()[0].id})
+        finally:
+            try:
+                os.kill(old_pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass  # already killed by the restart
+        assert reward == 1.0 and server.pid != old_pid and server.alive()
+        assert _wait_gone(old_pid)
+        assert not os.path.exists(old_dir)  # a killed server's databases are deleted by the launcher
+    finally:
+        env.close()
