@@ -90,7 +90,7 @@ def run_visible_locally(visible: str, source: str) -> bool:
 
 
 def _judge_task(p: Problem) -> dict[str, Any]:
-    return {"entry_point": p.entry_point, "support": p.prompt, "test_preamble": p.test_preamble,
+    return {"entry_point": p.entry_point, "support": p.support, "test_preamble": p.test_preamble,
             "units": list(p.units)}
 
 
@@ -220,7 +220,7 @@ class _ProblemBuilder:
             "id": f"{p.task_id}/L{level}/{variant}", "problem": p.task_id, "number": p.number,
             "split": "eval" if is_eval_problem(p.number) else "train", "level": level,
             "variant": variant, "entry_point": p.entry_point, "mutations": [m.to_json() for m in muts],
-            "buggy_source": src, "canonical_source": p.canonical, "support": p.prompt,
+            "buggy_source": src, "canonical_source": p.canonical, "support": p.support,
             "test_preamble": p.test_preamble, "units": list(p.units), "n_visible": p.n_visible,
             "visible_tests": self.visible, "start_passed": r.passed,
             "visible_fails": not run_visible_locally(self.visible, src),

@@ -29,8 +29,9 @@ class Problem:
     task_id: str  # "HumanEval/17"
     number: int
     entry_point: str
-    prompt: str  # trusted: the statement, helpers and docstring (the judge's support code)
+    prompt: str  # the statement, helpers and docstring: mutations go after it
     canonical: str  # prompt + canonical body: the correct solution.py
+    support: str  # trusted code the judge runs the tests beside (prompt; canonical if tests need it)
     test_preamble: str  # test-module code outside check() (METADATA, imports)
     units: tuple[str, ...]  # hidden test units (source)
     n_visible: int
@@ -138,7 +139,12 @@ def load_humaneval() -> list[tuple[Problem, list[list[str]]]]:
         if not units:
             continue
         n_visible = min(3, math.ceil(len(units) / 2)) if len(units) > 1 else 1
-        p = Problem(task_id, int(task_id.split("/")[1]), raw["entry_point"], raw["prompt"],
-                    raw["prompt"] + raw["canonical_solution"], preamble, tuple(units), n_visible)
+        canonical = raw["prompt"] + raw["canonical_solution"]
+        # A few tests compare against the reference by name (HumanEval/33: sort_third(...)):
+        # only those get the canonical solution in the judge's trusted namespace.
+        refers = any(isinstance(n, ast.Name) and n.id == raw["entry_point"]
+                     for n in ast.walk(ast.parse(raw["test"])))
+        p = Problem(task_id, int(task_id.split("/")[1]), raw["entry_point"], raw["prompt"], canonical,
+                    canonical if refers else raw["prompt"], preamble, tuple(units), n_visible)
         out.append((p, setup_before))
     return out

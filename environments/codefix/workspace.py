@@ -96,7 +96,9 @@ class Workspace:
         timeout = min(self.limits.command_timeout, left)
         res = self.sandbox.run(argv, stdin=stdin, timeout=timeout)
         self.used_s += res.duration_s
-        if self.used_s >= self.limits.sandbox_seconds:
+        # A command stopped by the budget-cut timeout used it all, whatever its clock says.
+        if self.used_s >= self.limits.sandbox_seconds or (res.timed_out and timeout >= left):
+            self.used_s = max(self.used_s, self.limits.sandbox_seconds)
             return res, self._exhaust()
         return res, ""
 

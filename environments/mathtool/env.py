@@ -86,11 +86,14 @@ class MathToolEnv(MathEnv):
     def _python(self, code: str) -> ToolResult:
         assert self.sandbox is not None
         left = self.sandbox_seconds - self.used_s
-        res = self.sandbox.run(["python3", "-c", code], timeout=min(self.command_timeout, left))
+        timeout = min(self.command_timeout, left)
+        res = self.sandbox.run(["python3", "-c", code], timeout=timeout)
         self.used_s += res.duration_s
         self.last_output = res.stdout
         text = format_exec(res, self.max_output_chars)
-        if self.used_s >= self.sandbox_seconds:
+        # A command stopped by the budget-cut timeout used it all, whatever its clock says.
+        if self.used_s >= self.sandbox_seconds or (res.timed_out and timeout >= left):
+            self.used_s = max(self.used_s, self.sandbox_seconds)
             self.max_turns = self.counts["turns"]  # ToolEnv truncates this step (see step())
             text += (f"\n[sandbox time budget used up: {self.used_s:.1f} s of "
                      f"{self.sandbox_seconds:.0f} s; the episode ends here]")
