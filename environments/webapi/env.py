@@ -5,7 +5,7 @@ own database under a fresh episode key, offers one tool per OpenAPI operation, a
 the final answer by comparing the episode's database with the task's goal state::
 
     env = gym.make("agentgym/WebAPI-v0", split="train")
-    obs, info = env.reset(seed=0)                       # or options={"task_id": "cancel-12"}
+    obs, info = env.reset(seed=0)                       # or options={"task_id": "cancel-41"}
 
 Options: ``split`` ("train" | "test" | "all"), ``database_url`` (a ``postgresql://`` DSN;
 default SQLite files), ``server_url`` (use a server that is already running),
@@ -113,7 +113,7 @@ class WebAPIEnv(ToolEnv):
             if wt is None:
                 near = difflib.get_close_matches(str(options["task_id"]), by_id, n=3)
                 raise ConfigError(f"unknown WebAPI task_id {options['task_id']!r}; did you mean {near}? "
-                                  "(ids look like 'cancel-12'; see agentgym.environments.webapi.tasks.all_tasks())")
+                                  "(ids look like 'cancel-41'; see agentgym.environments.webapi.tasks.all_tasks())")
         elif "index" in options:
             i = options["index"]
             if not isinstance(i, (int, np.integer)) or not 0 <= i < len(self._tasks):
