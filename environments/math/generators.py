@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-
 from agentgym.environments.math.words import word_problem
 
 __all__ = ["FAMILIES", "LEVELS", "Problem", "Draw", "generate", "fmt_frac", "fmt_poly"]
@@ -45,7 +44,7 @@ class Draw:
         self._buf: list[int] = rng.integers(0, 1 << 31, size=32).tolist()
         self._i = 0
 
-    def int(self, lo: int, hi: int) -> int:
+    def between(self, lo: int, hi: int) -> int:
         """Uniform in [lo, hi] (inclusive; modulo bias < 1e-7 for our ranges)."""
         if self._i == len(self._buf):
             self._buf = self._rng.integers(0, 1 << 31, size=32).tolist()
@@ -55,11 +54,11 @@ class Draw:
         return lo + v % (hi - lo + 1)
 
     def nonzero(self, lo: int, hi: int) -> int:
-        v = self.int(lo, hi - 1)
+        v = self.between(lo, hi - 1)
         return v if v < 0 else v + 1  # skip 0, keep the range size
 
     def choice(self, seq: tuple | list):  # type: ignore[type-arg]
-        return seq[self.int(0, len(seq) - 1)]
+        return seq[self.between(0, len(seq) - 1)]
 
 
 # ---------------------------------------------------------------------------- formatting
@@ -95,35 +94,35 @@ Gen = Callable[[Draw, int], tuple[str, str, str | None]]  # -> question, answer,
 
 def arithmetic(d: Draw, lvl: int) -> tuple[str, str, str | None]:
     if lvl == 0:
-        a, b = d.int(1, 99), d.int(1, 99)
+        a, b = d.between(1, 99), d.between(1, 99)
         op = d.choice(("+", "-"))
     elif lvl == 1:
         op = d.choice(("*", "+", "-"))
-        a, b = (d.int(2, 30), d.int(2, 30)) if op == "*" else (d.int(100, 999), d.int(100, 999))
+        a, b = (d.between(2, 30), d.between(2, 30)) if op == "*" else (d.between(100, 999), d.between(100, 999))
     else:
         op = d.choice(("*", "/"))
-        b = d.int(3, 40)
-        a = d.int(20, 400) * (b if op == "/" else 1)
+        b = d.between(3, 40)
+        a = d.between(20, 400) * (b if op == "/" else 1)
         if op == "*":
-            b = d.int(11, 99)
+            b = d.between(11, 99)
     val = a + b if op == "+" else a - b if op == "-" else a * b if op == "*" else a // b
     expr = f"{a} {op} {b}"
     return f"What is {expr}?", str(val), expr
 
 
 def order_of_operations(d: Draw, lvl: int) -> tuple[str, str, str | None]:
-    a, b, c = d.int(2, 12), d.int(2, 12), d.int(2, 12)
+    a, b, c = d.between(2, 12), d.between(2, 12), d.between(2, 12)
     if lvl == 0:
-        form = d.int(0, 1)
+        form = d.between(0, 1)
         expr = f"{a} + {b} * {c}" if form else f"{a} * {b} - {c}"
         val = a + b * c if form else a * b - c
     elif lvl == 1:
-        e = d.int(1, 20)
+        e = d.between(1, 20)
         expr = f"({a} + {b}) * {c} - {e}"
         val = (a + b) * c - e
     else:
-        e = d.int(2, 9)
-        f = e * d.int(1, 12)
+        e = d.between(2, 9)
+        f = e * d.between(1, 12)
         expr = f"{a} * ({b} - {c})^2 + {f} / {e}"
         val = a * (b - c) ** 2 + f // e
     return f"What is {expr}?", str(val), expr
@@ -131,15 +130,15 @@ def order_of_operations(d: Draw, lvl: int) -> tuple[str, str, str | None]:
 
 def _proper(d: Draw) -> Fraction:
     """A fraction that is not an integer, e.g. 7/4 or 2/9."""
-    den = d.int(2, 12)
-    num = d.int(1, 2 * den - 1)
+    den = d.between(2, 12)
+    num = d.between(1, 2 * den - 1)
     return Fraction(num + 1 if num % den == 0 else num, den)
 
 
 def fractions(d: Draw, lvl: int) -> tuple[str, str, str | None]:
     if lvl == 0:
-        den = d.int(3, 12)
-        a, b = d.int(1, den - 1), d.int(1, den - 1)
+        den = d.between(3, 12)
+        a, b = d.between(1, den - 1), d.between(1, den - 1)
         val = Fraction(a + b, den)
         q = f"{a}/{den} + {b}/{den}"
     else:
@@ -149,40 +148,40 @@ def fractions(d: Draw, lvl: int) -> tuple[str, str, str | None]:
         val = x + y if op == "+" else x - y if op == "-" else x * y if op == "*" else x / y
         q = f"{fmt_frac(x)} {op} {fmt_frac(y)}" if lvl == 1 else f"({fmt_frac(x)}) {op} ({fmt_frac(y)})"
         if lvl == 2:
-            z = Fraction(d.int(1, 9), d.int(2, 9))
+            z = Fraction(d.between(1, 9), d.between(2, 9))
             val += z
             q = f"{q} + {fmt_frac(z)}"
     return f"Compute {q}. Give the answer as a reduced fraction.", fmt_frac(val), q
 
 
 def linear_equation(d: Draw, lvl: int) -> tuple[str, str, str | None]:
-    x = d.int(-20, 20)
+    x = d.between(-20, 20)
     if lvl == 0:
-        a = d.int(1, 30)
+        a = d.between(1, 30)
         return f"Solve for x: x + {a} = {x + a}.", str(x), None
     if lvl == 1:
-        a, b = d.nonzero(-9, 9), d.int(-30, 30)
+        a, b = d.nonzero(-9, 9), d.between(-30, 30)
         lhs = fmt_poly([(a, 1), (b, 0)])
         return f"Solve for x: {lhs} = {a * x + b}.", str(x), None
     a, c = d.nonzero(-9, 9), d.nonzero(-9, 9)
     while c == a:
         c = d.nonzero(-9, 9)
-    b, e = d.int(-30, 30), d.int(-30, 30)
+    b, e = d.between(-30, 30), d.between(-30, 30)
     sol = Fraction(e - b, a - c)
     return (f"Solve for x: {fmt_poly([(a, 1), (b, 0)])} = {fmt_poly([(c, 1), (e, 0)])}.",
             fmt_frac(sol), None)
 
 
 def quadratic(d: Draw, lvl: int) -> tuple[str, str, str | None]:
-    r1 = d.int(-9, 9)
-    r2 = d.int(-9, 8)
+    r1 = d.between(-9, 9)
+    r2 = d.between(-9, 8)
     r2 = r2 + 1 if r2 >= r1 else r2  # distinct roots
     if lvl < 2:
-        k = 1 if lvl == 0 else d.int(2, 5)
+        k = 1 if lvl == 0 else d.between(2, 5)
         coeffs = [(k, 2), (-k * (r1 + r2), 1), (k * r1 * r2, 0)]
         roots = sorted((Fraction(r1), Fraction(r2)))
     else:  # (p x - q)(r x - s): rational roots q/p, s/r
-        p, r = d.int(2, 5), d.int(1, 4)
+        p, r = d.between(2, 5), d.between(1, 4)
         q, s = d.nonzero(-7, 7), d.nonzero(-7, 7)
         if Fraction(q, p) == Fraction(s, r):
             s = -s  # q, s are nonzero, so the roots now differ in sign
@@ -194,7 +193,7 @@ def quadratic(d: Draw, lvl: int) -> tuple[str, str, str | None]:
 
 def linear_system(d: Draw, lvl: int) -> tuple[str, str, str | None]:
     span = (5, 9, 15)[lvl]
-    x, y = d.int(-span, span), d.int(-span, span)
+    x, y = d.between(-span, span), d.between(-span, span)
     while True:
         if lvl == 0:
             a1, b1, a2, b2 = 1, 1, 1, -1
@@ -210,15 +209,15 @@ def linear_system(d: Draw, lvl: int) -> tuple[str, str, str | None]:
 
 def derivative(d: Draw, lvl: int) -> tuple[str, str, str | None]:
     if lvl < 2:
-        deg = 2 if lvl == 0 else d.int(3, 4)
-        terms = [(d.int(-9, 9) if p < deg else d.nonzero(-9, 9), p) for p in range(deg, -1, -1)]
+        deg = 2 if lvl == 0 else d.between(3, 4)
+        terms = [(d.between(-9, 9) if p < deg else d.nonzero(-9, 9), p) for p in range(deg, -1, -1)]
         dterms = [(c * p, p - 1) for c, p in terms if p > 0]
         f, df = fmt_poly(terms), fmt_poly(dterms)
     else:
-        a, b = d.int(2, 6), d.nonzero(-5, 5)
-        kind = d.int(0, 2)
+        a, b = d.between(2, 6), d.nonzero(-5, 5)
+        kind = d.between(0, 2)
         if kind == 0:
-            n = d.int(2, 5)
+            n = d.between(2, 5)
             inner = fmt_poly([(a, 1), (b, 0)])
             f = f"({inner})^{n}"
             df = f"{n * a}({inner})" + (f"^{n - 1}" if n > 2 else "")
@@ -235,9 +234,9 @@ def derivative(d: Draw, lvl: int) -> tuple[str, str, str | None]:
 
 def definite_integral(d: Draw, lvl: int) -> tuple[str, str, str | None]:
     deg = lvl + 1
-    terms = [(d.int(-6, 6) if p < deg else d.nonzero(-6, 6), p) for p in range(deg, -1, -1)]
-    lo = 0 if lvl == 0 else d.int(-3, 2)
-    hi = lo + d.int(1, 4)
+    terms = [(d.between(-6, 6) if p < deg else d.nonzero(-6, 6), p) for p in range(deg, -1, -1)]
+    lo = 0 if lvl == 0 else d.between(-3, 2)
+    hi = lo + d.between(1, 4)
     val = sum(Fraction(c, p + 1) * (hi ** (p + 1) - lo ** (p + 1)) for c, p in terms)
     q = f"Evaluate the definite integral of {fmt_poly(terms)} with respect to x from x = {lo} to x = {hi}."
     return q, fmt_frac(val), None
@@ -247,12 +246,12 @@ def indefinite_integral(d: Draw, lvl: int) -> tuple[str, str, str | None]:
     if lvl < 2:
         deg = 1 + lvl * 2
         # coefficients (p + 1) * k keep the antiderivative's coefficients integers
-        prim = [(d.int(-5, 5) if p < deg + 1 else d.nonzero(-5, 5), p) for p in range(deg + 1, 0, -1)]
+        prim = [(d.between(-5, 5) if p < deg + 1 else d.nonzero(-5, 5), p) for p in range(deg + 1, 0, -1)]
         terms = [(k * p, p - 1) for k, p in prim]
         q_f, ans = fmt_poly(terms), fmt_poly(prim) + " + C"
     else:
-        a, b = d.int(2, 6), d.int(2, 5)
-        if d.int(0, 1):
+        a, b = d.between(2, 6), d.between(2, 5)
+        if d.between(0, 1):
             q_f, ans = f"{a * b}cos({b}x)", f"{a}sin({b}x) + C"
         else:
             q_f, ans = f"{a * b}e^({b}x)", f"{a}e^({b}x) + C"

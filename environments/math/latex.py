@@ -105,11 +105,9 @@ def extract(text: str) -> str:
                     s = s[start + len(open_) : end]
                     break
         else:
-            m = None
-            for m in _ANSWER_IS.finditer(s):
-                pass
-            if m is not None:
-                s = s[m.end():]
+            ends = [m.end() for m in _ANSWER_IS.finditer(s)]
+            if ends:
+                s = s[ends[-1]:]
     s = _SIZING.sub("", s).replace("$", "")
     s = _THIN_THOUSANDS.sub("", s)  # 3\,000 -> 3000
     for sp in ("\\,", "\\!", "\\;", "\\:", "\\ "):
@@ -175,6 +173,8 @@ def to_plain(s: str, depth: int = 0) -> str:
                 idx = None
                 if i < n and s[i] == "[":
                     end = _match(s, i)
+                    if end < 0:
+                        raise ExprError("unbalanced brackets: \\sqrt[ is never closed")
                     idx, i = s[i + 1 : end], end + 1
                 a, i = _arg(s, i)
                 a = to_plain(a, depth + 1)

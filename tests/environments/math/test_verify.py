@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from agentgym.environments.math.calc import calculate
 from agentgym.environments.math.expr import ExprError, TooLarge
 from agentgym.environments.math.verify import Verdict, verify
@@ -118,3 +117,29 @@ def test_calculator_guards(expr: str) -> None:
             return f"too large: {e}"
     out, _ = _bounded(run)
     assert str(out).startswith("too large")
+
+
+# ---------------------------------------------------------------------------- fuzzing
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_PIECES = [*"0123456789+-*/^()[]{}|,.=<> xyCe!$%", "\\frac", "\\sqrt", "\\pi", "\\boxed", "\\infty",
+           "\\cup", "\\pm", "sin", "ln", "**", "\\left("]
+_MATHY = st.lists(st.sampled_from(_PIECES), max_size=30).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(pred=_MATHY, ref=st.sampled_from(["3", "1/2", "(1, 2)", "-3, 2", "[0, oo)", "x^2 + C", "\\sqrt{2}"]))
+def test_verify_never_raises(pred: str, ref: str) -> None:
+    v = verify(pred, ref)
+    assert isinstance(v.correct, bool) and v.reason
+
+
+@settings(max_examples=200, deadline=None)
+@given(expr=_MATHY)
+def test_calculator_raises_only_expr_errors(expr: str) -> None:
+    try:
+        out = calculate(expr)
+    except ExprError:
+        return
+    assert out.lstrip("-").replace("/", "").isdigit()
