@@ -220,3 +220,24 @@ def test_calculator_errors_are_observations() -> None:
 def test_oracle_needs_reset() -> None:
     with pytest.raises(EnvStateError):
         oracle_action(MathEnv())
+
+
+def test_envpool_threads_step_math_envs() -> None:
+    """Envs stepped from worker threads: the verifier (no signals) works off the main thread."""
+    from agentgym.vector import EnvPool
+
+    pool = EnvPool(lambda: MathCalcEnv(families=None, levels=None), n=4)
+    try:
+        for round_ in range(3):
+            pool.reset([round_ * 10 + i for i in range(4)])
+            live = set(range(4))
+            rewards = [0.0] * 4
+            while live:
+                out = pool.step({i: oracle_actions(pool.envs[i]) for i in live})
+                for i, res in out.items():
+                    rewards[i] += res.reward
+                    if res.terminated or res.truncated:
+                        live.discard(i)
+            assert rewards == [1.0] * 4
+    finally:
+        pool.close()
