@@ -63,6 +63,9 @@ def main() -> int:
         sb.run(CMD)
         container.exec_run(CMD, user="1000:1000")
 
+    conn = sb._connection()
+    ping = [timed(lambda: conn.call({"op": "ping"}, 10.0)) for _ in range(args.n)]
+    rows.append(("docker: runner ping round trip (attach socket transport)", ping))
     runner, sdk_exec, cli_exec = [], [], []
     for _ in range(args.n):
         runner.append(timed(lambda: sb.run(CMD)))
@@ -99,7 +102,10 @@ def main() -> int:
     bw = make_sandbox("bwrap")
     for _ in range(5):
         bw.run(CMD)
-    rows += [("bwrap: Sandbox.run", [timed(lambda: bw.run(CMD)) for _ in range(args.n)]),
+    bconn = bw._connection()
+    rows += [("bwrap: runner ping round trip (pipes)",
+              [timed(lambda: bconn.call({"op": "ping"}, 10.0)) for _ in range(args.n)]),
+             ("bwrap: Sandbox.run", [timed(lambda: bw.run(CMD)) for _ in range(args.n)]),
              ("bwrap: sandbox.reset()", [timed(bw.reset) for _ in range(args.n_start)])]
     bw.close()
 

@@ -13,6 +13,7 @@ import json
 import os
 import select
 import subprocess
+import threading
 import time
 from typing import Any, Protocol
 
@@ -126,6 +127,9 @@ class RunnerSandbox(Sandbox):
         self.output_limit = int(output_limit)
         self.rlimits = dict(rlimits)
         self._conn: RunnerClient | None = None
+        # One request at a time on the wire: concurrent callers (an env's tool thread and a
+        # watchdog, say) are serialised rather than interleaving frames.
+        self._lock = threading.RLock()
 
     @abc.abstractmethod
     def _start(self) -> RunnerClient:
@@ -148,11 +152,12 @@ class RunnerSandbox(Sandbox):
 
     def _call(self, req: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
         """A file operation; if the runner is gone, restart once (the work dir is then empty)."""
-        try:
-            return self._connection().call(req, timeout)
-        except RunnerGone:
-            self._restart()
-            return self._connection().call(req, timeout)
+        with self._lock:
+            try:
+                return self._connection().call(req, timeout)
+            except RunnerGone:
+                self._restart()
+                return self._connection().call(req, timeout)
 
     # ------------------------------------------------------------------ hooks
     def _run(self, argv: list[str], stdin: bytes, timeout: float, env: dict[str, str]) -> ExecResult:
@@ -160,6 +165,10 @@ class RunnerSandbox(Sandbox):
             "op": "exec", "argv": argv, "stdin": _b64(stdin), "timeout": timeout, "env": env,
             "limit": self.output_limit, "rlimits": self.rlimits,
         }
+        with self._lock:
+            return self._run_locked(req, timeout)
+
+    def _run_locked(self, req: dict[str, Any], timeout: float) -> ExecResult:
         t0 = time.monotonic()
         try:
             resp = self._connection().call(req, timeout + HOST_GRACE_S)
@@ -203,9 +212,11 @@ class RunnerSandbox(Sandbox):
         return list(resp["files"])
 
     def _reset(self) -> None:
-        self._restart()
+        with self._lock:
+            self._restart()
 
     def _close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            self._stop(conn)
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                self._stop(conn)

@@ -268,10 +268,13 @@ class SandboxPool:
     def discard(self, warm: _Warm) -> None:
         """Throw a used container away, in the background."""
         warm.conn.close()
-        if self._closed:
-            self._remove(warm.container.id)
-        else:
-            self._executor.submit(self._remove, warm.container.id)
+        if not self._closed:
+            try:
+                self._executor.submit(self._remove, warm.container.id)
+                return
+            except RuntimeError:  # interpreter shutting down: no new threads
+                pass
+        self._remove(warm.container.id)
 
     def take(self) -> _Warm:
         """A started, pinged container; a replacement starts in the background."""

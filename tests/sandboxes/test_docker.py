@@ -16,7 +16,8 @@ from agentgym.sandboxes import SandboxPool
 from agentgym.sandboxes.docker_backend import docker_client
 from agentgym.sandboxes.orphans import LABEL, OWNER_LABEL, owner_id, remove_orphans
 
-pytestmark = pytest.mark.docker
+# docker_pool: skip (locally) or fail (CI) when there is no engine/image, build it if missing
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("docker_pool")]
 
 
 def _exists(client, cid: str) -> bool:  # type: ignore[no-untyped-def]
@@ -179,3 +180,16 @@ def test_sandboxes_from_one_pool_are_isolated_from_each_other(docker_pool: Sandb
     finally:
         a.close()
         b.close()
+
+
+def test_cli_build_is_a_no_op_when_up_to_date_and_status_reports(capsys: pytest.CaptureFixture[str]) -> None:
+    from agentgym.sandboxes.cli import main
+    from agentgym.sandboxes.image import image_tag
+
+    assert main(["build"]) == 0
+    assert f"{image_tag()} is up to date" in capsys.readouterr().out
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "engine reachable, image present" in out and image_tag() in out
+    assert main(["clean"]) == 0
+    assert "orphaned sandbox containers" in capsys.readouterr().out
