@@ -36,11 +36,16 @@ class Store(Protocol):
     def has(self, key: str) -> bool: ...
     def count(self) -> int: ...
     location: str  # where the episode databases live (a directory, or a schema prefix)
+    inline: bool  # True: cheap enough to run on the event loop; False: use worker threads
     def transaction(self, key: str) -> Any: ...  # context manager yielding a Tx
     def close(self) -> None: ...
 
 
 class SqliteStore:
+    # Queries on a small local file take ~0.1 ms: run them on the event loop, skipping the
+    # worker-thread hop that costs more than the query.
+    inline = True
+
     def __init__(self, seed: int, data_dir: str | None = None, delete_dir: bool = False) -> None:
         self._own_dir = data_dir is None or delete_dir
         self.dir = data_dir or tempfile.mkdtemp(prefix="agentgym-webapi-")
@@ -57,6 +62,8 @@ class SqliteStore:
         finally:
             conn.close()
         self._keys: set[str] = set()
+        self._conns: dict[str, sqlite3.Connection] = {}
+        self._key_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._closed = False
         self.location = self.dir
@@ -66,8 +73,17 @@ class SqliteStore:
 
     def create(self, key: str) -> None:
         with self._lock:
+            old = self._conns.pop(key, None)
+            if old is not None:
+                old.close()
             # Re-creating a key starts that episode over from the fixture.
             shutil.copyfile(self.template, self._path(key))
+            # isolation_level=None: we issue BEGIN ourselves. One connection per episode, kept
+            # open: connecting costs more than the queries of a typical request.
+            conn = sqlite3.connect(self._path(key), timeout=5, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA synchronous = OFF")  # per-episode scratch data: no fsync needed
+            self._conns[key] = conn
+            self._key_locks.setdefault(key, threading.Lock())
             self._keys.add(key)
 
     def drop(self, key: str) -> None:
@@ -75,6 +91,10 @@ class SqliteStore:
             if key not in self._keys:
                 raise UnknownEpisode(key)
             self._keys.discard(key)
+            self._key_locks.pop(key, None)
+            conn = self._conns.pop(key, None)
+        if conn is not None:
+            conn.close()
         for suffix in ("", "-journal"):
             try:
                 os.remove(self._path(key) + suffix)
@@ -89,13 +109,13 @@ class SqliteStore:
 
     @contextmanager
     def transaction(self, key: str) -> Iterator[Tx]:
-        if key not in self._keys:
+        with self._lock:
+            conn, lock = self._conns.get(key), self._key_locks.get(key)
+        if conn is None or lock is None:
             raise UnknownEpisode(key)
-        # isolation_level=None: we issue BEGIN ourselves; IMMEDIATE takes the write lock up
-        # front so two requests of one episode can never interleave half-done writes.
-        conn = sqlite3.connect(self._path(key), timeout=30, isolation_level=None, check_same_thread=False)
-        try:
-            conn.execute("PRAGMA synchronous = OFF")  # per-episode scratch data: no fsync needed
+        # The per-episode lock serialises requests of one episode (they share a connection);
+        # episodes never wait for each other.
+        with lock:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield Tx(conn)
@@ -103,18 +123,21 @@ class SqliteStore:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
-        finally:
-            conn.close()
 
     def close(self) -> None:
         with self._lock:
             closed, self._closed = self._closed, True
+            conns, self._conns = list(self._conns.values()), {}
+        for conn in conns:
+            conn.close()
         if not closed and self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class PostgresStore:
     """One schema per episode in the database named by ``dsn``; dropped again on close."""
+
+    inline = False  # network round trips: run in worker threads, never on the event loop
 
     def __init__(self, seed: int, dsn: str, pool_size: int = 8) -> None:
         try:
