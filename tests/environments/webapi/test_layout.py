@@ -1,0 +1,33 @@
+"""The package's public surface and the server/client split (STYLE.md #9)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import agentgym.environments.webapi as webapi
+
+CLIENT_PROBE = """
+import sys
+import gymnasium as gym
+import agentgym
+from agentgym.environments.webapi import oracle_action, run_episode
+env = gym.make("agentgym/WebAPI-v0")
+reward, _ = run_episode(env, oracle_action, seed=0)
+env.close()
+server_side = [m for m in sys.modules if m.split(".")[-1] in ("app", "serve", "storage", "spec")
+               and m.startswith("agentgym.environments.webapi")]
+print(reward, server_side)
+"""
+
+
+def test_public_surface() -> None:
+    assert sorted(webapi.__all__) == ["WebAPIEnv", "noop_action", "oracle_action", "run_episode"]
+    for name in webapi.__all__:
+        assert getattr(webapi, name) is not None
+
+
+def test_client_side_never_imports_the_server_modules() -> None:
+    out = subprocess.run([sys.executable, "-c", CLIENT_PROBE], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1.0", "[]"]
