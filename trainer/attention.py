@@ -172,9 +172,10 @@ def set_attention(model: nn.Module, name: str) -> nn.Module:
 
     Writes the config field directly: GPT-OSS declares ``_supports_sdpa = False`` and custom
     registered names are not in transformers' validation list. No sink check here; use
-    ``model.check_attention`` (``load_policy`` does) before training.
+    ``agentgym.trainer.model.check_attention`` (``load_policy`` does) before training.
     """
     if name == ATTN_NAME:
         register_sink_attention(name)
-    model.config._attn_implementation = name
+    config: Any = model.config
+    config._attn_implementation = name
     return model

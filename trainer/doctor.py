@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import nn
-
-from agentgym.errors import ConfigError
 from agentgym.trainer.attention import set_attention
 from agentgym.trainer.correction import correction_weights, mismatch_stats
 from agentgym.trainer.engines.base import Engine, make_engine
 from agentgym.trainer.logprobs import policy_forward
 from agentgym.trainer.model import check_attention, load_policy
+from torch import nn
+
+from agentgym.errors import ConfigError
 
 __all__ = ["DoctorReport", "THRESHOLDS", "doctor_main", "run_doctor", "verdict"]
 

@@ -19,14 +19,15 @@ that loops over (or groups by) the experts actually hit (see ``model.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from agentgym.trainer.model import use_memory_efficient_experts
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from agentgym.errors import ConfigError
-from agentgym.trainer.model import use_memory_efficient_experts
 
 __all__ = ["ForwardOut", "policy_forward", "token_logprobs"]
 
@@ -95,7 +96,7 @@ def policy_forward(
     hidden = _backbone(model)(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
     ).last_hidden_state  # (B, T, H)
-    head = model.get_output_embeddings()
+    head: Any = model.get_output_embeddings()  # type: ignore[operator]
 
     B, T = input_ids.shape
     h = hidden[:, :-1]  # (B, T-1, H): position t-1 predicts token t

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from agentgym.trainer.attention import set_attention
 from torch import nn
 
 from agentgym.errors import ConfigError
@@ -106,9 +107,9 @@ def default_attention(device: str | torch.device = "cpu") -> str:
     return "agentgym_flex" if torch.device(device).type == "cuda" else "eager"
 
 
-def check_attention(attn_implementation: str, device: str | torch.device = "cpu") -> None:
-    """Raise :class:`ConfigError` if ``attn_implementation`` would drop the attention sinks."""
-    dev = torch.device(device).type
+def check_attention(attn_implementation: str, device: str | torch.device | None = None) -> None:
+    """Raise :class:`ConfigError` if ``attn_implementation`` would drop the attention sinks
+    (or, when ``device`` is given, cannot run there with gradients)."""
     if attn_implementation in _SINK_DROPPING:
         raise ConfigError(
             f"attn_implementation={attn_implementation!r} drops GPT-OSS attention sinks "
@@ -121,6 +122,9 @@ def check_attention(attn_implementation: str, device: str | torch.device = "cpu"
             f"attn_implementation={attn_implementation!r} is not known to honour GPT-OSS attention "
             f"sinks; expected one of {sorted(SINK_AWARE_ATTENTION)} or \"auto\"."
         )
+    if device is None:
+        return
+    dev = torch.device(device).type
     if dev != "cuda" and attn_implementation in ("agentgym_flex", "flex_attention",
                                                  "kernels-community/vllm-flash-attn3"):
         raise ConfigError(
@@ -146,16 +150,6 @@ def use_memory_efficient_experts(model: nn.Module) -> nn.Module:
     return model
 
 
-def _set_attention(model: nn.Module, name: str) -> None:
-    if name == "agentgym_flex":
-        from agentgym.trainer.attention import register_sink_attention
-
-        register_sink_attention()
-    # Internal setter: GPT-OSS declares _supports_sdpa=False, and agentgym_flex is a
-    # registered AttentionInterface function, so set the config field directly.
-    model.config._attn_implementation = name
-
-
 def build_tiny_gptoss(vocab_size: int, seed: int = 0, **overrides: Any) -> nn.Module:
     """A freshly initialised tiny GPT-OSS causal LM (offline, deterministic given ``seed``).
 
@@ -165,16 +159,17 @@ def build_tiny_gptoss(vocab_size: int, seed: int = 0, **overrides: Any) -> nn.Mo
     from transformers import GptOssForCausalLM
 
     attn = overrides.pop("attn_implementation", "eager")
-    check_attention(attn, "cuda" if attn != "eager" else "cpu")
+    check_attention(attn)
     config = tiny_gptoss_config(vocab_size, **overrides)
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         model = GptOssForCausalLM(config)
-    _set_attention(model, attn)
+    set_attention(model, attn)
     config._experts_implementation = "eager"
     model.generation_config.pad_token_id = config.pad_token_id
-    return model.float()
+    model.float()
+    return model
 
 
 def load_policy(
@@ -199,8 +194,9 @@ def load_policy(
         vocab = int(path.split(":", 1)[1]) if ":" in path else 264
         check_attention(attn, device)
         model = build_tiny_gptoss(vocab)
-        _set_attention(model, attn)
-        return model.to(device=device, dtype=dtype or torch.float32)
+        set_attention(model, attn)
+        model.to(device=device, dtype=dtype or torch.float32)
+        return model
     try:
         config = AutoConfig.from_pretrained(path)
     except (OSError, ValueError) as e:
@@ -218,8 +214,8 @@ def load_policy(
         attn_implementation=load_attn,
     )
     if attn == "agentgym_flex":
-        _set_attention(model, attn)
-    model = model.to(device)
+        set_attention(model, attn)
+    model.to(device)  # type: ignore[arg-type]
     use_memory_efficient_experts(model)
     return model
 

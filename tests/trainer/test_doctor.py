@@ -6,10 +6,10 @@ import json
 
 import pytest
 import torch
-
-from agentgym.errors import ConfigError
 from agentgym.trainer.doctor import doctor_main, run_doctor, verdict
 from agentgym.trainer.model import build_tiny_gptoss
+
+from agentgym.errors import ConfigError
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -9,13 +9,14 @@ batch (left padding, positions from the attention mask, as ``policy_forward`` do
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
+from agentgym.trainer.engines.base import Sample
+from agentgym.trainer.model import use_memory_efficient_experts
 from torch import nn
 
 from agentgym.errors import ConfigError
-from agentgym.trainer.engines.base import Sample
-from agentgym.trainer.model import use_memory_efficient_experts
 
 __all__ = ["HFEngine"]
 
@@ -101,8 +102,13 @@ class HFEngine:
         from transformers import DynamicCache
 
         model, dev = self.model, self.device
-        was_training = model.training
+        config: Any = model.config
+        was_training, attn = model.training, config._attn_implementation
         model.eval()
+        if attn == "agentgym_flex":
+            # Decoding is one query per step with a growing key length: eager attention (also
+            # sink-exact) avoids recompiling the flex kernel for every new shape.
+            config._attn_implementation = "eager"
         try:
             B, L = len(prompts), max(len(p) for p in prompts)
             ids = torch.full((B, L), self.pad_id, dtype=torch.long, device=dev)
@@ -112,7 +118,7 @@ class HFEngine:
                 mask[i, L - len(p) :] = 1
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
             stop = torch.tensor(sorted(set(int(t) for t in stop_ids)), dtype=torch.long, device=dev)
-            cache = DynamicCache(config=model.config)
+            cache = DynamicCache(config=config)
             tokens: list[list[int]] = [[] for _ in range(B)]
             logps: list[list[float]] = [[] for _ in range(B)]
             done = torch.zeros(B, dtype=torch.bool, device=dev)
@@ -148,3 +154,4 @@ class HFEngine:
             return [Sample(tokens[i], logps[i], reason[i]) for i in range(B)]
         finally:
             model.train(was_training)
+            config._attn_implementation = attn

@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import torch
-
-from agentgym.errors import ConfigError, ServiceError
 from agentgym.trainer.engines.base import Sample
 from agentgym.trainer.engines.wire import COMPLETIONS_PATH, RELOAD_PATH, completion_request, parse_completion
+
+from agentgym.errors import ConfigError, ServiceError
 
 __all__ = ["OpenAIHTTPEngine", "write_checkpoint"]
 
@@ -33,7 +33,7 @@ def write_checkpoint(model: torch.nn.Module, directory: Path) -> Path:
     """Save ``model`` under ``directory`` with safetensors; returns the directory."""
     directory.mkdir(parents=True, exist_ok=True)
     if hasattr(model, "save_pretrained"):
-        model.save_pretrained(directory, safe_serialization=True)
+        model.save_pretrained(directory, safe_serialization=True)  # type: ignore[operator]
     else:
         from safetensors.torch import save_file
 
