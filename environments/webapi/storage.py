@@ -216,9 +216,10 @@ class PostgresStore:
             return
         try:
             with self._conn() as conn:
-                rows = conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s",
-                                    (self.prefix + "%",)).fetchall()
-                for (name,) in rows:
+                rows = conn.execute("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)",
+                                    (self.prefix,)).fetchall()
+            for (name,) in rows:  # one transaction each: dropping many at once can run out of locks
+                with self._conn() as conn:
                     conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
         finally:
             while not self._pool.empty():
