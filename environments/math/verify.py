@@ -15,7 +15,7 @@ The rules (also in docs/readme/math.md):
   non-decimal prediction is rounded to it: ``1/3`` and ``pi`` match the references ``0.333``
   and ``3.14``; the decimal ``0.33`` does not match ``0.333`` (two decimals compare exactly).
 * **Expressions.** Exact rational arithmetic first; otherwise both sides are evaluated with
-  50-digit mpmath (sympy's numeric engine) at fixed pseudo-random points in [0.5, 2.5] per
+  50-digit mpmath (sympy's numeric engine) at six fixed points in [0.6, 2.3] (+0.1 per further
   variable and must agree to 30 significant digits (the random-point test sympy's
   ``Expr.equals`` falls back to). A reference containing ``+ C`` accepts any antiderivative:
   the difference must be constant across the points.
