@@ -21,7 +21,7 @@ from typing import Any
 from agentgym.environments.webapi.db import Tx
 from agentgym.environments.webapi.wire import TODAY
 
-__all__ = ["OPERATIONS", "DomainError", "cancellation_fee"]
+__all__ = ["MAX_LINE_QTY", "OPERATIONS", "DomainError", "cancellation_fee"]
 
 FEE_RATE = {"standard": 0.10, "gold": 0.0}  # cancellation fee as a share of the order total
 MAX_LINE_QTY = 10

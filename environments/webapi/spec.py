@@ -13,7 +13,7 @@ from typing import Any
 
 from agentgym.environments.webapi.domain import MAX_LINE_QTY
 
-__all__ = ["OPERATIONS", "Operation", "openapi_document"]
+__all__ = ["OPERATIONS", "SLEEP_OPERATION", "Operation", "openapi_document"]
 
 _ID = {"type": "integer", "minimum": 1}
 _STATUS = {"type": "string", "enum": ["placed", "shipped", "delivered", "cancelled", "returned"]}
