@@ -86,6 +86,8 @@ class RolloutConfig:
     """Sampling temperature; the trainer computes log-probs at the same temperature."""
     max_workers: int = 16
     """Threads stepping environments concurrently."""
+    prefix_cache: bool = True
+    """hf engine: prefill the prompt prefix all episodes share once (same samples, faster)."""
 
 
 @dataclass

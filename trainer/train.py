@@ -89,7 +89,12 @@ class Setup:
             if cfg.rollout.engine == "hf":
                 kw.setdefault("model", self.model)
                 kw.setdefault("pad_id", self.pad_id)
-            engine = make_engine(cfg.rollout.engine, **kw)
+            if cfg.rollout.engine == "hf" and cfg.rollout.prefix_cache:
+                from agentgym.trainer.rollout import make_prefix_engine
+
+                engine = make_prefix_engine(**kw)
+            else:
+                engine = make_engine(cfg.rollout.engine, **kw)
         self.engine = engine
         self.engine.sync_weights(self.model)
 

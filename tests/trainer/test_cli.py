@@ -1,0 +1,51 @@
+"""agentgym-train's command line: config errors exit 2 with a message, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from agentgym.trainer.cli import main, parse_args
+
+
+def test_parse_args_forms() -> None:
+    cfg, resume, printing, ov = parse_args(["--config", "cpu-quickstart", "ppo.lr=1e-3",
+                                            "--rollout.temperature", "0.7", "--log.plots=false"])
+    assert cfg == "cpu-quickstart" and resume is None and not printing
+    assert ov == ["ppo.lr=1e-3", "rollout.temperature=0.7", "log.plots=false"]
+
+
+def test_print_config_applies_overrides(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--print-config", "--config", "cpu-quickstart", "ppo.lr=3e-4"]) == 0
+    data = yaml.safe_load(capsys.readouterr().out)
+    assert data["ppo"]["lr"] == 3e-4 and data["env"]["id"] == "agentgym/MathCalc-v0"
+
+
+def test_help_lists_recipes_and_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "cpu-quickstart" in out and "gptoss-20b-8gpu-vllm" in out and "correction.mode" in out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["ppo.lrr=1"], "did you mean 'ppo.lr'"),
+    (["--config", "nope-recipe"], "not found"),
+    (["--resume", "/nonexistent/run"], "config.yaml"),
+    (["stray"], "unexpected argument"),
+    (["--config", "cpu-quickstart", "--resume", "x"], "do not mix"),
+])
+def test_config_errors_exit_2_with_message(argv: list[str], needle: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+
+
+def test_real_entry_point_exit_code_and_no_traceback() -> None:
+    proc = subprocess.run([sys.executable, "-m", "agentgym.trainer.cli", "ppo.clip_low=2"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "config error" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,85 @@
+"""The typed config: recipes load, overrides apply, mistakes are rejected with a fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentgym.errors import ConfigError
+from agentgym.trainer.config import RECIPES_DIR, TrainConfig, config_help, find_recipe, load_config
+
+
+def test_defaults_validate_and_derive() -> None:
+    cfg = load_config()
+    d = cfg.derived()
+    assert d["episodes_per_step"] == cfg.rollout.tasks_per_step * cfg.rollout.samples_per_task
+    assert d["exact_on_policy"] is True
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")))
+def test_every_shipped_recipe_loads(name: str) -> None:
+    cfg = load_config(name)
+    assert isinstance(cfg, TrainConfig)
+
+
+def test_quickstart_recipe_is_the_multi_turn_tool_task() -> None:
+    cfg = load_config("cpu-quickstart")
+    assert cfg.env.id == "agentgym/MathCalc-v0" and cfg.model.name == "tiny"
+    assert cfg.sft.steps > 0 and cfg.ppo.steps > 0
+
+
+def test_overrides_are_typed_and_nested() -> None:
+    cfg = load_config("cpu-quickstart", ["ppo.lr=1e-3", "rollout.samples_per_task=8",
+                                         "env.kwargs={levels: [easy]}", "correction.lo=0.5",
+                                         "log.tensorboard=false"])
+    assert cfg.ppo.lr == 1e-3 and isinstance(cfg.ppo.lr, float)
+    assert cfg.rollout.samples_per_task == 8
+    assert cfg.env.kwargs == {"levels": ["easy"]}
+    assert cfg.correction.lo == 0.5 and cfg.log.tensorboard is False
+
+
+def test_unknown_key_gets_a_did_you_mean() -> None:
+    with pytest.raises(ConfigError, match=r"unknown config key 'ppo.lrr'.*did you mean 'ppo.lr'"):
+        load_config(None, ["ppo.lrr=1e-3"])
+    with pytest.raises(ConfigError, match=r"did you mean 'rollout'"):
+        load_config(None, ["rolout.temperature=1.0"])
+
+
+def test_unknown_key_in_yaml_is_rejected(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    p = tmp_path / "bad.yaml"
+    p.write_text("ppo:\n  epochz: 2\n")
+    with pytest.raises(ConfigError, match="did you mean 'ppo.epochs'"):
+        load_config(p)
+
+
+@pytest.mark.parametrize("override, pattern", [
+    ("ppo.lr=fast", "ppo.lr: expected a number"),
+    ("ppo.steps=1.5", "ppo.steps: expected an integer"),
+    ("log.plots=maybe", "expected true or false"),
+    ("correction.mode=seqtis", r"expected one of .*fix: correction.mode=seq_tis"),
+    ("ppo.advantage=critic", "ppo.advantage"),
+    ("rollout.temperature=0", "temperature"),
+    ("rollout.samples_per_task=1", "samples_per_task >= 2"),
+    ("ppo.minibatches=0", "positive"),
+    ("ppo=3", "expected a section"),
+    ("noequals", "KEY=VALUE"),
+])
+def test_bad_values_say_what_was_expected(override: str, pattern: str) -> None:
+    with pytest.raises(ConfigError, match=pattern):
+        load_config(None, [override])
+
+
+def test_missing_recipe_suggests_a_shipped_one() -> None:
+    with pytest.raises(ConfigError, match="did you mean 'cpu-quickstart'"):
+        find_recipe("cpu-quickstar")
+
+
+def test_help_documents_every_field_once() -> None:
+    text = config_help()
+    assert "ppo.clip_high=0.28" in text and "Upper clip of the ratio" in text
+    keys = [line.split("=")[0].strip() for line in text.splitlines() if not line.startswith("      ")]
+    assert len(keys) == len(set(keys))
+    # every key has its documentation line right under it
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if not line.startswith("      "):
+            assert i + 1 < len(lines) and lines[i + 1].startswith("      "), line

@@ -1,0 +1,139 @@
+"""``agentgym-train``: the trainer's command line.
+
+    agentgym-train [--config RECIPE_OR_YAML] [key.sub=value | --key.sub value ...]
+    agentgym-train --resume RUN_DIR [overrides...]     continue a killed run exactly
+    agentgym-train --print-config [--config ...] [overrides...]
+    agentgym-train doctor ...                          engine/trainer mismatch doctor
+    agentgym-train serve ...                           OpenAI-compatible completions server
+
+Config mistakes exit with code 2 and a one-paragraph message (expected / got / how to fix),
+never a traceback; training failures (non-finite values, checkpoint problems) exit with 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from agentgym.errors import AgentGymError, ConfigError
+
+__all__ = ["main", "parse_args"]
+
+USAGE = """usage: agentgym-train [--config RECIPE] [KEY=VALUE ...]
+       agentgym-train --resume RUN_DIR [KEY=VALUE ...]
+       agentgym-train --print-config [--config RECIPE] [KEY=VALUE ...]
+       agentgym-train doctor --help | serve --help
+
+Shipped recipes: {recipes}
+Overrides are dotted keys: ppo.lr=5e-4 rollout.samples_per_task=8 (or --ppo.lr 5e-4).
+
+Config keys (defaults):
+{keys}
+"""
+
+
+def parse_args(argv: Sequence[str]) -> tuple[str | None, str | None, bool, list[str]]:
+    """-> (config, resume_dir, print_only, overrides)."""
+    config = resume = None
+    print_only = False
+    overrides: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in ("--config", "-c", "--resume"):
+            if i + 1 >= len(args):
+                raise ConfigError(f"{a} needs a value: {a} {'RUN_DIR' if a == '--resume' else 'RECIPE'}")
+            if a == "--resume":
+                resume = args[i + 1]
+            else:
+                config = args[i + 1]
+            i += 2
+            continue
+        if a.startswith(("--config=", "--resume=")):
+            k, v = a[2:].split("=", 1)
+            config, resume = (v, resume) if k == "config" else (config, v)
+        elif a == "--print-config":
+            print_only = True
+        elif a.startswith("--") and "=" in a:
+            overrides.append(a[2:])
+        elif a.startswith("--"):
+            if i + 1 >= len(args):
+                raise ConfigError(f"{a} needs a value, e.g. {a} 1e-3 (or {a[2:]}=1e-3)")
+            overrides.append(f"{a[2:]}={args[i + 1]}")
+            i += 1
+        elif "=" in a:
+            overrides.append(a)
+        else:
+            raise ConfigError(f"unexpected argument {a!r}: expected KEY=VALUE (e.g. ppo.lr=1e-3), "
+                              "--config RECIPE, --resume RUN_DIR, doctor or serve")
+        i += 1
+    if config and resume:
+        raise ConfigError("--config and --resume do not mix: a resumed run uses the config saved "
+                          "in RUN_DIR/config.yaml (overrides still apply)")
+    return config, resume, print_only, overrides
+
+
+def _usage() -> str:
+    from agentgym.trainer.config import RECIPES_DIR, config_help
+
+    recipes = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")))
+    return USAGE.format(recipes=recipes, keys=config_help())
+
+
+def _run(argv: list[str]) -> int:
+    from agentgym.trainer.config import config_to_dict, load_config
+
+    if argv and argv[0] == "doctor":
+        from agentgym.trainer.doctor import doctor_main
+
+        return int(doctor_main(argv[1:]) or 0)
+    if argv and argv[0] == "serve":
+        from agentgym.trainer.engines.server import main as serve_main
+
+        return int(serve_main(argv[1:]) or 0)
+    if any(a in ("-h", "--help") for a in argv):
+        print(_usage())
+        return 0
+    config, resume, print_only, overrides = parse_args(argv)
+    if resume:
+        saved = Path(resume) / "config.yaml"
+        if not saved.exists():
+            raise ConfigError(f"--resume {resume}: expected a run directory with config.yaml "
+                              "(written at the start of every run), found none")
+        cfg = load_config(saved, [*overrides, f"log.run_dir={resume}"])
+    else:
+        cfg = load_config(config, overrides)
+    if print_only:
+        print(yaml.safe_dump(config_to_dict(cfg), sort_keys=False), end="")
+        return 0
+    from agentgym.trainer.train import Trainer
+
+    summary = Trainer(cfg, resume=bool(resume)).run()
+    first, last = summary["eval_first"], summary["eval_last"]
+    if first and last:
+        print(f"eval reward {first['reward_mean']:.3f} -> {last['reward_mean']:.3f} "
+              f"(success {first['success']:.2f} -> {last['success']:.2f}); run dir: {summary['run_dir']}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(args)
+    except ConfigError as e:
+        print(f"agentgym-train: config error: {e}", file=sys.stderr)
+        return 2
+    except AgentGymError as e:
+        print(f"agentgym-train: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("agentgym-train: interrupted; continue with --resume RUN_DIR", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

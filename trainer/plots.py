@@ -1,0 +1,76 @@
+"""PNG plots of a run from its ``metrics.jsonl`` (matplotlib, headless Agg backend).
+
+``write_plots(run_dir)`` writes ``run_dir/plots/{reward,kl,entropy,grad_norm,clip_frac,
+mismatch,sft}.png`` and returns their paths; a panel whose metric was never logged is skipped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agentgym.trainer.metrics import read_metrics
+
+__all__ = ["PANELS", "write_plots"]
+
+# file name -> (title, [(phase, key, label)])
+PANELS: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
+    "reward": ("Reward", [("train", "reward_mean", "train (sampled)"),
+                          ("eval", "reward_mean", "eval (greedy)"),
+                          ("train", "success", "train success")]),
+    "kl": ("KL", [("train", "kl_ref", "KL to reference"), ("train", "approx_kl", "approx KL old->new"),
+                  ("train", "mismatch_k3", "engine/trainer k3")]),
+    "entropy": ("Policy entropy (per policy token)", [("train", "entropy", "entropy")]),
+    "grad_norm": ("Gradient norm (before clipping)", [("train", "grad_norm", "ppo"),
+                                                     ("sft", "grad_norm", "warm start")]),
+    "clip_frac": ("Clip fraction", [("train", "clip_frac", "clip fraction")]),
+    "mismatch": ("Engine vs trainer mismatch", [("train", "mismatch_abs_dlogp_mean", "mean |dlogp|"),
+                                                ("train", "mismatch_abs_dlogp_max", "max |dlogp|"),
+                                                ("train", "mismatch_w_mean", "IS weight mean")]),
+    "sft": ("Warm start", [("sft", "loss", "NLL of policy tokens"),
+                           ("sft", "demo_token_p", "per-token prob of demos")]),
+}
+
+
+def _series(rows: list[dict[str, Any]], phase: str, key: str) -> tuple[list[int], list[float]]:
+    xs, ys = [], []
+    for r in rows:
+        v = r.get(key)
+        if r["phase"] == phase and isinstance(v, (int, float)):
+            xs.append(int(r["step"]))
+            ys.append(float(v))
+    return xs, ys
+
+
+def write_plots(run_dir: str | Path) -> list[Path]:
+    try:
+        import matplotlib
+    except ImportError:  # plots are a convenience: say so and go on
+        print("plots skipped: pip install 'agentgym-suite[train]' for matplotlib")
+        return []
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(run_dir)
+    out_dir = Path(run_dir) / "plots"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, (title, series) in PANELS.items():
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        drawn = 0
+        for phase, key, label in series:
+            xs, ys = _series(rows, phase, key)
+            if xs:
+                ax.plot(xs, ys, marker="o" if len(xs) < 20 else None, markersize=3, label=label)
+                drawn += 1
+        if drawn:
+            ax.set_title(title)
+            ax.set_xlabel("SFT step" if series[0][0] == "sft" else "PPO step")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+            fig.tight_layout()
+            path = out_dir / f"{name}.png"
+            fig.savefig(path, dpi=100)
+            written.append(path)
+        plt.close(fig)
+    return written
