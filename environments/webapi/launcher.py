@@ -108,6 +108,9 @@ class ServerProcess:
                 f"the WebAPI server did not start within {self.config.start_timeout_s:.0f} s "
                 f"(expected a '{READY_PREFIX}' line, got {text!r}). Server log:\n{log_tail}\n"
                 "Check that the database_url is reachable and that loopback sockets are allowed.")
+        # Started: the log only mattered for a failed start. Unlinking it now means a parent
+        # that dies without stop() leaves no file behind (the server keeps its open handle).
+        self._remove_log()
         fields = dict(part.split("=", 1) for part in text.split()[1:])
         self.url = f"http://127.0.0.1:{int(fields['port'])}"
         self.restarts += 1
@@ -118,6 +121,14 @@ class ServerProcess:
                 return f.read()[-4000:].decode(errors="replace")
         except OSError:
             return "(no log)"
+
+    def _remove_log(self) -> None:
+        if self._log_path:
+            try:
+                os.remove(self._log_path)
+            except OSError:
+                pass
+            self._log_path = ""
 
     def stop(self) -> None:
         with self._lock:
@@ -136,12 +147,7 @@ class ServerProcess:
                     proc.wait(5)
             if proc.stdout is not None:
                 proc.stdout.close()
-        if self._log_path:
-            try:
-                os.remove(self._log_path)
-            except OSError:
-                pass
-            self._log_path = ""
+        self._remove_log()
         if self._data_dir:
             shutil.rmtree(self._data_dir, ignore_errors=True)
             self._data_dir = ""

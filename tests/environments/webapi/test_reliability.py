@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import httpx
@@ -111,21 +112,6 @@ time.sleep(600)
 """
 
 
-def test_server_exits_when_its_parent_is_killed() -> None:
-    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
-    try:
-        line = child.stdout.readline()
-        server_pid = int(line)
-        assert _pid_alive(server_pid)
-        child.send_signal(signal.SIGKILL)  # no atexit, no close(): only the server's watcher can act
-        child.wait(10)
-        assert _wait_gone(server_pid), "the server outlived its parent"
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-
-
 def test_random_token_actions_never_raise() -> None:
     env = gym.make("agentgym/WebAPI-v0", max_turns=6)
     try:
@@ -161,3 +147,20 @@ def test_hung_server_is_restarted_for_the_next_episode() -> None:
         assert not os.path.exists(old_dir)  # a killed server's databases are deleted by the launcher
     finally:
         env.close()
+
+
+def test_server_exits_when_its_parent_is_killed_and_leaves_no_files(tmp_path: Path) -> None:
+    env = dict(os.environ, TMPDIR=str(tmp_path))  # the child's temp files land here
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        server_pid = int(child.stdout.readline())
+        assert any(tmp_path.iterdir())  # the episode databases
+        assert _pid_alive(server_pid)
+        child.kill()  # SIGKILL: no atexit, no close(); only the server's parent watcher can act
+        child.wait(10)
+        assert _wait_gone(server_pid), "the server outlived its parent"
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
