@@ -39,7 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.environments.codefix.judge import JUDGE_SOURCE, JudgeReport, judge_payload, parse_judge_output
-from agentgym.environments.codefix.mutations import Mutation, MutationError, apply_mutations, enumerate_mutations
+from agentgym.environments.codefix.mutations import (
+    Mutation,
+    MutationError,
+    apply_mutations,
+    enumerate_mutations,
+)
 from agentgym.environments.codefix.problems import Problem, load_humaneval, render_visible_tests
 
 __all__ = ["EVAL_MODULUS", "VARIANTS", "build", "is_eval_problem", "main"]
@@ -115,7 +120,7 @@ def _with_note(source: str, entry_point: str, note: str) -> str | None:
     fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == entry_point), None)
     if fn is None or ast.get_docstring(fn) is None:
         return None
-    doc = fn.body[0]
+    doc: Any = fn.body[0]
     lines = source.splitlines(keepends=True)
     last = lines[doc.end_lineno - 1]
     indent = " " * (fn.col_offset + 4)

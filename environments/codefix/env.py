@@ -23,16 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from agentgym.environments.codefix.tasks import TASKS_PATH, CodeFixTask, select_tasks
+from agentgym.environments.codefix.workspace import Limits, Workspace, describe_report
+from agentgym.sandboxes.base import Sandbox
 
 from agentgym.env import Task, ToolEnv
 from agentgym.errors import ConfigError
-from agentgym.sandboxes.base import Sandbox
 from agentgym.tools import Tool, ToolResult
 
-from agentgym.environments.codefix.tasks import TASKS_PATH, CodeFixTask, select_tasks
-from agentgym.environments.codefix.workspace import Limits, Workspace, describe_report
-
-__all__ = ["CodeFixEnv", "SandboxSpec"]
+__all__ = ["CodeFixEnv", "SandboxSpec", "sandbox_factory"]
 
 # What `sandbox=` accepts: a backend name, a pool (anything with .acquire()), or a factory.
 SandboxSpec = str | Callable[[], Sandbox] | Any
@@ -40,7 +39,8 @@ SandboxSpec = str | Callable[[], Sandbox] | Any
 _BUGS = {1: "a bug", 2: "two bugs", 3: "a bug"}
 
 
-def _factory(spec: SandboxSpec) -> Callable[[], Sandbox]:
+def sandbox_factory(spec: SandboxSpec) -> Callable[[], Sandbox]:
+    """A zero-argument callable giving a fresh Sandbox per episode, from ``sandbox=``."""
     if isinstance(spec, str):
         from agentgym.sandboxes import make_sandbox
 
@@ -79,7 +79,7 @@ class CodeFixEnv(ToolEnv):
         self._by_id = {t.id: i for i, t in enumerate(self.tasks)}
         self.limits = Limits(sandbox_seconds=sandbox_seconds, command_timeout=command_timeout,
                              max_output_chars=max_output_chars, max_file_bytes=max_file_bytes)
-        self._make_sandbox = _factory(sandbox)
+        self._make_sandbox = sandbox_factory(sandbox)
         self._max_turns_cfg = self.max_turns
         self.sandbox: Sandbox | None = None
         self.workspace: Workspace | None = None

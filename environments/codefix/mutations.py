@@ -14,12 +14,15 @@ compared constants, wrong variable, wrong return value, swapped arguments or ope
 a wrong-but-similar builtin or method (min/max, any/all, lower/upper, ...).
 """
 
+# Rewrites are lambdas binding loop variables as defaults, which mypy cannot infer:
+# mypy: disable-error-code="misc"
 from __future__ import annotations
 
 import ast
 import copy
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["KINDS", "Mutation", "MutationError", "apply_mutations", "enumerate_mutations"]
 
@@ -38,7 +41,7 @@ _CMPOP: dict[type, type] = {
     ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
     ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is,
 }
-_SYMBOL = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Div: "/",
+_SYMBOL: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Div: "/",
            ast.Mod: "%", ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.LShift: "<<",
            ast.RShift: ">>", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
            ast.Eq: "==", ast.NotEq: "!=", ast.In: "in", ast.NotIn: "not in", ast.Is: "is",
@@ -47,7 +50,7 @@ _BUILTIN_SWAP = {"min": "max", "max": "min", "any": "all", "all": "any"}
 _METHOD_SWAP = {"lower": "upper", "upper": "lower", "islower": "isupper", "isupper": "islower",
                 "startswith": "endswith", "endswith": "startswith", "isdigit": "isalpha",
                 "isalpha": "isdigit", "find": "rfind", "rfind": "find", "floor": "ceil",
-                "ceil": "floor", "append": "insert0"}
+                "ceil": "floor"}
 _NONCOMMUTATIVE = (ast.Sub, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
 
 
@@ -70,7 +73,7 @@ class Mutation:
 
 # A rewrite takes the (copied) node and returns its replacement: a node, a list of
 # statements (for statement-level kinds) or [] to delete a statement.
-Rewrite = Callable[[ast.AST], "ast.AST | list[ast.stmt]"]
+Rewrite = Callable[[Any], Any]  # node -> ast.AST | list[ast.stmt]; nodes are typed Any: AST fields vary by class
 
 
 def _plus(expr: ast.expr, delta: int) -> ast.expr:
@@ -101,7 +104,7 @@ def _locals_of(fn: ast.FunctionDef) -> list[str]:
     return sorted(names)
 
 
-def _candidates(node: ast.AST, parent: ast.AST | None, fn: ast.FunctionDef | None
+def _candidates(node: Any, parent: Any, fn: ast.FunctionDef | None
                 ) -> Iterator[tuple[str, str, Rewrite]]:
     """(kind, description, rewrite) for every mutation of one node."""
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOP:
@@ -169,8 +172,7 @@ def _candidates(node: ast.AST, parent: ast.AST | None, fn: ast.FunctionDef | Non
             new_name = _BUILTIN_SWAP[node.func.id]
             yield ("wrong_builtin", f"`{node.func.id}` -> `{new_name}`",
                    lambda n, s=new_name: ast.Call(ast.Name(s, ast.Load()), n.args, n.keywords))
-        if (isinstance(node.func, ast.Attribute) and node.func.attr in _METHOD_SWAP
-                and node.func.attr != "append"):
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _METHOD_SWAP:
             new_attr = _METHOD_SWAP[node.func.attr]
             yield ("wrong_builtin", f"`.{node.func.attr}` -> `.{new_attr}`",
                    lambda n, s=new_attr: ast.Call(ast.Attribute(n.func.value, s, ast.Load()),
@@ -268,7 +270,7 @@ def enumerate_mutations(source: str, first_line: int = 1) -> list[Mutation]:
     return muts
 
 
-def _rewrite_for(m: Mutation, node: ast.AST, parent: ast.AST | None,
+def _rewrite_for(m: Mutation, node: Any, parent: Any,
                  fn: ast.FunctionDef | None) -> Rewrite:
     found = [rw for kind, _, rw in _candidates(node, parent, fn) if kind == m.kind]
     if m.variant >= len(found):
@@ -280,7 +282,7 @@ def _byte_col_to_char(line: str, col: int) -> int:
     return len(line.encode("utf-8")[:col].decode("utf-8", errors="replace"))
 
 
-def _span(lines: list[str], node: ast.AST) -> tuple[int, int]:
+def _span(lines: list[str], node: Any) -> tuple[int, int]:
     """Character offsets [start, end) of a node in the joined source."""
     starts = [0]
     for ln in lines:
@@ -294,7 +296,7 @@ def _line_start(lines: list[str], lineno: int) -> int:
     return sum(len(ln) for ln in lines[: lineno - 1])
 
 
-def _splice_text(source: str, lines: list[str], node: ast.AST, new: ast.AST | list[ast.stmt],
+def _splice_text(source: str, lines: list[str], node: Any, new: ast.AST | list[ast.stmt],
                  parens: bool) -> tuple[int, int, str]:
     """The text edit (start, end, replacement) that turns ``node`` into ``new``."""
     if not isinstance(new, list):  # an expression: replace exactly its characters
@@ -350,15 +352,15 @@ def apply_mutations(source: str, mutations: Sequence[Mutation]) -> str:
         replacements[m.node_index] = new
         edits.append((*_span(lines, node), node, new))
     edits.sort(key=lambda e: e[0])
-    for (a1, b1, *_), (a2, _b2, *_) in zip(edits, edits[1:]):
-        if a2 < b1:
+    for (_, end1, *_), (start2, *_) in zip(edits, edits[1:]):
+        if start2 < end1:
             raise MutationError("overlapping mutations")
     _replace_in_tree(expected, exp_nodes, replacements)
     want = ast.dump(expected)
     # Try plain splices first, then parenthesised expressions (precedence changes).
     for parens in (False, True):
         out = source
-        for a, b, node, new in sorted(edits, key=lambda e: -e[0]):
+        for _, _, node, new in sorted(edits, key=lambda e: -e[0]):
             a2, b2, text = _splice_text(source, lines, node, new, parens)
             out = out[:a2] + text + out[b2:]
         try:

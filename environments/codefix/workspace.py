@@ -20,15 +20,15 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from agentgym.errors import ConfigError
-from agentgym.sandboxes.base import ExecResult, Sandbox
-from agentgym.tools import Tool, ToolResult
-
 from agentgym.environments.codefix.judge import JudgeReport, judge_argv, judge_payload, parse_judge_output
 from agentgym.environments.codefix.patch import PatchError, apply_unified_diff
 from agentgym.environments.codefix.tasks import CodeFixTask
+from agentgym.sandboxes.base import ExecResult, Sandbox, check_relpath
 
-__all__ = ["Limits", "Workspace"]
+from agentgym.errors import ConfigError
+from agentgym.tools import Tool, ToolResult
+
+__all__ = ["Limits", "Workspace", "describe_report"]
 
 
 class Limits:
@@ -77,8 +77,6 @@ class Workspace:
 
     # ---------------------------------------------------------------- helpers
     def _path(self, path: str) -> str:
-        from agentgym.sandboxes.base import check_relpath
-
         return check_relpath(path)  # ConfigError on absolute paths and '..' escapes
 
     def _read_text(self, path: str) -> str | None:

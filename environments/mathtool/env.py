@@ -19,11 +19,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
-from agentgym.environments.codefix.env import SandboxSpec, _factory
+from agentgym.environments.codefix.env import SandboxSpec, sandbox_factory
 from agentgym.environments.math.env import MathEnv
-from agentgym.errors import ConfigError
 from agentgym.sandboxes.base import Sandbox
+
+from agentgym.errors import ConfigError
 from agentgym.tools import Tool, ToolResult
 
 __all__ = ["MathToolEnv", "format_exec"]
@@ -60,8 +60,8 @@ class MathToolEnv(MathEnv):
                 raise ConfigError(f"{name} must be a positive number, got {v!r}")
         self.command_timeout, self.sandbox_seconds = float(command_timeout), float(sandbox_seconds)
         self.max_output_chars = int(max_output_chars)
-        self._make_sandbox = _factory(sandbox)
-        self._max_turns_cfg = self.max_turns
+        self._make_sandbox = sandbox_factory(sandbox)
+        self._max_turns_cfg: int = self.max_turns
         self.sandbox: Sandbox | None = None
         self.used_s = 0.0
         self.last_output: str | None = None  # stdout of the latest python call (for oracles)

@@ -9,11 +9,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from agentgym.environments.codefix.oracle import noop_policy, oracle_policy
+from agentgym.environments.codefix.tasks import select_tasks
 from gymnasium.utils.env_checker import check_env
 
 import agentgym  # noqa: F401  (registers the ids)
-from agentgym.environments.codefix.oracle import noop_policy, oracle_policy
-from agentgym.environments.codefix.tasks import select_tasks
 
 pytestmark = pytest.mark.docker
 

@@ -6,7 +6,6 @@ import ast
 import difflib
 
 import pytest
-
 from agentgym.environments.codefix.mutations import (
     KINDS,
     MutationError,
