@@ -16,7 +16,7 @@ The rules (also in docs/readme/math.md):
   and ``3.14``; the decimal ``0.33`` does not match ``0.333`` (two decimals compare exactly).
 * **Expressions.** Exact rational arithmetic first; otherwise both sides are evaluated with
   50-digit mpmath (sympy's numeric engine) at six fixed points in [0.6, 2.3] (+0.1 per further
-  variable and must agree to 30 significant digits (the random-point test sympy's
+  variable) and must agree to 30 significant digits (the random-point test sympy's
   ``Expr.equals`` falls back to). A reference containing ``+ C`` accepts any antiderivative:
   the difference must be constant across the points.
 * **Bounds.** Inputs over 100,000 characters, answers over 2,000, nesting deeper than 60,
