@@ -52,8 +52,11 @@ class WebAPIEnv(ToolEnv):
 
     def __init__(self, *, split: str = "train", database_url: str | None = None, server_url: str | None = None,
                  transport: httpx.BaseTransport | None = None, request_timeout: float = 10.0,
-                 test_endpoints: bool = False, max_turns: int = 16, **kwargs: Any) -> None:
-        super().__init__(max_turns=max_turns, **kwargs)
+                 test_endpoints: bool = False, max_turns: int = 16, max_tokens: int = 32768,
+                 **kwargs: Any) -> None:
+        # The prompt alone (policy + 13 tool signatures) is ~4.2k byte-level tokens, and API
+        # answers are JSON: a larger default budget than ToolEnv's 8192.
+        super().__init__(max_turns=max_turns, max_tokens=max_tokens, **kwargs)
         if split not in SPLITS:
             raise ConfigError(f"split must be one of {SPLITS}, got {split!r}")
         if database_url is not None and (server_url is not None or transport is not None):
