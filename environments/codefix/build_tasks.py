@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from agentgym.environments.codefix.judge import JUDGE_SOURCE, JudgeReport, judge_payload, parse_judge_output
+from agentgym.environments.codefix.judge import JudgeReport, judge_argv, judge_payload, parse_judge_output
 from agentgym.environments.codefix.mutations import (
     Mutation,
     MutationError,
@@ -76,7 +76,7 @@ def run_judge_locally(p: Problem, source: str, **timeouts: float) -> JudgeReport
     with tempfile.TemporaryDirectory(prefix="codefix-build-") as d:
         Path(d, "solution.py").write_text(source)
         payload, nonce = judge_payload(_judge_task(p), **timeouts)
-        proc = subprocess.run([sys.executable, "-I", "-c", JUDGE_SOURCE], input=payload, cwd=d,
+        proc = subprocess.run([sys.executable, *judge_argv()[1:]], input=payload, cwd=d,
                               capture_output=True, timeout=60)
         return parse_judge_output(proc.stdout.decode(errors="replace"), nonce, len(p.units))
 

@@ -4,7 +4,7 @@ The model controls everything in the sandbox's work dir and every process its co
 start, so the judge is built so that nothing the model writes can fake a pass:
 
 * The hidden tests never touch the sandbox's disk. At submit the host starts
-  ``python3 -I -c JUDGE_SOURCE`` and sends the tests, the trusted helpers of the problem
+  ``python3 -I -S -c JUDGE_SOURCE`` and sends the tests, the trusted helpers of the problem
   statement and a fresh random nonce on **stdin**. ``-I`` (isolated mode) keeps the work
   dir off ``sys.path``, so a planted ``json.py`` or ``sitecustomize.py`` cannot shadow the
   judge's imports, and ignores ``PYTHON*`` variables.
@@ -134,7 +134,7 @@ class Child:
     def start(self):
         req_r, req_w = os.pipe(); rep_r, rep_w = os.pipe()
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", spec["child"], str(req_r), str(rep_w), spec["path"], spec["entry_point"]],
+            [sys.executable, "-I", "-S", "-c", spec["child"], str(req_r), str(rep_w), spec["path"], spec["entry_point"]],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             pass_fds=(req_r, rep_w), start_new_session=True)
         os.close(req_r); os.close(rep_w)
@@ -240,7 +240,8 @@ class JudgeReport:
 
 
 def judge_argv() -> list[str]:
-    return ["python3", "-I", "-c", JUDGE_SOURCE]
+    # -S: no site-packages scan at startup (the judge and HumanEval code use the stdlib only)
+    return ["python3", "-I", "-S", "-c", JUDGE_SOURCE]
 
 
 def judge_payload(task: dict[str, Any], *, path: str = "solution.py", nonce: str | None = None,
