@@ -63,7 +63,7 @@ def _status(args: argparse.Namespace) -> int:
     print(f"image tag (recipe hash): {tag}")
     try:
         from agentgym.sandboxes.docker_backend import docker_client
-        from agentgym.sandboxes.orphans import is_orphan, list_sandbox_containers, OWNER_LABEL
+        from agentgym.sandboxes.orphans import OWNER_LABEL, is_orphan, list_sandbox_containers
 
         client = docker_client()
         try:
@@ -72,7 +72,7 @@ def _status(args: argparse.Namespace) -> int:
         except Exception:
             print("docker:  engine reachable, image MISSING (run `agentgym sandbox build`)")
         containers = list_sandbox_containers(client)
-        orphans = [c for c in containers if is_orphan(c.labels.get(OWNER_LABEL, ""))]
+        orphans = [c for c in containers if is_orphan((c.get("Labels") or {}).get(OWNER_LABEL, ""))]
         print(f"         {len(containers)} sandbox containers, {len(orphans)} orphaned")
     except SandboxUnavailable as exc:
         print(f"docker:  unavailable: {exc}")

@@ -26,11 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym.errors import SandboxError, SandboxStateError, SandboxUnavailable
 from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT
 from agentgym.sandboxes.client import RunnerClient, RunnerGone, RunnerSandbox
 from agentgym.sandboxes.image import RUNNER_CMD, SANDBOX_UID, WORKDIR, image_tag
 from agentgym.sandboxes.orphans import LABEL, OWNER_LABEL, owner_id, remove_orphans
+
+from agentgym.errors import SandboxError, SandboxStateError, SandboxUnavailable
 
 __all__ = ["AttachTransport", "DockerOptions", "DockerSandbox", "SandboxPool",
            "default_pool", "docker_client", "make_docker_sandbox"]
@@ -114,7 +115,7 @@ class AttachTransport:
         self._sock.settimeout(left)
         try:
             chunk = self._sock.recv(1 << 20)
-        except (socket.timeout, TimeoutError) as exc:
+        except TimeoutError as exc:
             raise RunnerGone("runner did not answer in time") from exc
         except OSError as exc:
             raise RunnerGone(f"attach socket failed: {exc}") from exc

@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentgym.errors import SandboxUnavailable
 from agentgym.sandboxes import runner as runner_module
+
+from agentgym.errors import SandboxUnavailable
 
 __all__ = [
     "DOCKERFILE",

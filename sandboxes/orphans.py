@@ -40,18 +40,23 @@ def is_orphan(owner: str) -> bool:
     return _start_time(int(pid)) != start
 
 
-def list_sandbox_containers(client: Any) -> list[Any]:
-    return list(client.containers.list(all=True, filters={"label": f"{LABEL}=1"}))
+def list_sandbox_containers(client: Any) -> list[dict[str, Any]]:
+    """``[{"Id": ..., "Labels": {...}, "State": ...}, ...]`` of every sandbox container.
+
+    The low-level listing, in one API call: the high-level one inspects each container
+    afterwards and fails on any that is removed in between (pools remove them all the time).
+    """
+    return list(client.api.containers(all=True, filters={"label": f"{LABEL}=1"}))
 
 
 def remove_orphans(client: Any, *, everything: bool = False) -> list[str]:
     """Remove labelled containers whose owner died (or all of them); return their short ids."""
     removed = []
     for c in list_sandbox_containers(client):
-        if everything or is_orphan(c.labels.get(OWNER_LABEL, "")):
+        if everything or is_orphan((c.get("Labels") or {}).get(OWNER_LABEL, "")):
             try:
-                c.remove(force=True)
-                removed.append(c.short_id)
+                client.api.remove_container(c["Id"], force=True)
+                removed.append(c["Id"][:12])
             except Exception:  # already removed, or removal in progress
                 pass
     return removed

@@ -156,21 +156,23 @@ def execute(req: dict, workdir: str) -> dict:
             "exit_code": code, "timed_out": False, "duration": time.monotonic() - t0,
             "stdout_truncated": False, "stderr_truncated": False,
         }
+    p_in, p_out, p_err = proc.stdin, proc.stdout, proc.stderr
+    assert p_in is not None and p_out is not None and p_err is not None
     pgid = proc.pid
     deadline = t0 + timeout
-    bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    bufs = {p_out.fileno(): bytearray(), p_err.fileno(): bytearray()}
     totals = dict.fromkeys(bufs, 0)
     open_fds = set(bufs)
     pidfd = os.pidfd_open(proc.pid) if hasattr(os, "pidfd_open") else None
-    stdin_fd = proc.stdin.fileno()
+    stdin_fd = p_in.fileno()
     os.set_blocking(stdin_fd, False)
     pending = memoryview(stdin_data)
     if not pending:
-        proc.stdin.close()
+        p_in.close()
         stdin_fd = -1
     timed_out = False
     exited = False
-    drain_deadline = None
+    drain_deadline: float | None = None
 
     def _read(fd: int) -> None:
         try:
@@ -198,7 +200,7 @@ def execute(req: dict, workdir: str) -> dict:
         if pidfd is not None and not exited:
             rlist.append(pidfd)
         wlist = [stdin_fd] if stdin_fd >= 0 else []
-        wait = (drain_deadline if exited else deadline) - now
+        wait = (drain_deadline if drain_deadline is not None else deadline) - now
         if pidfd is None and not exited:
             wait = min(wait, 0.01)
         r, w, _ = select.select(rlist, wlist, [], max(wait, 0.0))
@@ -214,7 +216,7 @@ def execute(req: dict, workdir: str) -> dict:
             except OSError:  # EPIPE: the command stopped reading
                 pending = pending[:0]
             if not pending:
-                proc.stdin.close()
+                p_in.close()
                 stdin_fd = -1
         if not exited and pidfd is None and proc.poll() is not None:
             exited = True
@@ -225,15 +227,15 @@ def execute(req: dict, workdir: str) -> dict:
             drain_deadline = time.monotonic() + 0.5
     duration = time.monotonic() - t0
     if stdin_fd >= 0:
-        proc.stdin.close()
+        p_in.close()
     _kill_leftovers(pgid)
     exit_code = proc.wait()
     if timed_out:
         exit_code = -signal.SIGKILL
     if pidfd is not None:
         os.close(pidfd)
-    proc.stdout.close()
-    proc.stderr.close()
+    p_out.close()
+    p_err.close()
     if os.getpid() == 1:
         _reap_all(time.monotonic() + 1.0)
     fds = list(bufs)  # [stdout fd, stderr fd], in insertion order
@@ -302,7 +304,7 @@ def handle(req: dict, workdir: str) -> dict:
     if op == "ping":
         return {"ok": True, "pid": os.getpid(), "uid": os.getuid()}
     try:
-        return ops[op](req, workdir)
+        return ops[str(op)](req, workdir)
     except KeyError as exc:
         return {"ok": False, "kind": "KeyError", "error": f"bad request: {exc}"}
     except Exception as exc:  # noqa: BLE001 - report any failure to the host, keep serving

@@ -10,11 +10,17 @@ import textwrap
 import time
 
 import pytest
-
-from agentgym.errors import SandboxUnavailable
 from agentgym.sandboxes import SandboxPool
 from agentgym.sandboxes.docker_backend import docker_client
-from agentgym.sandboxes.orphans import LABEL, OWNER_LABEL, owner_id, remove_orphans
+from agentgym.sandboxes.orphans import (
+    LABEL,
+    OWNER_LABEL,
+    list_sandbox_containers,
+    owner_id,
+    remove_orphans,
+)
+
+from agentgym.errors import SandboxUnavailable
 
 # docker_pool: skip (locally) or fail (CI) when there is no engine/image, build it if missing
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("docker_pool")]
@@ -134,8 +140,8 @@ def test_containers_do_not_outlive_their_process(how: str) -> None:
     pid = out.stdout.split()[0]
 
     def owned() -> list[str]:
-        return [c.id for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
-                if c.labels.get(OWNER_LABEL, "").split(":")[1:2] == [pid]]
+        return [c["Id"] for c in list_sandbox_containers(client)
+                if (c.get("Labels") or {}).get(OWNER_LABEL, "").split(":")[1:2] == [pid]]
 
     # exit: removed by the finalizers at interpreter exit; kill: the attach stream closes,
     # the runner reads EOF and exits, and AutoRemove deletes the container

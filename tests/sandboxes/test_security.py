@@ -14,7 +14,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from agentgym.sandboxes import Sandbox
 from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT
 
@@ -49,13 +48,13 @@ def test_tcp_egress_fails_fast(sb: Sandbox, factory) -> None:  # type: ignore[no
     port = listener.getsockname()[1]
     code = (
         "import socket, sys\n"
-        "for host, port in (('127.0.0.1', %d), ('1.1.1.1', 80), ('8.8.8.8', 53)):\n"
+        "for host, port in (('127.0.0.1', PORT), ('1.1.1.1', 80), ('8.8.8.8', 53)):\n"
         "    try:\n"
         "        socket.create_connection((host, port), timeout=5).close()\n"
         "        print('CONNECTED', host)\n"
         "    except OSError as e:\n"
-        "        print('blocked', host, e.errno)\n" % port
-    )
+        "        print('blocked', host, e.errno)\n"
+    ).replace("PORT", str(port))
     r = sb.run_python(code, timeout=20)
     assert "CONNECTED" not in r.stdout, r
     assert r.stdout.count("blocked") == 3
@@ -74,7 +73,7 @@ def test_udp_and_dns_egress_fail(sb: Sandbox, factory) -> None:  # type: ignore[
     code = (
         "import socket\n"
         "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-        "for dst in (('127.0.0.1', %d), ('1.1.1.1', 53)):\n"
+        "for dst in (('127.0.0.1', PORT), ('1.1.1.1', 53)):\n"
         "    try:\n"
         "        s.sendto(b'leak', dst); print('sent', dst[0])\n"
         "    except OSError as e:\n"
@@ -82,8 +81,8 @@ def test_udp_and_dns_egress_fail(sb: Sandbox, factory) -> None:  # type: ignore[
         "try:\n"
         "    print('RESOLVED', socket.getaddrinfo('deb.debian.org', 80))\n"
         "except OSError as e:\n"
-        "    print('dns blocked', type(e).__name__)\n" % port
-    )
+        "    print('dns blocked', type(e).__name__)\n"
+    ).replace("PORT", str(port))
     r = sb.run_python(code, timeout=20)
     assert "blocked 1.1.1.1 101" in r.stdout, r
     assert "dns blocked" in r.stdout and "RESOLVED" not in r.stdout, r
