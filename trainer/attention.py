@@ -39,6 +39,7 @@ from torch import nn
 __all__ = [
     "ATTN_NAME",
     "apply_sinks",
+    "causal_block_mask",
     "dense_sink_attention",
     "flex_sink_attention",
     "register_sink_attention",
@@ -148,13 +149,31 @@ def sink_attention_forward(
     if sinks is None:  # a model without sinks: the correction factor must be exactly 1
         sinks = torch.full((query.shape[1],), float("-inf"), device=query.device)
     block_mask = attention_mask
-    if attention_mask is not None and isinstance(attention_mask, torch.Tensor):
+    if isinstance(attention_mask, torch.Tensor):
         raise ValueError(
             "agentgym_flex expects a flex BlockMask from transformers' mask builder, got a dense "
             "tensor; call register_sink_attention() before building the model's masks"
         )
+    if block_mask is None:  # never fall back to flex's default, which is *non-causal*
+        block_mask = causal_block_mask(query.shape[-2], key.shape[-2], kwargs.get("sliding_window"), query.device)
     out = flex_sink_attention(query, key, value, sinks, block_mask=block_mask, scale=scaling)
     return out.transpose(1, 2).contiguous(), None
+
+
+def causal_block_mask(q_len: int, kv_len: int, window: int | None, device: torch.device) -> Any:
+    """Causal (optionally sliding-window) BlockMask; queries are the last ``q_len`` positions."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    offset = kv_len - q_len
+
+    def mask_mod(b: Any, h: Any, q: Any, k: Any) -> Any:
+        qpos = q + offset
+        ok = k <= qpos
+        if window is not None:
+            ok = ok & (qpos - k < window)
+        return ok
+
+    return create_block_mask(mask_mod, None, None, q_len, kv_len, device=device)
 
 
 def register_sink_attention(name: str = ATTN_NAME) -> str:

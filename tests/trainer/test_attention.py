@@ -111,6 +111,19 @@ def test_flex_forward_matches_eager_on_cpu() -> None:
     torch.testing.assert_close(out[1, 17:], ref[1, 17:], rtol=1e-5, atol=1e-5)
 
 
+def test_kernel_without_mask_is_causal_with_window() -> None:
+    """Called with attention_mask=None the kernel must not fall back to full attention."""
+    from agentgym.trainer.attention import sink_attention_forward
+
+    q, k, v, s = (x.detach() for x in _inputs(3))
+    heads = _Heads(s)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out, _ = sink_attention_forward(heads, q, k, v, None, scaling=D**-0.5, sliding_window=WINDOW)
+    ref = dense_sink_attention(q, k, v, s, _allowed(WINDOW, pad_row1=0), scale=D**-0.5).transpose(1, 2)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_sdpa_really_drops_the_sinks() -> None:
     """Why sdpa is refused: on GPT-OSS it silently gives different logits."""
     model = build_tiny_gptoss(264, seed=1)

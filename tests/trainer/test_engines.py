@@ -194,3 +194,40 @@ def test_vllm_engine_matches_trainer_after_sync(policy: torch.nn.Module, tmp_pat
         assert _max_mismatch(policy.cpu(), PROMPTS, out, 0.8) < 1e-3
     finally:
         eng.close()
+
+
+def test_server_runs_as_a_process(policy: torch.nn.Module, tmp_path: Path) -> None:
+    """``python -m agentgym.trainer.engines.server``: the way a separate serving box runs it."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentgym.trainer.engines.server", "--model", "tiny", "--port", str(port),
+         "--device", "cpu"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else "server died"
+            assert time.monotonic() < deadline, "server did not come up"
+            time.sleep(0.2)
+        eng = OpenAIHTTPEngine(url, checkpoint_dir=tmp_path)
+        eng.sync_weights(policy)
+        out = eng.generate(PROMPTS[:2], max_new_tokens=6, temperature=1.0, stop_ids=STOPS)
+        assert _max_mismatch(policy, PROMPTS[:2], out, 1.0) < 1e-5
+        eng.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
