@@ -299,7 +299,11 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         return prefix + self.codec.render_prompt([notice])
 
     def _reward(self, comps: dict[str, float]) -> float:
+        undeclared = set(comps) - set(self.shaping) - {"outcome"}
+        if undeclared:  # a bug in the env, not in the policy: every term needs a declared weight
+            raise ConfigError(
+                f"{type(self).__name__} reported reward components {sorted(undeclared)} with no weight; "
+                f"declare them in {type(self).__name__}.extra_shaping (known: {sorted(self.shaping)})")
         if self.reward_mode == "sparse":
             return comps["outcome"]
-        return comps["outcome"] + sum(
-            self.shaping.get(k, 1.0) * v for k, v in comps.items() if k != "outcome")
+        return comps["outcome"] + sum(self.shaping[k] * v for k, v in comps.items() if k != "outcome")

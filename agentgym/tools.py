@@ -64,12 +64,19 @@ class Tool:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
     def __call__(self, arguments: dict[str, Any]) -> ToolResult:
+        result = self._call(arguments)
+        if len(result.content) > self.max_output_chars:  # errors too: they may quote the input
+            cut = len(result.content) - self.max_output_chars
+            result.content = result.content[: self.max_output_chars] + f"\n[... {cut} characters cut]"
+        return result
+
+    def _call(self, arguments: dict[str, Any]) -> ToolResult:
         errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
         if errors:
             msgs = []
             for e in errors[:5]:
                 where = ".".join(str(p) for p in e.path) or "arguments"
-                msgs.append(f"{where}: {e.message}")
+                msgs.append(f"{where}: {_clip(e.message, 300)}")
             return ToolResult.failure(
                 "bad_arguments",
                 f"{self.name} expects {json.dumps(self.parameters.get('properties'))}; "
@@ -78,10 +85,9 @@ class Tool:
         try:
             result = self.fn(**arguments)
         except Exception as e:  # the tool's own bug or a hostile input: report, don't crash
-            return ToolResult.failure("tool_exception", f"{type(e).__name__}: {e}")
-        if isinstance(result, str):
-            result = ToolResult(result)
-        if len(result.content) > self.max_output_chars:
-            cut = len(result.content) - self.max_output_chars
-            result.content = result.content[: self.max_output_chars] + f"\n[... {cut} characters cut]"
-        return result
+            return ToolResult.failure("tool_exception", f"{type(e).__name__}: {_clip(str(e), 2000)}")
+        return ToolResult(result) if isinstance(result, str) else result
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n] + f"... ({len(text) - n} more characters)"

@@ -126,3 +126,26 @@ def test_huge_action_is_clipped_and_truncates() -> None:
     _, _, term, trunc, info = env.step(np.full(2_000_000, ord("a")))
     assert trunc and "action_too_long" in info["error"]
     assert len(env.trajectory.tokens) == n + 1000
+
+
+def test_undeclared_reward_components_are_a_programmer_error() -> None:
+    from agentgym import ToolResult
+
+    class Leaky(EchoEnv):
+        def score_final(self, answer: str) -> ToolResult:
+            return ToolResult("", terminal=True, outcome=1.0, components={"bonus": 1.0})
+
+    env = Leaky()
+    env.reset(seed=0)
+    with pytest.raises(ConfigError, match="extra_shaping"):
+        env.step(np.array(env.codec.final_ids("x")))
+
+
+def test_oversized_tool_errors_are_capped() -> None:
+    env = EchoEnv()
+    env.reset(seed=0)
+    tool = env.tools()[0]
+    result = tool({"word": "x" * 500_000})
+    assert result.ok and len(result.content) <= tool.max_output_chars + 100
+    bad = tool({"word": ["z" * 500_000]})
+    assert not bad.ok and len(bad.content) <= tool.max_output_chars + 100
