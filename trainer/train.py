@@ -313,16 +313,16 @@ class Trainer:
                                          clip_low=p.clip_low, clip_high=p.clip_high, weights=pick(weights))
                 loss = pg
                 ent = masked_mean(out.entropy, m)
-                st.update(pg_loss=float(pg), entropy=float(ent))
+                st.update(pg_loss=pg.item(), entropy=ent.item())
                 if p.entropy_coef:
                     loss = loss - p.entropy_coef * ent
                 if out.values is not None and returns is not None and old_values is not None:
                     vl = value_loss(out.values, pick(old_values), pick(returns), m, clip=p.value_clip)
                     loss = loss + p.value_coef * vl
-                    st["value_loss"] = float(vl)
+                    st["value_loss"] = vl.item()
                 if ref_logp is not None:
                     kl = masked_mean(kl_estimate(out.logprobs, pick(ref_logp), p.kl_estimator), m)
-                    st["kl_ref"] = float(kl)
+                    st["kl_ref"] = kl.item()
                     if p.kl_in == "loss":
                         loss = loss + p.kl_coef * kl
                 check_finite("loss", loss.detach(), step, "Lower ppo.lr, check rewards, or enable "
@@ -333,7 +333,7 @@ class Trainer:
                 check_finite("grad norm", gn.detach(), step, "Lower ppo.lr or ppo.max_grad_norm.")
                 s.optimizer.step()
                 s.scheduler.step()
-                st.update(loss=float(loss), grad_norm=float(gn))
+                st.update(loss=loss.item(), grad_norm=gn.item())
                 for key, v in st.items():
                     acc.setdefault(key, []).append(float(v))
         out_stats = {k: sum(v) / len(v) for k, v in acc.items()}

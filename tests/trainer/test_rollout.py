@@ -1,0 +1,87 @@
+"""Collection records the exact sampled tokens and the engine's log-probs; groups share tasks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+import agentgym  # noqa: F401
+from agentgym.trainer.engines.hf import HFEngine
+from agentgym.trainer.logprobs import policy_forward
+from agentgym.trainer.model import build_tiny_gptoss
+from agentgym.trainer.rollout import Collector, group_seeds, make_prefix_engine
+
+PAD = 263
+
+
+class Recording:
+    """A real engine that also keeps what it returned (to compare with the trajectories)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine, self.calls = engine, []
+
+    def generate(self, prompts: list[list[int]], **kw: Any) -> list[Any]:
+        out = self.engine.generate(prompts, **kw)
+        self.calls.append((prompts, out, kw))
+        return out
+
+    def sync_weights(self, model: Any) -> None:
+        self.engine.sync_weights(model)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def _env() -> gym.Env:
+    return gym.make("agentgym/MathCalc-v0", max_turns=2, max_action_tokens=24)
+
+
+def test_collect_records_exact_tokens_logprobs_and_groups() -> None:
+    model = build_tiny_gptoss(264, seed=0)
+    engine = Recording(make_prefix_engine(model, pad_id=PAD))
+    col = Collector.from_factory(_env, 4, engine, max_new_tokens=24)
+    seeds, groups = group_seeds(100, 2, 2)
+    assert seeds == [100, 100, 101, 101] and groups == [0, 0, 1, 1]
+    trajs, stats = col.collect(seeds, temperature=1.0, sample_seed=7)
+    col.close()
+    assert stats.episodes == 4 and stats.rounds == len(engine.calls) >= 1
+    assert trajs[0].task_id == trajs[1].task_id and trajs[2].task_id == trajs[3].task_id
+    # the stop ids handed to the engine are Harmony's <|call|> and <|return|>
+    codec = _env().unwrapped.codec
+    assert set(engine.calls[0][2]["stop_ids"]) == {codec.CALL, codec.RETURN}
+    # turn k of episode i holds exactly what the engine sampled in round k, with its log-probs
+    for k, (prompts, samples, _) in enumerate(engine.calls):
+        active = [i for i, t in enumerate(trajs) if len(t.turns) > k]
+        assert len(samples) == len(active)
+        for i, s in zip(active, samples):
+            t, turn = trajs[i], trajs[i].turns[k]
+            assert prompts[active.index(i)] == t.tokens[:turn.action_start]  # no re-tokenization
+            assert t.tokens[turn.action_start:turn.action_end] == s.tokens
+            assert t.logprobs[turn.action_start:turn.action_end] == s.logprobs
+    for t in trajs:  # log-probs exactly on the policy tokens
+        assert all((lp is not None) == bool(m) for lp, m in zip(t.logprobs, t.policy_mask))
+        # the trainer's log-probs of the same tokens agree with the engine's
+        ids = torch.tensor([t.tokens])
+        lp = policy_forward(model, ids).logprobs[0]
+        mask = torch.tensor(t.policy_mask, dtype=torch.bool)
+        eng = torch.tensor([x if x is not None else 0.0 for x in t.logprobs])
+        assert torch.allclose(lp[mask], eng[mask], atol=1e-4)
+
+
+def test_prefix_engine_samples_what_the_plain_hf_engine_samples() -> None:
+    model = build_tiny_gptoss(264, seed=3)
+    env = _env()
+    prompts = []
+    for i in range(4):
+        obs, _ = env.reset(seed=i)
+        prompts.append(obs.tolist() + ([] if i % 2 else list(range(40, 40 + 3 * i))))
+    stop = list(env.unwrapped.codec.stop_ids)
+    a = HFEngine(model, pad_id=PAD).generate(prompts, max_new_tokens=12, temperature=1.0,
+                                             stop_ids=stop, seed=5)
+    b = make_prefix_engine(model, pad_id=PAD).generate(prompts, max_new_tokens=12, temperature=1.0,
+                                                       stop_ids=stop, seed=5)
+    for x, y in zip(a, b):
+        assert x.tokens == y.tokens and x.finish_reason == y.finish_reason
+        assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) < 1e-4
