@@ -16,9 +16,8 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING, Any
 
-from agentgym.sandboxes.base import ExecResult, Sandbox, SandboxState
-
 from agentgym.errors import ConfigError
+from agentgym.sandboxes.base import ExecResult, Sandbox, SandboxState
 
 if TYPE_CHECKING:
     from agentgym.sandboxes.docker_backend import SandboxPool

@@ -26,12 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from agentgym.errors import SandboxUnavailable
 from agentgym.sandboxes import runner as runner_module
 from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT
 from agentgym.sandboxes.client import PipeTransport, RunnerClient, RunnerGone, RunnerSandbox
 from agentgym.sandboxes.image import RUNNER_PATH, SANDBOX_UID, WORKDIR, rootfs_path
-
-from agentgym.errors import SandboxUnavailable
 
 __all__ = ["BwrapSandbox", "bwrap_available"]
 

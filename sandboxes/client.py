@@ -17,10 +17,9 @@ import threading
 import time
 from typing import Any, Protocol
 
+from agentgym.errors import SandboxError
 from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT, ExecResult, Sandbox
 from agentgym.sandboxes.runner import decode_frame_length, encode_message
-
-from agentgym.errors import SandboxError
 
 __all__ = ["PipeTransport", "RunnerClient", "RunnerGone", "RunnerSandbox", "Transport"]
 

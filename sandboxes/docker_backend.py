@@ -26,12 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from agentgym.errors import SandboxError, SandboxStateError, SandboxUnavailable
 from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT
 from agentgym.sandboxes.client import RunnerClient, RunnerGone, RunnerSandbox
 from agentgym.sandboxes.image import RUNNER_CMD, SANDBOX_UID, WORKDIR, image_tag
 from agentgym.sandboxes.orphans import LABEL, OWNER_LABEL, owner_id, remove_orphans
-
-from agentgym.errors import SandboxError, SandboxStateError, SandboxUnavailable
 
 __all__ = ["AttachTransport", "DockerOptions", "DockerSandbox", "SandboxPool",
            "default_pool", "docker_client", "make_docker_sandbox"]
@@ -350,6 +349,7 @@ class DockerSandbox(RunnerSandbox):
         super().__init__(output_limit=o.output_limit,
                          rlimits={"as": o.mem_limit_bytes, "core": 0})
         self.pool = pool
+        self._owns_pool = False
         self._holder: dict[str, _Warm] = {}
         # GC and interpreter exit both land here; it never references self.
         self._finalizer = weakref.finalize(self, _release, pool, self._holder)
@@ -371,6 +371,8 @@ class DockerSandbox(RunnerSandbox):
     def _close(self) -> None:
         super()._close()
         self._finalizer()
+        if self._owns_pool:
+            self.pool.close()
 
 
 _default: SandboxPool | None = None
@@ -394,7 +396,8 @@ def make_docker_sandbox(*, pool: SandboxPool | None = None, **options: Any) -> D
         if options or size is not None:
             pool = SandboxPool(size=1 if size is None else size, **options)
             sb = pool.acquire()
-            weakref.finalize(sb, pool.close)  # a private pool lives as long as its sandbox
+            sb._owns_pool = True  # a private pool lives as long as its sandbox
+            weakref.finalize(sb, pool.close)
             return sb
         pool = default_pool()
     return pool.acquire()

@@ -24,9 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentgym.sandboxes import runner as runner_module
-
 from agentgym.errors import SandboxUnavailable
+from agentgym.sandboxes import runner as runner_module
 
 __all__ = [
     "DOCKERFILE",

@@ -12,9 +12,9 @@ import os
 from collections.abc import Callable, Iterator
 
 import pytest
-from agentgym.sandboxes import Sandbox, make_sandbox
 
 from agentgym.errors import SandboxUnavailable
+from agentgym.sandboxes import Sandbox, make_sandbox
 
 SandboxFactory = Callable[[], Sandbox]
 

@@ -7,6 +7,7 @@ import secrets
 from pathlib import Path
 
 import pytest
+
 from agentgym.sandboxes import make_sandbox
 from agentgym.sandboxes.bwrap_backend import BwrapSandbox
 

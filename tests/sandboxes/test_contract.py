@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from agentgym.sandboxes import ExecResult, Sandbox, make_sandbox
-from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT
 
 from agentgym.errors import ConfigError, SandboxStateError
+from agentgym.sandboxes import ExecResult, Sandbox, make_sandbox
+from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT
 
 SANDBOX_BACKENDS = ("docker", "bwrap", "unsafe-local")
 

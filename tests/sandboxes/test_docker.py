@@ -10,6 +10,8 @@ import textwrap
 import time
 
 import pytest
+
+from agentgym.errors import SandboxUnavailable
 from agentgym.sandboxes import SandboxPool
 from agentgym.sandboxes.docker_backend import docker_client
 from agentgym.sandboxes.orphans import (
@@ -19,8 +21,6 @@ from agentgym.sandboxes.orphans import (
     owner_id,
     remove_orphans,
 )
-
-from agentgym.errors import SandboxUnavailable
 
 # docker_pool: skip (locally) or fail (CI) when there is no engine/image, build it if missing
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("docker_pool")]
@@ -199,3 +199,17 @@ def test_cli_build_is_a_no_op_when_up_to_date_and_status_reports(capsys: pytest.
     assert "engine reachable, image present" in out and image_tag() in out
     assert main(["clean"]) == 0
     assert "orphaned sandbox containers" in capsys.readouterr().out
+
+
+def test_make_sandbox_with_options_gets_a_private_pool_closed_with_it() -> None:
+    from agentgym.sandboxes import make_sandbox
+
+    sb = make_sandbox("docker", mem_limit_bytes=256 << 20, pids_limit=32)
+    try:
+        r = sb.run("cat /sys/fs/cgroup/memory.max 2>/dev/null "
+                   "|| cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
+        assert r.stdout.strip() == str(256 << 20)
+        pool = sb.pool  # type: ignore[attr-defined]
+    finally:
+        sb.close()
+    assert pool._closed

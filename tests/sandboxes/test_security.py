@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from agentgym.sandboxes import Sandbox
 from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT
 

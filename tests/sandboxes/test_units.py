@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
+
+from agentgym.errors import ConfigError, SandboxUnavailable
 from agentgym.sandboxes import BACKENDS, runner
 from agentgym.sandboxes.base import check_relpath
 from agentgym.sandboxes.image import DOCKERFILE, debian_mirror, image_tag, recipe_hash
-
-from agentgym.errors import ConfigError, SandboxUnavailable
 
 
 def test_check_relpath() -> None:
