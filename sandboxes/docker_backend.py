@@ -380,10 +380,15 @@ _default_lock = threading.Lock()
 
 
 def default_pool(**options: Any) -> SandboxPool:
-    """The process-wide pool used by ``make_sandbox("docker")`` (created on first use)."""
+    """The process-wide pool used by ``make_sandbox("docker")`` (created on first use).
+
+    Its size is ``$AGENTGYM_SANDBOX_POOL_SIZE`` (default 2): set it to about the number of
+    episodes that reset together (e.g. 8 for 8 concurrent episodes).
+    """
     global _default
     with _default_lock:
         if _default is None or _default._closed:
+            options.setdefault("size", int(os.environ.get("AGENTGYM_SANDBOX_POOL_SIZE", "2")))
             _default = SandboxPool(**options)
         return _default
 
