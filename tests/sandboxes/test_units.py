@@ -99,3 +99,27 @@ def test_import_is_light() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ}).stdout
     assert out.strip() == "False"
+
+
+def test_no_silent_fallback_when_docker_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentgym.sandboxes import docker_backend, make_sandbox
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    monkeypatch.setattr(docker_backend, "_default", None)
+    with pytest.raises(SandboxUnavailable):
+        make_sandbox()  # the default backend is docker; it must not quietly run locally
+    with pytest.raises(SandboxUnavailable):
+        make_sandbox("docker", pool_size=0)
+
+
+def test_public_surface_is_pinned() -> None:
+    import agentgym.sandboxes as pkg
+    from agentgym.sandboxes import base
+
+    assert sorted(pkg.__all__) == ["BACKENDS", "ExecResult", "Sandbox", "SandboxPool",
+                                   "SandboxState", "make_sandbox"]
+    assert sorted(base.__all__) == ["DEFAULT_OUTPUT_LIMIT", "DEFAULT_TIMEOUT", "ExecResult",
+                                    "Sandbox", "SandboxState", "check_relpath"]
+    assert [f for f in base.ExecResult.__dataclass_fields__] == [
+        "stdout", "stderr", "exit_code", "timed_out", "duration_s",
+        "stdout_truncated", "stderr_truncated"]
