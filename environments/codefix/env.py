@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from agentgym.environments.codefix.tasks import TASKS_PATH, CodeFixTask, select_tasks
-from agentgym.environments.codefix.workspace import Limits, Workspace, describe_report
-from agentgym.sandboxes.base import Sandbox
 
 from agentgym.env import Task, ToolEnv
+from agentgym.environments.codefix.tasks import TASKS_PATH, CodeFixTask, select_tasks
+from agentgym.environments.codefix.workspace import Limits, Workspace, describe_report
 from agentgym.errors import ConfigError
+from agentgym.sandboxes.base import Sandbox
 from agentgym.tools import Tool, ToolResult
 
 __all__ = ["CodeFixEnv", "SandboxSpec", "sandbox_factory"]

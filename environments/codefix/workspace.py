@@ -23,9 +23,8 @@ from typing import Any
 from agentgym.environments.codefix.judge import JudgeReport, judge_argv, judge_payload, parse_judge_output
 from agentgym.environments.codefix.patch import PatchError, apply_unified_diff
 from agentgym.environments.codefix.tasks import CodeFixTask
-from agentgym.sandboxes.base import ExecResult, Sandbox, check_relpath
-
 from agentgym.errors import ConfigError
+from agentgym.sandboxes.base import ExecResult, Sandbox, check_relpath
 from agentgym.tools import Tool, ToolResult
 
 __all__ = ["Limits", "Workspace", "describe_report"]

@@ -19,11 +19,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from agentgym.environments.codefix.env import SandboxSpec, sandbox_factory
 from agentgym.environments.math.env import MathEnv
-from agentgym.sandboxes.base import Sandbox
-
 from agentgym.errors import ConfigError
+from agentgym.sandboxes.base import Sandbox
 from agentgym.tools import Tool, ToolResult
 
 __all__ = ["MathToolEnv", "format_exec"]

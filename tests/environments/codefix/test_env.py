@@ -9,17 +9,18 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from agentgym.environments.codefix.oracle import noop_policy, oracle_policy
-from agentgym.environments.codefix.tasks import select_tasks
 from gymnasium.utils.env_checker import check_env
 
 import agentgym  # noqa: F401  (registers the ids)
+from agentgym.environments.codefix.oracle import noop_policy, oracle_policy
+from agentgym.environments.codefix.tasks import select_tasks
 
 pytestmark = pytest.mark.docker
 
 
 @pytest.fixture
 def make(docker_pool: Any) -> Iterator[Any]:
+    """CodeFix-v0 envs on the session's Docker pool (tests using it carry the docker marker)."""
     made: list[gym.Env] = []
 
     def _make(**kw: Any) -> gym.Env:
@@ -215,3 +216,4 @@ def test_one_sandbox_per_episode_released_on_reset_and_close(make: Any) -> None:
     env.close()
     env.close()
     assert second.closed and u.sandbox is None
+

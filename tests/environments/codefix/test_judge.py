@@ -7,6 +7,7 @@ These run the judge as a local subprocess over candidate code written by the tes
 from __future__ import annotations
 
 import pytest
+
 from agentgym.environments.codefix.build_tasks import run_judge_locally
 from agentgym.environments.codefix.judge import MARKER, parse_judge_output
 from agentgym.environments.codefix.problems import Problem, split_units

@@ -6,6 +6,7 @@ import ast
 import difflib
 
 import pytest
+
 from agentgym.environments.codefix.mutations import (
     KINDS,
     MutationError,

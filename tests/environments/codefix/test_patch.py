@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 
 import pytest
+
 from agentgym.environments.codefix.patch import PatchError, apply_unified_diff
 
 OLD = "def f(x):\n    y = x + 1\n    return y\n\n\ndef g():\n    return 2\n"

@@ -6,11 +6,11 @@ import ast
 from collections import Counter
 
 import pytest
+
 from agentgym.environments.codefix.build_tasks import GENERIC_NOTE, _ProblemBuilder, is_eval_problem
 from agentgym.environments.codefix.mutations import KINDS
 from agentgym.environments.codefix.problems import load_humaneval
 from agentgym.environments.codefix.tasks import load_tasks, select_tasks
-
 from agentgym.errors import ConfigError
 
 TASKS = load_tasks()

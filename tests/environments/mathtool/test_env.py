@@ -8,10 +8,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from agentgym.environments.mathtool.oracle import oracle_policy, python_code_for
 from gymnasium.utils.env_checker import check_env
 
 import agentgym  # noqa: F401  (registers the ids)
+from agentgym.environments.mathtool.oracle import oracle_policy, python_code_for
 
 pytestmark = pytest.mark.docker
 
