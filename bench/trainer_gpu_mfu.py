@@ -55,9 +55,10 @@ def main() -> int:
               "GPU learner; run it on a GPU machine).")
         return 0
 
+    from transformers import GptOssConfig, GptOssForCausalLM
+
     from agentgym.trainer.attention import set_attention
     from agentgym.trainer.logprobs import policy_forward
-    from transformers import GptOssConfig, GptOssForCausalLM
 
     layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(args.layers)]
     cfg = GptOssConfig(num_hidden_layers=args.layers, layer_types=layer_types, num_local_experts=32,

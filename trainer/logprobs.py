@@ -23,11 +23,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from agentgym.trainer.model import use_memory_efficient_experts
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from agentgym.errors import ConfigError
+from agentgym.trainer.model import use_memory_efficient_experts
 
 __all__ = ["ForwardOut", "policy_forward", "token_logprobs"]
 

@@ -24,13 +24,14 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from agentgym.trainer.attention import set_attention
 from torch import nn
 
 from agentgym.errors import ConfigError
+from agentgym.trainer.attention import set_attention
 
 __all__ = [
     "SINK_AWARE_ATTENTION",
+    "SINK_DROPPING_ATTENTION",
     "ValueHead",
     "build_tiny_gptoss",
     "check_attention",
@@ -50,7 +51,7 @@ SINK_AWARE_ATTENTION: dict[str, str] = {
     "kernels-community/vllm-flash-attn3": "FlashAttention-3 with s_aux sinks (Hopper GPUs)",
 }
 # Implementations known to silently drop the sinks, with the reason shown to the user.
-_SINK_DROPPING: dict[str, str] = {
+SINK_DROPPING_ATTENTION: dict[str, str] = {
     "sdpa": "torch SDPA has no sink term; transformers passes s_aux in **kwargs and it is ignored",
     "flash_attention_2": "FlashAttention-2 has no s_aux/learnable_sink argument, the sink is dropped",
     "paged|sdpa": "paged SDPA has no sink term",
@@ -110,10 +111,10 @@ def default_attention(device: str | torch.device = "cpu") -> str:
 def check_attention(attn_implementation: str, device: str | torch.device | None = None) -> None:
     """Raise :class:`ConfigError` if ``attn_implementation`` would drop the attention sinks
     (or, when ``device`` is given, cannot run there with gradients)."""
-    if attn_implementation in _SINK_DROPPING:
+    if attn_implementation in SINK_DROPPING_ATTENTION:
         raise ConfigError(
             f"attn_implementation={attn_implementation!r} drops GPT-OSS attention sinks "
-            f"({_SINK_DROPPING[attn_implementation]}), so trainer log-probs would silently differ "
+            f"({SINK_DROPPING_ATTENTION[attn_implementation]}), so trainer log-probs would silently differ "
             f"from the engine's (measured |dlogp| 0.08-0.14 on GPT-OSS). Use one of "
             f"{sorted(SINK_AWARE_ATTENTION)} (\"auto\" picks eager on CPU, agentgym_flex on GPU)."
         )

@@ -6,10 +6,11 @@ import warnings
 
 import pytest
 import torch
-from agentgym.trainer.attention import apply_sinks, dense_sink_attention, flex_sink_attention, set_attention
-from agentgym.trainer.model import build_tiny_gptoss
 from torch import nn
 from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
+
+from agentgym.trainer.attention import apply_sinks, dense_sink_attention, flex_sink_attention, set_attention
+from agentgym.trainer.model import build_tiny_gptoss
 
 B, HQ, HKV, T, D, WINDOW = 2, 4, 2, 24, 8, 6
 

@@ -8,16 +8,16 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+
+from agentgym.errors import ConfigError, ServiceError
+from agentgym.harmony import HarmonyCodec
+from agentgym.tokenizers import ByteTokenizer
 from agentgym.trainer.engines.base import Engine, Sample, make_engine
 from agentgym.trainer.engines.hf import HFEngine
 from agentgym.trainer.engines.openai_http import OpenAIHTTPEngine
 from agentgym.trainer.engines.server import CompletionServer
 from agentgym.trainer.logprobs import policy_forward
 from agentgym.trainer.model import build_tiny_gptoss
-
-from agentgym.errors import ConfigError, ServiceError
-from agentgym.harmony import HarmonyCodec
-from agentgym.tokenizers import ByteTokenizer
 
 TOK = ByteTokenizer()
 STOPS = list(HarmonyCodec(TOK).stop_ids)

@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from agentgym.errors import ConfigError
+from agentgym.tokenizers import ByteTokenizer
 from agentgym.trainer.logprobs import policy_forward
 from agentgym.trainer.model import (
     ValueHead,
@@ -14,9 +17,6 @@ from agentgym.trainer.model import (
     load_policy,
     tiny_gptoss_config,
 )
-
-from agentgym.errors import ConfigError
-from agentgym.tokenizers import ByteTokenizer
 
 VOCAB = ByteTokenizer().vocab_size
 

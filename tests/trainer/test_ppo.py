@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+from agentgym.errors import ConfigError
 from agentgym.trainer.logprobs import policy_forward
 from agentgym.trainer.model import build_tiny_gptoss
 from agentgym.trainer.ppo import gae, group_advantages, kl_estimate, ppo_policy_loss, value_loss
-
-from agentgym.errors import ConfigError
 
 # Row layout: prompt, policy, policy (end of turn 1), env token, policy (end of turn 2), pad.
 MASK = torch.tensor([[0, 1, 1, 0, 1, 0]])

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from agentgym.trainer.engines.base import Sample
-from agentgym.trainer.model import use_memory_efficient_experts
 from torch import nn
 
 from agentgym.errors import ConfigError
+from agentgym.trainer.engines.base import Sample
+from agentgym.trainer.model import use_memory_efficient_experts
 
 __all__ = ["HFEngine"]
 

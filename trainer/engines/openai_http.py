@@ -21,10 +21,10 @@ from typing import Any
 
 import httpx
 import torch
-from agentgym.trainer.engines.base import Sample
-from agentgym.trainer.engines.wire import COMPLETIONS_PATH, RELOAD_PATH, completion_request, parse_completion
 
 from agentgym.errors import ConfigError, ServiceError
+from agentgym.trainer.engines.base import Sample
+from agentgym.trainer.engines.wire import COMPLETIONS_PATH, RELOAD_PATH, completion_request, parse_completion
 
 __all__ = ["OpenAIHTTPEngine", "write_checkpoint"]
 

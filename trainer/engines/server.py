@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from agentgym.trainer.engines.hf import HFEngine
-from agentgym.trainer.engines.wire import COMPLETIONS_PATH, RELOAD_PATH, completion_response
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -27,6 +25,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from agentgym.errors import CheckpointError, ServiceError
+from agentgym.trainer.engines.hf import HFEngine
+from agentgym.trainer.engines.wire import COMPLETIONS_PATH, RELOAD_PATH, completion_response
 
 __all__ = ["CompletionServer", "build_app", "load_safetensors_into", "main"]
 

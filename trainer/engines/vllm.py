@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from agentgym.trainer.engines.base import Sample
 
 from agentgym.errors import ConfigError
+from agentgym.trainer.engines.base import Sample
 
 __all__ = ["VLLMEngine"]
 

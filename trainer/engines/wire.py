@@ -27,9 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentgym.trainer.engines.base import Sample
-
 from agentgym.errors import ServiceError
+from agentgym.trainer.engines.base import Sample
 
 __all__ = ["COMPLETIONS_PATH", "RELOAD_PATH", "completion_request", "parse_completion"]
 
