@@ -92,7 +92,9 @@ def _flex() -> Any:
     from torch.nn.attention.flex_attention import flex_attention
 
     if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex_attention, dynamic=False) if torch.cuda.is_available() else flex_attention
+        # default dynamic handling: after the first new sequence length torch marks it dynamic
+        # instead of recompiling for every batch shape
+        _compiled_flex = torch.compile(flex_attention) if torch.cuda.is_available() else flex_attention
     return _compiled_flex
 
 
