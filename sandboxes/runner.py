@@ -337,8 +337,14 @@ def main(argv: list[str]) -> int:
     workdir = os.path.abspath(argv[0] if argv else os.getcwd())
     _no_ptrace()
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda *_: sys.exit(0))
+    if os.getpid() == 1:
+        # As PID 1 we keep no handlers on purpose (not even Python's KeyboardInterrupt one):
+        # the kernel then drops every signal sent from inside the namespace, so the code
+        # cannot stop the runner. The host ends us by closing stdin or removing the container.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    else:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda *_: sys.exit(0))
     rfd, wfd = sys.stdin.fileno(), sys.stdout.fileno()
     while True:
         header = _read_exact(rfd, 4)
