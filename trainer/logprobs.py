@@ -88,6 +88,9 @@ def policy_forward(
     if input_ids.dim() != 2:
         raise ConfigError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
     use_memory_efficient_experts(model)
+    if getattr(getattr(model, "config", None), "final_logit_softcapping", None):
+        # logits are computed as lm_head(last hidden state) below; a soft-capped head would differ
+        raise ConfigError("policy_forward does not support models with final_logit_softcapping")
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     attention_mask = attention_mask.to(input_ids.device).long()
