@@ -30,7 +30,7 @@ from typing import Any
 from agentgym.errors import ServiceError
 from agentgym.trainer.engines.base import Sample
 
-__all__ = ["COMPLETIONS_PATH", "RELOAD_PATH", "completion_request", "parse_completion"]
+__all__ = ["COMPLETIONS_PATH", "RELOAD_PATH", "completion_request", "completion_response", "parse_completion"]
 
 COMPLETIONS_PATH = "/v1/completions"
 RELOAD_PATH = "/reload_weights"
