@@ -23,7 +23,7 @@ from typing import Any
 from agentgym.environments.codefix.judge import JudgeReport, judge_argv, judge_payload, parse_judge_output
 from agentgym.environments.codefix.patch import PatchError, apply_unified_diff
 from agentgym.environments.codefix.tasks import CodeFixTask
-from agentgym.errors import ConfigError
+from agentgym.errors import ConfigError, SandboxError
 from agentgym.sandboxes.base import ExecResult, Sandbox, check_relpath
 from agentgym.tools import Tool, ToolResult
 
@@ -169,8 +169,11 @@ class Workspace:
     def submit(self) -> ToolResult:
         t = self.task
         payload, nonce = judge_payload(t.judge_spec(), deadline=self.limits.judge_deadline)
-        res = self.sandbox.run(judge_argv(), stdin=payload, timeout=self.limits.judge_deadline + 15)
-        rep = parse_judge_output(res.stdout, nonce, t.n_units)
+        try:
+            res = self.sandbox.run(judge_argv(), stdin=payload, timeout=self.limits.judge_deadline + 15)
+            rep = parse_judge_output(res.stdout, nonce, t.n_units)
+        except SandboxError as e:  # the sandbox died (e.g. killed for memory): a failed submit
+            rep = JudgeReport(0, t.n_units, valid=False, problem=f"sandbox failed during submit: {e}")
         self.report = rep
         delta = rep.pass_rate - t.start_pass_rate
         msg = (f"submitted: {rep.passed}/{rep.total} hidden tests passed" if rep.valid

@@ -10,8 +10,9 @@ per-command timeout (``command_timeout``, 10 s) and ``sandbox_seconds`` (30 s) o
 time per episode; when that is used up the tool says so and the episode is truncated.
 Rewards are Math-v0's (sparse outcome; shaped adds format, malformed and turn terms).
 
-One sandbox per episode, acquired in ``reset`` (from the shared warm pool for Docker),
-released at the next reset and on ``close()``.
+One sandbox per episode, acquired at the episode's first ``python`` call (from the shared
+warm pool for Docker; episodes that never run code take none), released at the next reset
+and on ``close()``.
 """
 
 from __future__ import annotations
@@ -72,10 +73,11 @@ class MathToolEnv(MathEnv):
             self._python)
 
     def on_reset(self) -> None:
+        # The sandbox is taken on the first python call: most math episodes never run code,
+        # and each sandbox is a container the warm pool must replace.
         self.max_turns = self._max_turns_cfg
         self._release()
         self.used_s, self.last_output = 0.0, None
-        self.sandbox = self._make_sandbox()
 
     def tools(self) -> list[Tool]:
         return [self._tool]
@@ -84,7 +86,8 @@ class MathToolEnv(MathEnv):
         self._release()
 
     def _python(self, code: str) -> ToolResult:
-        assert self.sandbox is not None
+        if self.sandbox is None:
+            self.sandbox = self._make_sandbox()
         left = self.sandbox_seconds - self.used_s
         timeout = min(self.command_timeout, left)
         res = self.sandbox.run(["python3", "-c", code], timeout=timeout)

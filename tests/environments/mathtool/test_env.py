@@ -95,12 +95,15 @@ def test_determinism_and_sandbox_lifecycle(make: Any) -> None:
     ra, rb = a.step(oracle_policy(a)), b.step(oracle_policy(b))
     assert np.array_equal(ra[0], rb[0])
     first = a.unwrapped.sandbox
+    assert first is not None  # taken by the oracle's python call
     a.reset(seed=6)
-    assert first.closed and a.unwrapped.sandbox is not None
+    assert first.closed and a.unwrapped.sandbox is None  # the next one is taken on demand
+    python(a, "open('f', 'w').write('x')")
     second = a.unwrapped.sandbox
+    assert second is not None and second is not first
     a.close()
     a.close()
-    assert second.closed
+    assert second.closed and a.unwrapped.sandbox is None
 
 
 def test_python_code_for_is_exact() -> None:
