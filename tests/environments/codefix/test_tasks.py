@@ -76,3 +76,22 @@ def test_build_is_reproducible_from_the_seed() -> None:
         shipped = [t for t in TASKS if t.number == number]
         assert why is None
         assert [(b["id"], b["buggy_source"]) for b in built] == [(s.id, s.buggy_source) for s in shipped]
+
+
+def test_reset_options_and_constructor_errors_are_config_errors() -> None:
+    from agentgym.environments.codefix.env import CodeFixEnv
+
+    def no_sandbox() -> None:
+        raise AssertionError("a bad reset must fail before taking a sandbox")
+
+    env = CodeFixEnv(split="train", level=2, sandbox=no_sandbox)
+    eval_id = select_tasks("eval", 2)[0].id
+    with pytest.raises(ConfigError, match="not in split='train'"):
+        env.reset(options={"task_id": eval_id})
+    with pytest.raises(ConfigError, match="index must be"):
+        env.reset(options={"index": len(env.tasks)})
+    with pytest.raises(ConfigError, match="sandbox must be"):
+        CodeFixEnv(sandbox=42)
+    with pytest.raises(ConfigError, match="sandbox_seconds"):
+        CodeFixEnv(sandbox_seconds=0)
+    env.close()
