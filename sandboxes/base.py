@@ -181,12 +181,17 @@ class Sandbox(abc.ABC):
             self._write_files(clean)
 
     def read_file(self, path: str, max_bytes: int = 1_000_000) -> bytes:
-        """Return at most ``max_bytes`` of a file. Missing file: ``FileNotFoundError``."""
+        """Return at most ``max_bytes`` of a file.
+
+        ``FileNotFoundError`` when there is no *regular* file there (missing, or a FIFO,
+        device or directory the code put in its place).
+        """
         self._check_open()
         return self._read_file(check_relpath(path), int(max_bytes))
 
     def list_files(self, path: str = ".") -> list[str]:
-        """Sorted paths of the regular files under ``path``, recursive, relative to the work dir."""
+        """Sorted paths of the regular files under ``path``, recursive, relative to the work
+        dir (symlinks and special files left out; at most 100,000 paths)."""
         self._check_open()
         return sorted(self._list_files(check_relpath(path)))
 

@@ -113,7 +113,7 @@ def _b64(data: bytes) -> str:
 def _raise_remote(resp: dict[str, Any], path: str = "") -> None:
     kind, msg = resp.get("kind", "Error"), resp.get("error", "")
     if kind == "FileNotFoundError":
-        raise FileNotFoundError(f"no such file in the sandbox work dir: {path!r}")
+        raise FileNotFoundError(f"no regular file in the sandbox work dir at {path!r} ({msg})")
     if kind == "IsADirectoryError":
         raise IsADirectoryError(f"{path!r} is a directory in the sandbox work dir")
     raise SandboxError(f"sandbox runner failed: {kind}: {msg}")

@@ -11,8 +11,7 @@ JSON. Binary payloads (stdin, output, file contents) travel as base64 strings. R
     {"op": "exec", "argv": [...], "stdin": b64, "timeout": s, "env": {..}, "limit": n, "rlimits": {..}}
     {"op": "write", "files": {relpath: b64}}
     {"op": "read", "path": relpath, "max_bytes": n}
-    {"op": "list", "path": relpath}
-    {"op": "wipe"}
+    {"op": "list", "path": relpath}        (regular files only, at most MAX_LIST of them)
 
 Responses carry ``"ok": true`` or ``"ok": false, "kind": <error class name>, "error": msg``.
 
@@ -30,8 +29,8 @@ import json
 import os
 import resource
 import select
-import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -40,6 +39,7 @@ import time
 __all__ = ["MAX_MESSAGE", "decode_frame_length", "encode_message", "execute", "handle", "main"]
 
 MAX_MESSAGE = 256 * 1024 * 1024  # refuse absurd frames rather than allocating them
+MAX_LIST = 100_000  # list_files answers at most this many paths
 _HEADER = struct.Struct(">I")
 _CHUNK = 65536
 BASE_ENV = {
@@ -263,13 +263,25 @@ def _write(req: dict, workdir: str) -> dict:
     for rel, data in req["files"].items():
         path = _inside(workdir, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        # Whatever the code left at this path (a FIFO would block open() forever, a symlink
+        # would redirect the write) is replaced by a plain new file.
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                os.unlink(path)
+        except FileNotFoundError:
+            pass
         with open(path, "wb") as f:
             f.write(_unb64(data))
     return {"ok": True}
 
 
 def _read_file(req: dict, workdir: str) -> dict:
-    with open(_inside(workdir, req["path"]), "rb") as f:
+    rel = req["path"]
+    # O_NONBLOCK: opening a FIFO the code planted must not hang the runner.
+    fd = os.open(_inside(workdir, rel), os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise FileNotFoundError(f"{rel!r} is not a regular file")
         return {"ok": True, "data": _b64(f.read(int(req.get("max_bytes", 1_000_000))))}
 
 
@@ -279,27 +291,18 @@ def _list(req: dict, workdir: str) -> dict:
     for dirpath, _dirs, names in os.walk(root):
         for name in names:
             full = os.path.join(dirpath, name)
-            if os.path.isfile(full) and not os.path.islink(full):
-                out.append(os.path.relpath(full, workdir))
-    return {"ok": True, "files": sorted(out)}
-
-
-def _wipe(req: dict, workdir: str) -> dict:
-    for top in (workdir, "/tmp") if os.getpid() == 1 else (workdir,):
-        for name in os.listdir(top):
-            path = os.path.join(top, name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
-    return {"ok": True}
+            try:
+                if stat.S_ISREG(os.lstat(full).st_mode):
+                    out.append(os.path.relpath(full, workdir))
+            except OSError:
+                continue
+        if len(out) >= MAX_LIST:
+            break
+    return {"ok": True, "files": sorted(out)[:MAX_LIST]}
 
 
 def handle(req: dict, workdir: str) -> dict:
-    ops = {"exec": execute, "write": _write, "read": _read_file, "list": _list, "wipe": _wipe}
+    ops = {"exec": execute, "write": _write, "read": _read_file, "list": _list}
     op = req.get("op")
     if op == "ping":
         return {"ok": True, "pid": os.getpid(), "uid": os.getuid()}

@@ -315,3 +315,18 @@ def test_binary_garbage_on_stdin(sb: Sandbox, factory) -> None:  # type: ignore[
     assert not r.timed_out
     assert sb.run("echo fine").stdout == "fine\n"
     assert_next_episode_works(factory)
+
+
+def test_planted_fifos_and_links_cannot_hang_or_redirect_the_host_helpers(sb: Sandbox, factory) -> None:  # type: ignore[no-untyped-def]
+    sb.run("mkfifo solution.py; mkfifo out.txt; ln -s /dev/zero zero; ln -s /tmp/elsewhere link.py; "
+           "mkdir d; for i in $(seq 50); do touch d/f$i; done")
+    with pytest.raises(FileNotFoundError, match="not a regular file"):
+        sb.read_file("solution.py")  # a FIFO: open() would block the runner forever
+    with pytest.raises(FileNotFoundError):
+        sb.read_file("zero")
+    sb.write_files({"out.txt": "replaced", "link.py": "print(1)\n"})
+    assert sb.read_file("out.txt") == b"replaced"
+    assert sb.run("test -L link.py || echo plain; test -e /tmp/elsewhere || echo untouched").stdout == "plain\nuntouched\n"
+    files = sb.list_files()
+    assert "solution.py" not in files and "zero" not in files and len(files) == 52
+    assert_next_episode_works(factory)
