@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
 import threading
-import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from agentgym.errors import SandboxError, SandboxStateError, SandboxUnavailable
+from agentgym.sandboxes.attach import AttachTransport
 from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT
-from agentgym.sandboxes.client import RunnerClient, RunnerGone, RunnerSandbox
+from agentgym.sandboxes.client import RunnerClient, RunnerSandbox
 from agentgym.sandboxes.image import RUNNER_CMD, SANDBOX_UID, WORKDIR, image_tag
 from agentgym.sandboxes.orphans import LABEL, OWNER_LABEL, owner_id, remove_orphans
 
@@ -82,69 +81,6 @@ class DockerOptions:
     """tmpfs size of /tmp"""
     output_limit: int = DEFAULT_OUTPUT_LIMIT
     """bytes kept of each of stdout and stderr"""
-
-
-class AttachTransport:
-    """The runner's stdin/stdout through the Docker attach socket.
-
-    With no TTY the engine multiplexes the output: 8-byte headers ``[stream, 0, 0, 0,
-    size:u32be]`` then ``size`` bytes; stream 1 is stdout (our responses), 2 is stderr (a
-    runner traceback, kept for error messages). Requests are JSON, pure ASCII with control
-    characters escaped, so the engine's detach keys (ctrl-p ctrl-q) can never appear.
-    """
-
-    def __init__(self, sock: Any) -> None:
-        self._holder = sock  # keeps the HTTP response (and so the socket) alive
-        self._sock: socket.socket = getattr(sock, "_sock", sock)
-        self._raw = bytearray()
-        self._out = bytearray()
-        self.stderr = bytearray()
-
-    def send(self, data: bytes) -> None:
-        try:
-            self._sock.settimeout(30.0)
-            self._sock.sendall(data)
-        except OSError as exc:
-            raise RunnerGone(f"container stdin closed: {exc}") from exc
-
-    def _pump(self, deadline: float) -> None:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise RunnerGone("runner did not answer in time")
-        self._sock.settimeout(left)
-        try:
-            chunk = self._sock.recv(1 << 20)
-        except TimeoutError as exc:
-            raise RunnerGone("runner did not answer in time") from exc
-        except OSError as exc:
-            raise RunnerGone(f"attach socket failed: {exc}") from exc
-        if not chunk:
-            err = bytes(self.stderr[-500:]).decode("utf-8", "replace")
-            raise RunnerGone(f"container exited{': ' + err if err else ''}")
-        self._raw += chunk
-        while len(self._raw) >= 8:
-            size = int.from_bytes(self._raw[4:8], "big")
-            if len(self._raw) < 8 + size:
-                break
-            kind, payload = self._raw[0], bytes(self._raw[8 : 8 + size])
-            del self._raw[: 8 + size]
-            if kind == 1:
-                self._out += payload
-            elif len(self.stderr) < 65536:
-                self.stderr += payload
-
-    def recv_exact(self, n: int, deadline: float) -> bytes:
-        while len(self._out) < n:
-            self._pump(deadline)
-        out = bytes(self._out[:n])
-        del self._out[:n]
-        return out
-
-    def close(self) -> None:
-        try:
-            self._sock.close()
-        except OSError:
-            pass
 
 
 @dataclass
