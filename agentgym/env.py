@@ -132,6 +132,10 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
     def on_close(self) -> None:
         """Release resources. Called once by close()."""
 
+    def budget_exhausted(self) -> bool:
+        """An env's own budget (e.g. sandbox seconds) ran out: the episode truncates this step."""
+        return False
+
     # ------------------------------------------------------------------ gym API
     @property
     def env_id(self) -> str:
@@ -199,8 +203,8 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
                 comps[k] = comps.get(k, 0.0) + v
         action_end = len(traj.tokens)
         if not terminated and not truncated:
-            if self.counts["turns"] >= self.max_turns or action_end + len(obs) >= self.max_tokens:
-                truncated = True
+            truncated = (self.counts["turns"] >= self.max_turns
+                         or action_end + len(obs) >= self.max_tokens or self.budget_exhausted())
         if truncated and not terminated:
             obs = []  # nothing more will be sampled: no dangling generation prompt
         traj.append(obs, policy=False)

@@ -80,7 +80,6 @@ class CodeFixEnv(ToolEnv):
         self.limits = Limits(sandbox_seconds=sandbox_seconds, command_timeout=command_timeout,
                              max_output_chars=max_output_chars, max_file_bytes=max_file_bytes)
         self._make_sandbox = sandbox_factory(sandbox)
-        self._max_turns_cfg = self.max_turns
         self.sandbox: Sandbox | None = None
         self.workspace: Workspace | None = None
 
@@ -110,11 +109,10 @@ class CodeFixEnv(ToolEnv):
                 f"{self.limits.sandbox_seconds:.0f} s.")
 
     def on_reset(self) -> None:
-        self.max_turns = self._max_turns_cfg
         self._release()
         assert self.task is not None
         self.sandbox = self._make_sandbox()
-        self.workspace = Workspace(self.sandbox, self.task.answer, self.limits, self._end_by_budget)
+        self.workspace = Workspace(self.sandbox, self.task.answer, self.limits)
 
     def tools(self) -> list[Tool]:
         return self.workspace.tools() if self.workspace is not None else []
@@ -128,16 +126,11 @@ class CodeFixEnv(ToolEnv):
         self._release()
 
     # ---------------------------------------------------------------- budget
-    def _end_by_budget(self) -> None:
-        # ToolEnv truncates when turns reach max_turns; lowering it for this one step ends
-        # the episode through the same clean path (no dangling generation prompt).
-        self.max_turns = self.counts["turns"]
+    def budget_exhausted(self) -> bool:
+        return self.workspace is not None and self.workspace.exhausted
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        try:
-            obs, reward, terminated, truncated, info = super().step(action)
-        finally:
-            self.max_turns = self._max_turns_cfg
+        obs, reward, terminated, truncated, info = super().step(action)
         ws = self.workspace
         if ws is not None:
             info["sandbox_seconds"] = round(ws.used_s, 3)

@@ -65,13 +65,11 @@ _STR = {"type": "string"}
 class Workspace:
     """The sandbox of one episode, its time budget, and the tool implementations."""
 
-    def __init__(self, sandbox: Sandbox, task: CodeFixTask, limits: Limits,
-                 on_exhausted: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, sandbox: Sandbox, task: CodeFixTask, limits: Limits) -> None:
         self.sandbox, self.task, self.limits = sandbox, task, limits
         self.used_s = 0.0
         self.exhausted = False
         self.report: JudgeReport | None = None
-        self._on_exhausted = on_exhausted
         sandbox.write_files({"solution.py": task.buggy_source, "test_visible.py": task.visible_tests})
 
     # ---------------------------------------------------------------- helpers
@@ -100,8 +98,7 @@ class Workspace:
         return res, ""
 
     def _exhaust(self) -> str:
-        self.exhausted = True
-        self._on_exhausted()
+        self.exhausted = True  # CodeFixEnv.budget_exhausted() truncates the episode this step
         return (f"\n[sandbox time budget used up: {self.used_s:.1f} s of "
                 f"{self.limits.sandbox_seconds:.0f} s; the episode ends here]")
 

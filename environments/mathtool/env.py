@@ -62,7 +62,6 @@ class MathToolEnv(MathEnv):
         self.command_timeout, self.sandbox_seconds = float(command_timeout), float(sandbox_seconds)
         self.max_output_chars = int(max_output_chars)
         self._make_sandbox = sandbox_factory(sandbox)
-        self._max_turns_cfg: int = self.max_turns
         self.sandbox: Sandbox | None = None
         self.used_s = 0.0
         self.last_output: str | None = None  # stdout of the latest python call (for oracles)
@@ -75,7 +74,6 @@ class MathToolEnv(MathEnv):
     def on_reset(self) -> None:
         # The sandbox is taken on the first python call: most math episodes never run code,
         # and each sandbox is a container the warm pool must replace.
-        self.max_turns = self._max_turns_cfg
         self._release()
         self.used_s, self.last_output = 0.0, None
 
@@ -97,16 +95,15 @@ class MathToolEnv(MathEnv):
         # A command stopped by the budget-cut timeout used it all, whatever its clock says.
         if self.used_s >= self.sandbox_seconds or (res.timed_out and timeout >= left):
             self.used_s = max(self.used_s, self.sandbox_seconds)
-            self.max_turns = self.counts["turns"]  # ToolEnv truncates this step (see step())
             text += (f"\n[sandbox time budget used up: {self.used_s:.1f} s of "
                      f"{self.sandbox_seconds:.0f} s; the episode ends here]")
         return ToolResult(text, ok=res.ok)
 
+    def budget_exhausted(self) -> bool:
+        return self.used_s >= self.sandbox_seconds
+
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        try:
-            obs, reward, terminated, truncated, info = super().step(action)
-        finally:
-            self.max_turns = self._max_turns_cfg
+        obs, reward, terminated, truncated, info = super().step(action)
         info["sandbox_seconds"] = round(self.used_s, 3)
         if truncated and not terminated and self.used_s >= self.sandbox_seconds:
             info["truncated_by"] = "sandbox_seconds"
