@@ -248,6 +248,10 @@ class SandboxPool:
                 item.conn.close()
         self._finalizer()
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> SandboxPool:
+        # gym.make and check_env deep-copy env kwargs; a pool is a shared resource, not a value.
+        return self
+
     def __enter__(self) -> SandboxPool:
         return self
 
