@@ -297,15 +297,17 @@ def eval_exact(node: Node) -> Fraction:
 _local = threading.local()
 
 
-def mp_context() -> Any:
-    """This thread's 50-digit mpmath context (mpmath's global ``mp`` is shared state)."""
-    ctx = getattr(_local, "ctx", None)
+def mp_context(dps: int = 50) -> Any:
+    """This thread's mpmath context of ``dps`` digits (mpmath's global ``mp`` is shared state)."""
+    ctxs = getattr(_local, "ctxs", None)
+    if ctxs is None:
+        ctxs = _local.ctxs = {}
+    ctx = ctxs.get(dps)
     if ctx is None:
         import mpmath
 
-        ctx = mpmath.MPContext()
-        ctx.dps = 50
-        _local.ctx = ctx
+        ctx = ctxs[dps] = mpmath.MPContext()
+        ctx.dps = dps
     return ctx
 
 
@@ -323,10 +325,13 @@ _MP_FUNCS = {
 }
 
 
-def eval_mp(node: Node, env: dict[str, Any]) -> Any:
-    """Evaluate with this thread's mpmath context; symbols from ``env``. Complex is allowed."""
-    ctx = mp_context()
-    return _mp(ctx, node, env)
+def eval_mp(node: Node, env: dict[str, Any], dps: int = 50) -> Any:
+    """Evaluate with this thread's ``dps``-digit mpmath context; symbols from ``env``.
+
+    Complex values are allowed. Raises :class:`TooLarge` when a value would pass
+    ``10**MAX_EXP10``, which also makes a cheap 15-digit run a magnitude guard for sympy.
+    """
+    return _mp(mp_context(dps), node, env)
 
 
 def _mp(ctx: Any, node: Node, env: dict[str, Any]) -> Any:

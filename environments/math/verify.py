@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from agentgym.environments.math.expr import (
     MAX_CHARS,
@@ -38,9 +37,6 @@ from agentgym.environments.math.expr import (
     NotRational,
     TooLarge,
     eval_exact,
-    eval_mp,
-    free_symbols,
-    mp_context,
     parse,
     to_str,
 )
@@ -52,12 +48,12 @@ from agentgym.environments.math.latex import (
     strip_text,
     to_plain,
 )
+from agentgym.environments.math.symbolic import equal as symbolic_equal
 
 __all__ = ["MAX_INPUT", "Verdict", "verify"]
 
 MAX_INPUT = 100_000  # characters of a whole final message
 MAX_ITEMS = 50  # elements of a set / tuple / list
-_REL_TOL_EXP = -30  # 30 significant digits out of the 50 computed
 
 _LIST_SEPS = (",", ";", " or ", " and ", "\\text{ or }", "\\text{ and }", "\\quad", "\\qquad")
 _THOUSANDS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
@@ -200,10 +196,6 @@ def _assignment(part: str) -> tuple[str | None, _Ans]:
 
 
 # ---------------------------------------------------------------------------- comparison
-_POINTS = ("0.61803398874989484", "1.32471795724474602", "1.73205080756887729",
-           "2.23606797749978969", "0.86602540378443864", "1.41421356237309504")
-
-
 def _is_oo(n: Node) -> int:
     if n[0] == "const" and n[1] == "oo":
         return 1
@@ -221,11 +213,6 @@ def _drop_constant(n: Node) -> tuple[Node, bool]:
     return n, False
 
 
-def _close(ctx: Any, a: Any, b: Any) -> bool:
-    scale = max(ctx.mpf(1), abs(a), abs(b))
-    return abs(a - b) <= scale * ctx.mpf(10) ** _REL_TOL_EXP
-
-
 def _scalars_equal(p: _Ans, r: _Ans) -> bool:
     pn, rn = p.node, r.node
     assert pn is not None and rn is not None
@@ -240,42 +227,12 @@ def _scalars_equal(p: _Ans, r: _Ans) -> bool:
     rn, has_c = _drop_constant(rn)
     if has_c:
         pn = _drop_constant(pn)[0]
-    syms = free_symbols(pn) | free_symbols(rn)
-    ctx = mp_context()
-    if not syms:
-        try:
-            ep, er = eval_exact(pn), eval_exact(rn)
-            if ep == er:
-                return True
-            return places is not None and abs(ep - er) * 2 * 10**places <= 1
-        except NotRational:
-            pass
-        vp, vr = eval_mp(pn, {}), eval_mp(rn, {})
-        if places is not None:
-            return abs(vp - vr) <= ctx.mpf(10) ** (-places) / 2 * (1 + ctx.mpf(10) ** -40)
-        return _close(ctx, vp, vr)
-    names = sorted(syms)
-    diffs: list[Any] = []
-    for k in range(len(_POINTS)):
-        env = {s: ctx.mpf(_POINTS[(k + 2 * j) % len(_POINTS)]) + j * ctx.mpf("0.1")
-               for j, s in enumerate(names)}
-        try:
-            vp, vr = eval_mp(pn, env), eval_mp(rn, env)
-        except TooLarge:
-            raise
-        except (ExprError, ZeroDivisionError, ValueError):
-            continue  # outside the domain at this point: try the next one
-        if has_c:
-            diffs.append(vp - vr)
-            if not _close(ctx, diffs[-1], diffs[0]):
-                return False
-        elif not _close(ctx, vp, vr):
-            return False
-        if len(diffs) >= 4 or (not has_c and k >= 3):
-            return True
-    if len(diffs) >= 2:
-        return True
-    raise ExprError("could not evaluate the expressions at enough points to compare them")
+    try:  # exact rational arithmetic: microseconds, decides all plain numbers
+        ep, er = eval_exact(pn), eval_exact(rn)
+        return ep == er or places is not None and abs(ep - er) * 2 * 10**places <= 1
+    except NotRational:
+        pass
+    return symbolic_equal(pn, rn, has_c=has_c, places=places)
 
 
 def _equal(p: _Ans, r: _Ans) -> bool:

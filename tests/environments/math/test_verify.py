@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from agentgym.environments.math.calc import calculate
 from agentgym.environments.math.expr import ExprError, TooLarge
 from agentgym.environments.math.verify import Verdict, verify
@@ -92,6 +93,161 @@ def test_verify_is_thread_safe() -> None:
     for t in threads:
         t.join(60)
     assert all(results[k] == expected for k in range(6))
+
+
+# ---------------------------------------------------------------------------- sympy engine
+import importlib  # noqa: E402
+
+from agentgym.environments.math import symbolic  # noqa: E402
+
+verify_mod = importlib.import_module("agentgym.environments.math.verify")  # the package re-exports verify()
+from agentgym.environments.math.expr import parse  # noqa: E402
+
+_Z4 = "(\\sqrt{2}+\\sqrt{3}-\\sqrt{5+2\\sqrt{6}})"  # an algebraic 0 with 4 roots
+_Z7 = "(\\sqrt{2}+\\sqrt{3}+\\sqrt{5}+\\sqrt{7}-\\sqrt{17+2\\sqrt{6}+2\\sqrt{10}+2\\sqrt{14}+2\\sqrt{15}+2\\sqrt{21}+2\\sqrt{35}})"
+_ZL = "(\\ln 6 - \\ln 2 - \\ln 3)"  # a transcendental 0
+
+
+def _nest(k: int, f, e: str) -> str:
+    for _ in range(k):
+        e = f(e)
+    return e
+
+
+# Inputs that pass the parser's guards but make sympy slow: huge expansions, roots of huge
+# numbers, sin of huge arguments, nested cancelling sums (evalf's precision loop), functions
+# of algebraic zeros (minimal_polynomial). Each was measured at seconds to minutes before
+# the guard that now bounds it. (predicted, reference, expected verdict or None: any)
+ADVERSARIAL = [
+    ("(x+1)^{40}", "(x+1)^{39}(x+1)", True),
+    ("(x+y+z+1)^{40}", "(1+x+y+z)^{40}+1", False),
+    ("(x+y+z+w+1)^{30}", "(x+y+z+w+1)^{29}(x+y+z+w+1)", True),
+    ("(x+y)^{8}(x-y)^{8}(x+2)^{8}(y+3)^{6}", "(x+y)^{8}(x-y)^{8}(x+2)^{8}(y+3)^{6}+1", False),
+    ("+".join(f"\\frac{{1}}{{x+{k}}}" for k in range(1, 60)), "1", False),
+    ("\\sqrt{10^{3000}+1}", "10^{1500}", False),
+    ("(10^{3000}+1)^{1/3}", "10^{1000}", False),
+    ("\\sqrt{2}^{10^{6}}", "2^{500000}", False),
+    ("(3x)^{5000}", "3^{5000}x^{5000}", True),
+    ("(\\sqrt{2}+\\sqrt{3})^{200}", "(\\sqrt{3}+\\sqrt{2})^{200}+1", False),
+    ("\\sqrt{2+\\sqrt{3+\\sqrt{5+\\sqrt{7+\\sqrt{11+\\sqrt{13}}}}}}", "3", None),
+    ("1/(\\sqrt{2}+\\sqrt{3}+\\sqrt{5}+\\sqrt{7}+\\sqrt{11})", "\\sqrt{2}-\\sqrt{3}+\\sqrt{5}", False),
+    ("\\sin(\\cos(\\sin(\\cos(\\sin(\\cos(\\sin(\\cos(x))))))))", "\\cos(\\sin(\\cos(\\sin(x))))", False),
+    ("\\sin(10^{9999})", "0", False),
+    ("\\sin(e^{e^{e^{5}}})", "1", False),
+    ("\\sin(e^{e^{e^{x}}})", "1", False),
+    ("\\sin(\\pi \\cdot 10^{100}/7)", "0", False),
+    ("\\sin(" + "+".join(["\\sin(\\sin(x)^2+\\cos(x)^2-1)"] * 12) + ")", "0", True),
+    (_nest(5, lambda e: f"\\sin(\\sin({e})^2+\\cos({e})^2-1)", "x"), "0", True),
+    (_nest(6, lambda e: f"\\sin({e} + {_ZL})", _ZL), "0", True),
+    (_nest(6, lambda e: f"|{e} + {_ZL}|", _ZL), "0", True),
+    ("|" + "+".join([f"|{_ZL}|"] * 20) + "|", "0", True),
+    (f"|{_Z7}|", "0", True),
+    (f"\\sin({_Z7})", "0", True),
+    (f"\\ln(1 + {_Z7})", "0", True),
+    (f"|x - 1 + {_Z4}|", "|x-1|", True),
+    (f"\\arcsin(x/3 + {_Z4})", "\\arcsin(x/3)", True),
+    ("x^{x^{x^{x^{x}}}}", "x", False),
+]
+
+
+@pytest.mark.parametrize(("pred", "ref", "want"), ADVERSARIAL, ids=range(len(ADVERSARIAL)))
+def test_sympy_adversarial_inputs_are_bounded(pred: str, ref: str, want: bool | None) -> None:
+    verify("x + 1", "1 + x")  # import sympy outside the timed call
+    verdict, _ = _bounded(verify, pred, ref, limit=30.0)
+    assert isinstance(verdict, Verdict) and verdict.reason
+    if want is not None:
+        assert verdict.correct is want, verdict.reason
+
+
+def test_to_sympy_builds_objects_not_strings() -> None:
+    import sympy
+
+    x = sympy.Symbol("x", positive=True)
+    assert symbolic.to_sympy(parse("2x + sqrt(8) - pi + e^x")) == 2 * x + 2 * sympy.sqrt(2) - sympy.pi + sympy.exp(x)
+    assert symbolic.to_sympy(parse("log(8, 2)")) == sympy.log(8) / sympy.log(2)
+    assert symbolic.to_sympy(parse("sqrt(x^2)")) == x  # symbols are positive, like the points
+    assert symbolic.to_sympy(parse("1/2 + 0.25")) == sympy.Rational(3, 4)
+
+
+@pytest.mark.parametrize(("pred", "ref"), [
+    ("(x+1)^2", "x^2 + 2x + 1"), ("\\frac{1}{x-1} + \\frac{1}{x+1}", "\\frac{2x}{x^2-1}"),
+    ("\\frac{1}{\\sqrt{3}-\\sqrt{2}}", "\\sqrt{3}+\\sqrt{2}"), ("\\sin(\\pi/6)", "1/2"),
+    ("2\\sqrt{2}", "\\sqrt{8}"), ("\\ln(e^3)", "3"), ("\\frac{(x+1)^3}{3} + C", "\\frac{x^3}{3} + x^2 + x + C"),
+])
+def test_sympy_proves_these_without_numbers(pred: str, ref: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_numbers(*a: object, **k: object) -> bool:
+        raise AssertionError("the numeric check was reached")
+    monkeypatch.setattr(symbolic, "_compare", no_numbers)
+    assert verify(pred, ref).correct
+
+
+@pytest.mark.parametrize(("pred", "ref", "want"), [
+    ("\\sqrt{5+2\\sqrt{6}}", "\\sqrt{2}+\\sqrt{3}", True),  # denesting: evalf decides
+    ("\\tan(x)", "\\sin(x)/\\cos(x)", True), ("\\sin(x)^2", "1 - \\cos(x)^2", True),
+    ("e^{x} + 10^{-25}", "e^{x}", False), ("3.1415926535", "\\pi", False),
+])
+def test_numeric_check_decides_the_rest(pred: str, ref: str, want: bool) -> None:
+    assert verify(pred, ref).correct is want
+
+
+def test_a_nonzero_exact_difference_is_never_equal() -> None:
+    # 1 against (sqrt(2)+sqrt(3))^200 ~ 1e99 is far below the relative tolerance; sympy's
+    # exact difference -1 decides instead
+    assert not verify("(\\sqrt{2}+\\sqrt{3})^{200} + 1", "(\\sqrt{3}+\\sqrt{2})^{200}").correct
+
+
+def test_oracle_answers_never_reach_sympy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Math-v0's hot path (the policy writes the reference) stays on the microsecond paths."""
+    import gymnasium as gym
+
+    from agentgym.environments.math.generators import FAMILIES, LEVELS
+    from agentgym.environments.math.oracle import oracle_action
+
+    def no_sympy(*a: object, **k: object) -> bool:
+        raise AssertionError("the oracle path reached sympy")
+    monkeypatch.setattr(verify_mod, "symbolic_equal", no_sympy)
+    env = gym.make("agentgym/Math-v0")
+    n = 0
+    for fam in FAMILIES:
+        for level in LEVELS:
+            for i in range(5):
+                env.reset(seed=i, options={"family": fam, "level": level})
+                _, reward, terminated, _, info = env.step(oracle_action(env))
+                assert terminated and reward == 1.0, info
+                n += 1
+    env.close()
+    assert n == len(FAMILIES) * len(LEVELS) * 5
+
+
+def test_sympy_path_is_thread_safe() -> None:
+    """Functions whose evalf sets mpmath's global precision (asin, sinh, sec), many threads."""
+    pairs = [("\\arcsin(x/3)", "\\arcsin(x/3)+0x"), ("\\sinh(x)", "(e^x - e^{-x})/2"),
+             ("\\sec(x)", "1/\\cos(x)"), ("\\cot(x)", "\\cos(x)/\\sin(x)"),
+             ("\\arcsin(x/3)", "\\arcsin(x/3) + 10^{-28}"), ("\\cosh(x)^2", "1 + \\sinh(x)^2 + 10^{-29}")]
+    expected = [verify(p, r).correct for p, r in pairs]
+    assert expected == [True, True, True, True, False, False]
+    results: dict[int, list[bool]] = {}
+
+    def work(k: int) -> None:
+        results[k] = [verify(p, r).correct for _ in range(5) for p, r in pairs]
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert all(results[k] == expected * 5 for k in range(6))
+
+
+def test_import_agentgym_does_not_import_sympy() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, agentgym; from agentgym.environments.math.verify import verify; "
+            "assert verify('1/2', '0.5').correct and verify('x = 2, y = 3', '(2,3)').correct; "
+            "print('sympy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 @pytest.mark.parametrize(("expr", "out"), [
