@@ -72,6 +72,7 @@ def main() -> None:
     rows = [json.loads(x) for x in args.pairs.read_text(encoding="utf-8").splitlines() if x.strip()]
     n, n_benign = len(rows), sum(r["category"] != "hostile_unparseable" for r in rows)
     warm = [r for r in rows if r["category"] != "hostile_unparseable"][:20]
+    warm.append({"predicted": "x + 1", "reference": "1 + x", "category": "warm-up"})  # imports sympy
 
     systems: dict[str, Callable[[str, str], bool]] = {
         "agentgym": lambda p, r: ag_verify(p, r).correct,

@@ -14,14 +14,18 @@ The rules (also in docs/readme/math.md):
   ``0.333 != 1/3``. Only a *decimal reference* carries a precision, and only an exact
   non-decimal prediction is rounded to it: ``1/3`` and ``pi`` match the references ``0.333``
   and ``3.14``; the decimal ``0.33`` does not match ``0.333`` (two decimals compare exactly).
-* **Expressions.** Exact rational arithmetic first; otherwise both sides are evaluated with
-  50-digit mpmath (sympy's numeric engine) at six fixed points in [0.6, 2.3] (+0.1 per further
-  variable) and must agree to 30 significant digits (the random-point test sympy's
-  ``Expr.equals`` falls back to). A reference containing ``+ C`` accepts any antiderivative:
-  the difference must be constant across the points.
+* **Expressions.** Identical text, identical parse trees and exact rational arithmetic first
+  (microseconds; no sympy). Otherwise sympy decides (:mod:`.symbolic`): the parse trees are
+  built into sympy objects (never from strings), ``d = a - b`` is tested symbolically with
+  bounded ``expand`` / ``cancel`` / ``radsimp`` (``0``: equal; a nonzero rational: not), and
+  when that is inconclusive ``a.evalf(50, subs=point)`` and ``b.evalf(50, subs=point)`` must
+  agree to 30 significant digits at four of six fixed points in [0.6, 2.3] (the random-point
+  test sympy's ``Expr.equals`` falls back to). A reference containing ``+ C`` accepts any
+  antiderivative: the difference must be constant.
 * **Bounds.** Inputs over 100,000 characters, answers over 2,000, nesting deeper than 60,
   powers beyond 100,000 bits and values beyond 10**10000 are rejected with a reason, in
-  bounded time, in any thread (no signals, no ``eval``).
+  bounded time, in any thread (no signals, no ``eval``); :mod:`.symbolic` adds the bounds
+  on what sympy is given.
 """
 
 from __future__ import annotations
