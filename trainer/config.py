@@ -132,6 +132,8 @@ class PPOConfig:
     """Entropy bonus weight (subtracted from the loss)."""
     normalize_rewards: bool = False
     """Divide scores by a running std of scores before computing advantages."""
+    carry_sft_optimizer: bool = True
+    """Start PPO's AdamW from the warm start's moments (avoids fresh Adam's sign-sized first steps)."""
 
 
 @dataclass

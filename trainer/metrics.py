@@ -96,8 +96,14 @@ class Progress:
         self._bar: Any = None
         if not enabled:
             return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress
-        from rich.progress import TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+        from rich.progress import Progress as RichProgress
 
         self._bar = RichProgress(TextColumn("[bold]{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),

@@ -204,6 +204,7 @@ def make_prefix_engine(model: Any, **kwargs: Any) -> Any:
                 done = torch.zeros(B, dtype=torch.bool, device=dev)
                 reason = ["length"] * B
                 logits = torch.stack(first_logits)  # (B, V)
+                nxt_in = torch.empty(B, 1, dtype=torch.long, device=dev)  # set after each step
                 for step in range(max_new_tokens):
                     if step:
                         logits = model(input_ids=nxt_in, attention_mask=mask, position_ids=pos,

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 from agentgym.errors import ConfigError
-from agentgym.trajectory import Trajectory
 from agentgym.trainer.batch import make_batch, prefix_forward
 from agentgym.trainer.ppo import masked_mean
+from agentgym.trajectory import Trajectory
 
 __all__ = ["ORACLES", "demonstrations", "find_oracle", "run_sft", "sft_step"]
 
@@ -105,4 +105,18 @@ def run_sft(cfg: Any, setup: Any, log: Any) -> dict[str, float]:
         bar.close()
         env.close()
     setup.engine.sync_weights(setup.model)
+    if cfg.ppo.carry_sft_optimizer:
+        # PPO continues with the warm start's AdamW moments: a fresh Adam's first steps move
+        # every weight by ~lr whatever its gradient (m/sqrt(v) = sign(g)), which on a tiny
+        # model turns PPO's small, noisy gradients into large random steps.
+        _carry_moments(opt, setup.optimizer)
     return stats
+
+
+def _carry_moments(src: torch.optim.Optimizer, dst: torch.optim.Optimizer) -> None:
+    by_param = {id(p): src.state[p] for g in src.param_groups for p in g["params"] if p in src.state}
+    for g in dst.param_groups:
+        for p in g["params"]:
+            st = by_param.get(id(p))
+            if st is not None:
+                dst.state[p] = {k: v.clone() if torch.is_tensor(v) else v for k, v in st.items()}

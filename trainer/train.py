@@ -28,8 +28,7 @@ from agentgym.trainer.checkpoint import latest_checkpoint, load_checkpoint, save
 from agentgym.trainer.config import TrainConfig
 from agentgym.trainer.correction import correction_weights, mismatch_stats
 from agentgym.trainer.logprobs import ForwardOut
-from agentgym.trainer.metrics import (MetricsLogger, Progress, episode_stats, read_metrics,
-                                      truncate_metrics)
+from agentgym.trainer.metrics import MetricsLogger, Progress, episode_stats, read_metrics, truncate_metrics
 from agentgym.trainer.ppo import gae, group_advantages, kl_estimate, masked_mean, ppo_policy_loss, value_loss
 from agentgym.trainer.rollout import Collector, group_seeds
 
@@ -305,7 +304,10 @@ class Trainer:
             for rows in order.chunk(p.minibatches):
                 sub = b if p.minibatches == 1 else b.select(rows)
                 width = sub.input_ids.shape[1]
-                pick = (lambda x: x) if p.minibatches == 1 else (lambda x: x[rows, :width])  # noqa: E731
+
+                def pick(x: torch.Tensor, rows: torch.Tensor = rows, width: int = width) -> torch.Tensor:
+                    return x if p.minibatches == 1 else x[rows, :width]
+
                 out = first if first is not None else self._forward(sub, grad=True)
                 first = None  # only the very first minibatch of the first epoch reuses it
                 m = sub.policy_mask

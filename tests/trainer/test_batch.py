@@ -9,13 +9,22 @@ import torch
 import agentgym  # noqa: F401
 from agentgym.environments.math.oracle import oracle_actions
 from agentgym.errors import NonFiniteError
-from agentgym.trajectory import Trajectory, Turn
 from agentgym.trainer.batch import make_batch, prefix_forward, shared_prefix_len
 from agentgym.trainer.logprobs import policy_forward
 from agentgym.trainer.model import ValueHead, build_tiny_gptoss
 from agentgym.trainer.sft import demonstrations
+from agentgym.trajectory import Trajectory, Turn
 
 PAD = 263
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():  # type: ignore[no-untyped-def]
+    # Tiny models on a shared 2-core machine: one intra-op thread avoids OpenMP contention.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 def _traj(reward: float = 1.0, truncated: bool = False) -> Trajectory:

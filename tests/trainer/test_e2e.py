@@ -1,0 +1,50 @@
+"""End to end: warm start + PPO on a real environment, and the reward really rises.
+
+Math-v0 (arithmetic, shaped reward: +0.1 for a well-formed final message, -0.1 per
+malformed action, -0.01 per turn, +1 for the right number) with the tiny GPT-OSS. A short
+warm start leaves about half of the sampled answers malformed; PPO must fix that. Seeded
+and deterministic on CPU; measured margins: the last five steps beat the first five by
+~0.05 (threshold 0.02) and the malformed fraction falls from ~0.5 to ~0.2 (threshold -0.1)
+for seeds 0 and 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentgym.trainer.config import load_config
+from agentgym.trainer.metrics import read_metrics
+from agentgym.trainer.train import Trainer
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():  # type: ignore[no-untyped-def]
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_reward_rises_with_warm_start_plus_ppo(tmp_path: Path) -> None:
+    cfg = load_config("cpu-quickstart", [
+        f"log.run_dir={tmp_path}", "seed=0", "threads=1", "env.id=agentgym/Math-v0",
+        "env.kwargs={families: [arithmetic], levels: [easy]}", "env.reward_mode=shaped",
+        "env.max_turns=1", "env.max_action_tokens=48", "sft.steps=30", "sft.batch_size=8",
+        "ppo.steps=20", "ppo.lr=1e-3", "rollout.tasks_per_step=4", "rollout.samples_per_task=8",
+        "log.eval_every=0", "log.checkpoint_every=0", "log.progress=false", "log.tensorboard=false"])
+    Trainer(cfg).run()
+    train = read_metrics(tmp_path, "train")
+    assert len(train) == 20
+    first = sum(r["reward_mean"] for r in train[:5]) / 5
+    last = sum(r["reward_mean"] for r in train[-5:]) / 5
+    bad_first = sum(r["errors_mean"] for r in train[:5]) / 5
+    bad_last = sum(r["errors_mean"] for r in train[-5:]) / 5
+    assert last > first + 0.02, (first, last)
+    assert bad_last < bad_first - 0.1, (bad_first, bad_last)
+    # every PPO step was exactly on-policy and the engine matched the trainer
+    assert all(r["ratio_max_first"] == 1.0 and r["clip_frac_first"] == 0.0 for r in train)
+    assert max(r["mismatch_abs_dlogp_max"] for r in train) < 1e-3
+    assert (tmp_path / "plots" / "reward.png").exists()
