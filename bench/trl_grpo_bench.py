@@ -1,7 +1,7 @@
 """agentgym's PPO loop vs TRL's GRPOTrainer, side by side in one process, on the same tiny
 GPT-OSS (same initial weights), the same tasks, batch size and samples per task.
 
-    .venv/bin/python bench/trl_grpo_bench.py --init runs/cpu-quickstart/warm_start --steps 5
+    .venv/bin/python bench/trl_grpo_bench.py --init-single RUN_A/warm_start --init-multi RUN_B/warm_start --steps 10
 
 Both trainers get the same rollouts machinery where TRL has none of its own for token-level
 multi-turn episodes: TRL's experimental ``rollout_func`` hook runs the agentgym environment with
@@ -31,6 +31,8 @@ import torch
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 TASKS = {"single": "agentgym/Math-v0", "multi": "agentgym/MathCalc-v0"}
+# Both sides: easy arithmetic, shaped reward (outcome + format - malformed - per turn).
+ENV_KWARGS = {"families": ["arithmetic"], "levels": ["easy"], "reward_mode": "shaped"}
 
 
 def hf_byte_tokenizer() -> Any:
@@ -113,12 +115,16 @@ def run_agentgym(task: str, args: argparse.Namespace, run_dir: str) -> dict[str,
         f"rollout.tasks_per_step={args.tasks}", f"rollout.samples_per_task={args.samples}",
         f"ppo.lr={args.lr}", "ppo.warmup_steps=1", f"threads={args.threads}", "log.eval_every=0",
         "log.checkpoint_every=0", "log.plots=false", "log.progress=false", "log.tensorboard=false",
-        f"env.max_action_tokens={args.max_tokens}", f"env.max_turns={1 if task == 'single' else 3}"])
+        f"env.max_action_tokens={args.max_tokens}", f"env.max_turns={1 if task == 'single' else 2}",
+        "env.reward_mode=shaped", "env.kwargs={families: [arithmetic], levels: [easy]}",
+        "ppo.carry_sft_optimizer=false"])
     trainer = Trainer(cfg)
-    if args.init:
+    init = getattr(args, f"init_{task}")
+    if init:
         from agentgym.trainer.train import load_weights
 
-        load_weights(trainer.s.model, args.init)
+        load_weights(trainer.s.model, init)
+        trainer.s.engine.sync_weights(trainer.s.model)
     times, rewards = [], []
     for step in range(args.steps):
         t0 = time.perf_counter()
@@ -138,12 +144,12 @@ def run_trl(task: str, args: argparse.Namespace, out_dir: str) -> dict[str, Any]
     from agentgym.trainer.rollout import Collector
 
     tok = hf_byte_tokenizer()
-    model = build_model(args.init, args.seed)
+    model = build_model(getattr(args, f"init_{task}"), args.seed)
     n = args.tasks * args.samples
-    turns = 1 if task == "single" else 3
+    turns = 1 if task == "single" else 2
 
     def make_env() -> Any:
-        return gym.make(TASKS[task], max_turns=turns, max_action_tokens=args.max_tokens)
+        return gym.make(TASKS[task], max_turns=turns, max_action_tokens=args.max_tokens, **ENV_KWARGS)
 
     step_counter = {"i": 0}
     collector: dict[str, Any] = {}
@@ -206,13 +212,14 @@ def run_trl(task: str, args: argparse.Namespace, out_dir: str) -> dict[str, Any]
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--init", help="warm-start weights (a run dir of agentgym-train)")
+    ap.add_argument("--init-single", help="warm-start weights for Math-v0 (an agentgym-train run dir)")
+    ap.add_argument("--init-multi", help="warm-start weights for MathCalc-v0 (an agentgym-train run dir)")
     ap.add_argument("--task", choices=["single", "multi", "both"], default="both")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--lr", type=float, default=5e-4)
-    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="also write the raw numbers here")
