@@ -37,6 +37,7 @@ __all__ = [
     "TooLarge",
     "eval_exact",
     "eval_mp",
+    "eval_mp_real",
     "free_symbols",
     "mp_context",
     "parse",
@@ -334,7 +335,22 @@ def eval_mp(node: Node, env: dict[str, Any], dps: int = 50) -> Any:
     return _mp(mp_context(dps), node, env)
 
 
+def eval_mp_real(node: Node, env: dict[str, Any], dps: int = 50) -> tuple[Any, bool]:
+    """:func:`eval_mp`, and whether every intermediate value was real (no ``i``, no root or
+    log of a negative number on the way, even when the final value is real: ``|(-1)^(1/3)|``)."""
+    _local.complex_seen = False
+    v = _mp(mp_context(dps), node, env)
+    return v, not _local.complex_seen
+
+
 def _mp(ctx: Any, node: Node, env: dict[str, Any]) -> Any:
+    v = _mp_node(ctx, node, env)
+    if type(v) is ctx.mpc:
+        _local.complex_seen = True
+    return v
+
+
+def _mp_node(ctx: Any, node: Node, env: dict[str, Any]) -> Any:
     op = node[0]
     if op == "num":
         f = node[1]

@@ -12,10 +12,13 @@ inconclusive, so a policy that writes the reference answer never gets here.
    points where a side is undefined are skipped.
 2. **Which engine.** sympy's cost is bounded only on "sympy-safe" expressions
    (:func:`sympy_safe`): sums nested at most ``MAX_SUM_NESTING`` deep through functions or
-   powers, at most ``MAX_RADICALS`` roots per side. Beyond that (measured: minutes for six
-   nested cancelling sums, 4-8 s per function of an algebraic zero with eight roots) the two
-   sides are compared by step 5 with fixed 50-digit mpmath values instead (linear time).
-   None of the 407 labelled pairs comes near either bound.
+   powers, at most ``MAX_RADICALS`` roots per side, and every intermediate value real at the
+   first point (sympy's ``Abs``/``re``/``im`` of complex roots such as ``|(-1)^(1/3) + 1|``
+   recurse without end while it builds them). Beyond that (measured: minutes for six nested
+   cancelling sums, 4-8 s per function of an algebraic zero with eight roots, a hang for that
+   ``Abs``) the two sides are compared by step 5 with fixed 50-digit mpmath values instead
+   (linear time); so is any pair on which sympy raises an internal error. Of the 407
+   labelled pairs only 2 (complex values) take this path.
 3. **Conversion** node -> sympy objects built directly (``Integer``/``Rational``, ``pi``,
    ``E``, ``I``, ``Symbol(positive=True)``, ``Add``/``Mul``/``Pow``, ``sqrt``, ``log``, ...),
    never through ``sympify``/``parse_expr`` (they ``eval`` strings). sympy evaluates while it
@@ -55,6 +58,7 @@ from agentgym.environments.math.expr import (
     Node,
     TooLarge,
     eval_mp,
+    eval_mp_real,
     free_symbols,
     mp_context,
 )
@@ -237,22 +241,25 @@ def _points(names: list[str]) -> list[dict[str, Fraction]]:
              for j, s in enumerate(names)} for k in range(len(POINTS))]
 
 
-def _guarded(pn: Node, rn: Node, pts: list[dict[str, Fraction]]) -> Iterator[dict[str, Fraction]]:
+def _guarded(pn: Node, rn: Node, pts: list[dict[str, Fraction]],
+             real: list[bool]) -> Iterator[dict[str, Fraction]]:
     """The points where both sides are defined, checked lazily, one by one.
 
     A 15-digit mpmath evaluation per point raises :class:`.expr.TooLarge` when a magnitude
-    passes ``10**MAX_EXP10``, before sympy evaluates there.
+    passes ``10**MAX_EXP10``, before sympy evaluates there. ``real[0]`` is set to whether
+    every intermediate value was real at the points so far.
     """
     ctx = mp_context(15)
     for pt in pts:
         env = {s: ctx.mpf(v.numerator) / v.denominator for s, v in pt.items()}
         try:
-            eval_mp(pn, env, 15)
-            eval_mp(rn, env, 15)
+            real_p = eval_mp_real(pn, env, 15)[1]
+            real_r = eval_mp_real(rn, env, 15)[1]
         except TooLarge:
             raise
         except (ExprError, ZeroDivisionError, ValueError, OverflowError):
             continue
+        real[0] = real[0] and real_p and real_r
         yield pt
 
 
@@ -316,13 +323,25 @@ def equal(pn: Node, rn: Node, *, has_c: bool = False, places: int | None = None)
     places, has_c = (None, has_c) if names else (places, False)
     # The first defined point is checked before sympy builds anything: a constant part
     # (the same at every point) may be evaluated by sympy's assumptions while building.
-    pts = _guarded(pn, rn, _points(names) if names else [{}])
+    real = [True]
+    pts = _guarded(pn, rn, _points(names) if names else [{}], real)
     first = next(pts, None)
     if first is None:
         raise ExprError("could not evaluate the expressions at enough points to compare them")
     pts = itertools.chain((first,), pts)
-    if not (sympy_safe(pn) and sympy_safe(rn)):  # sympy's cost would have no bound
+    if not (real[0] and sympy_safe(pn) and sympy_safe(rn)):  # sympy's cost would have no bound
         return _compare(_fixed_values(pn, rn, pts), len(names), has_c, places)
+    try:
+        return _sympy_equal(pn, rn, names, pts, has_c, places)
+    except (ExprError, RecursionError):
+        raise
+    except Exception:  # noqa: BLE001 - a sympy internal error must not crash an env step
+        pts = _guarded(pn, rn, _points(names) if names else [{}], [True])
+        return _compare(_fixed_values(pn, rn, pts), len(names), has_c, places)
+
+
+def _sympy_equal(pn: Node, rn: Node, names: list[str], pts: Iterator[dict[str, Fraction]],
+                 has_c: bool, places: int | None) -> bool:
     with _LOCK:
         sp = _sympy()
         conv = _Conv(sp)

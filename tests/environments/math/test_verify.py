@@ -147,6 +147,7 @@ ADVERSARIAL = [
     (f"|x - 1 + {_Z4}|", "|x-1|", True),
     (f"\\arcsin(x/3 + {_Z4})", "\\arcsin(x/3)", True),
     ("x^{x^{x^{x^{x}}}}", "x", False),
+    ("-1", "e \\pi \\cdot |\\sqrt[3]{\\sqrt[3]{-1} + 1}|", False),  # sympy's Abs of it recursed forever
 ]
 
 
