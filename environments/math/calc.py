@@ -15,7 +15,6 @@ from typing import Any
 
 from agentgym.environments.math.env import MathEnv
 from agentgym.environments.math.expr import ExprError, NotRational, TooLarge, eval_exact, parse
-
 from agentgym.tools import Tool, ToolResult
 
 __all__ = ["MathCalcEnv", "calculate"]

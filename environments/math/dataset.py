@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 from agentgym.environments.math.generators import Problem
-
 from agentgym.errors import DatasetError
 
 __all__ = ["load_dataset"]

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from agentgym.env import Task, ToolEnv
 from agentgym.environments.math.dataset import load_dataset
 from agentgym.environments.math.generators import FAMILIES, LEVELS, Problem, generate
 from agentgym.environments.math.verify import verify
-
-from agentgym.env import Task, ToolEnv
 from agentgym.errors import ConfigError
 from agentgym.tools import ToolResult
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+
 from agentgym.environments.math.words import word_problem
 
 __all__ = ["FAMILIES", "LEVELS", "Problem", "Draw", "generate", "fmt_frac", "fmt_poly"]
