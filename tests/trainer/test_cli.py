@@ -49,3 +49,10 @@ def test_real_entry_point_exit_code_and_no_traceback() -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "config error" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("sub, needle", [("doctor", "--engine"), ("serve", "--model")])
+def test_subcommands_delegate(sub: str, needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([sub, "--help"])
+    assert e.value.code == 0 and needle in capsys.readouterr().out
