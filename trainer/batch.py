@@ -129,7 +129,7 @@ def shared_prefix_len(input_ids: torch.Tensor, policy_mask: torch.Tensor, length
     return max(0, min(n, int(lengths.min()) - 1))
 
 
-def prefix_forward(model: torch.nn.Module, b: Batch, *, temperature: float = 1.0,
+def prefix_forward(model: Any, b: Batch, *, temperature: float = 1.0,
                    value_head: torch.nn.Module | None = None, with_entropy: bool = True,
                    min_prefix: int = 64) -> Any:
     """``policy_forward`` for a batch whose rows share a long prompt prefix, computed once.
@@ -152,12 +152,12 @@ def prefix_forward(model: torch.nn.Module, b: Batch, *, temperature: float = 1.0
                               value_head=value_head, with_entropy=with_entropy)
     B, T = b.input_ids.shape
     backbone = getattr(model, model.base_model_prefix)
-    cache = DynamicCache(config=model.config)
+    cache: Any = DynamicCache(config=model.config)
     pre = backbone(input_ids=b.input_ids[:1, :P], use_cache=True, past_key_values=cache,
                    position_ids=torch.arange(P, device=b.input_ids.device)[None]).last_hidden_state
     for layer in cache.layers:  # (1, H, p, D) -> (B, H, p, D) views: no copy, grads sum back
-        layer.keys = layer.keys.expand(B, -1, -1, -1)
-        layer.values = layer.values.expand(B, -1, -1, -1)
+        layer.keys = layer.keys.expand(B, -1, -1, -1)  # type: ignore[union-attr]
+        layer.values = layer.values.expand(B, -1, -1, -1)  # type: ignore[union-attr]
     positions = torch.arange(P, T, device=b.input_ids.device)[None].expand(B, -1)
     suffix = backbone(input_ids=b.input_ids[:, P:], attention_mask=b.attention_mask,
                       position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state

@@ -55,7 +55,7 @@ class Collector:
         self.pool = pool
         self.engine = engine
         self.max_new_tokens = max_new_tokens
-        codec = pool.envs[0].unwrapped.codec
+        codec = pool.envs[0].unwrapped.codec  # type: ignore[attr-defined]
         self.stop_ids: tuple[int, ...] = tuple(codec.stop_ids)
 
     @classmethod
@@ -76,7 +76,7 @@ class Collector:
         if n > len(self.pool):
             raise TrainerError(f"{n} episodes asked of a pool of {len(self.pool)} envs; "
                                "build the pool with at least as many envs as episodes per step")
-        envs = self.pool.envs[:n]
+        envs: list[Any] = self.pool.envs[:n]
         t0 = time.perf_counter()
         if n == len(self.pool):  # concurrent resets (sandboxes, servers start in parallel)
             self.pool.reset(seeds, options=options)
@@ -171,11 +171,12 @@ def make_prefix_engine(model: Any, **kwargs: Any) -> Any:
             model.eval()
             try:
                 B, L = len(prompts), max(len(p) for p in prompts)
-                pre = DynamicCache(config=model.config)
+                pre: Any = DynamicCache(config=model.config)
                 ids = torch.tensor(prompts[0][:P], device=dev)[None]
                 model(input_ids=ids, position_ids=torch.arange(P, device=dev)[None],
                       past_key_values=pre, use_cache=True, logits_to_keep=1)
-                rows, first_logits = [], []
+                rows: list[Any] = []
+                first_logits: list[torch.Tensor] = []
                 for p in prompts:  # each suffix on its own copy of the prefix cache
                     c = _copy.deepcopy(pre)
                     out = model(input_ids=torch.tensor(p[P:], device=dev)[None],
@@ -183,7 +184,7 @@ def make_prefix_engine(model: Any, **kwargs: Any) -> Any:
                                 past_key_values=c, use_cache=True, logits_to_keep=1)
                     rows.append(c)
                     first_logits.append(out.logits[0, -1].float())
-                cache = DynamicCache(config=model.config)
+                cache: Any = DynamicCache(config=model.config)
                 for li, layer in enumerate(cache.layers):
                     ks = [r.layers[li].keys for r in rows]
                     vs = [r.layers[li].values for r in rows]

@@ -98,7 +98,7 @@ def run_sft(cfg: Any, setup: Any, log: Any) -> dict[str, float]:
             stats = sft_step(setup.model, opt, trajs, pad_id=setup.pad_id,
                              max_grad_norm=sc.max_grad_norm, device=setup.device)
             sched.step()
-            stats.update(lr=sched.get_last_lr()[0], t_step=time.perf_counter() - t0)
+            stats.update(lr=float(sched.get_last_lr()[0]), t_step=time.perf_counter() - t0)
             log.log("sft", i + 1, stats)
             bar.update(i + 1, f"loss {stats['loss']:.3f} demo p {stats['demo_token_p']:.3f}")
     finally:
