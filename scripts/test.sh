@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh machine: .venv, Docker + sandbox image, then pytest.
+# The whole test suite on a fresh machine: .venv, Docker + sandbox image + PostgreSQL, then pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh
-bash scripts/setup-sandbox.sh
+bash scripts/setup-system.sh
 set +e
 .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 "$@"
 rc=$?

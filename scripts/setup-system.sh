@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Make the sandboxes usable: Docker engine (started if not running), debootstrap and
-# bubblewrap, then the sandbox image (built without any container registry, cached by hash).
+# System pieces the test suite uses for real: the Docker engine (started if not running),
+# debootstrap and bubblewrap for the sandboxes, PostgreSQL for WebAPI-v0's database option;
+# then the sandbox image (built without any container registry, cached by content hash).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]}"
   apt-get update -qq
