@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh
-exec .venv/bin/agentgym-train --config recipes/cpu-quickstart.yaml "$@"
+exec .venv/bin/agentgym-train --config cpu-quickstart "$@"
