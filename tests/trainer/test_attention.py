@@ -14,16 +14,6 @@ from agentgym.trainer.model import build_tiny_gptoss
 
 B, HQ, HKV, T, D, WINDOW = 2, 4, 2, 24, 8, 6
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():  # type: ignore[no-untyped-def]
-    """Tiny models gain nothing from intra-op threads, and on a busy 2-core box spinning
-    OpenMP threads slow each step down many times over."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 
 class _Heads(nn.Module):
     """The two attributes eager_attention_forward reads from a GptOssAttention."""

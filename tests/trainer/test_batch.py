@@ -18,15 +18,6 @@ from agentgym.trajectory import Trajectory, Turn
 PAD = 263
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():  # type: ignore[no-untyped-def]
-    # Tiny models on a shared 2-core machine: one intra-op thread avoids OpenMP contention.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _traj(reward: float = 1.0, truncated: bool = False) -> Trajectory:
     # prompt 3 | action 2 | obs 2 | action 3
     t = Trajectory("agentgym/X-v0", 0, "t", "byte")

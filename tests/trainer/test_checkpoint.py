@@ -10,9 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-import torch
-
 from agentgym.trainer.checkpoint import latest_checkpoint
 from agentgym.trainer.config import load_config
 from agentgym.trainer.metrics import read_metrics
@@ -23,15 +20,6 @@ BASE = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=f
         "env.max_action_tokens=16", "rollout.tasks_per_step=2", "rollout.samples_per_task=2",
         "log.checkpoint_every=1", "ppo.lr=1e-2", "env.kwargs={families: [arithmetic]}"]
 VOLATILE = ("t_", "gen_s", "env_s")  # wall-clock timings differ run to run
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():  # type: ignore[no-untyped-def]
-    # Tiny models on a shared 2-core machine: one intra-op thread avoids OpenMP contention.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _stable(rows: list[dict]) -> list[dict]:

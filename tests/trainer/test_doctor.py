@@ -12,14 +12,6 @@ from agentgym.trainer.doctor import doctor_main, run_doctor, verdict
 from agentgym.trainer.model import build_tiny_gptoss
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():  # type: ignore[no-untyped-def]
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _sinky_model() -> torch.nn.Module:
     """A tiny GPT-OSS whose heads lean on their sinks, as trained GPT-OSS heads do
     (at random init the sinks are ~0 and barely change the softmax)."""

@@ -12,20 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-import torch
-
 from agentgym.trainer.config import load_config
 from agentgym.trainer.metrics import read_metrics
 from agentgym.trainer.train import Trainer
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():  # type: ignore[no-untyped-def]
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def test_reward_rises_with_warm_start_plus_ppo(tmp_path: Path) -> None:

@@ -23,16 +23,6 @@ TOK = ByteTokenizer()
 STOPS = list(HarmonyCodec(TOK).stop_ids)
 PROMPTS = [TOK.encode("What is 2+3?"), TOK.encode("hi"), TOK.encode("x" * 70)]  # 70 > sliding window
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():  # type: ignore[no-untyped-def]
-    """Tiny models gain nothing from intra-op threads, and on a busy 2-core box spinning
-    OpenMP threads slow each step down many times over."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 
 @pytest.fixture(scope="module")
 def policy() -> torch.nn.Module:

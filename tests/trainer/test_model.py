@@ -20,16 +20,6 @@ from agentgym.trainer.model import (
 
 VOCAB = ByteTokenizer().vocab_size
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():  # type: ignore[no-untyped-def]
-    """Tiny models gain nothing from intra-op threads, and on a busy 2-core box spinning
-    OpenMP threads slow each step down many times over."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 
 @pytest.fixture(scope="module")
 def tiny() -> torch.nn.Module:

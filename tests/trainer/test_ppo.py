@@ -15,16 +15,6 @@ MASK = torch.tensor([[0, 1, 1, 0, 1, 0]])
 VALUES = torch.tensor([[0.0, 0.1, 0.2, 0.0, 0.3, 0.0]])
 REWARDS = torch.tensor([[0.0, 0.0, 0.5, 0.0, 1.0, 0.0]])
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():  # type: ignore[no-untyped-def]
-    """Tiny models gain nothing from intra-op threads, and on a busy 2-core box spinning
-    OpenMP threads slow each step down many times over."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 
 def test_gae_hand_computed() -> None:
     adv, ret = gae(REWARDS, VALUES, MASK, gamma=0.9, lam=0.8)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
-import pytest
 import torch
 
 import agentgym  # noqa: F401
@@ -15,15 +14,6 @@ from agentgym.trainer.model import build_tiny_gptoss
 from agentgym.trainer.rollout import Collector, group_seeds, make_prefix_engine
 
 PAD = 263
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():  # type: ignore[no-untyped-def]
-    # Tiny models on a shared 2-core machine: one intra-op thread avoids OpenMP contention.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 class Recording:

@@ -16,15 +16,6 @@ from agentgym.trainer.sft import demonstrations, find_oracle, sft_step
 PAD = 263
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():  # type: ignore[no-untyped-def]
-    # Tiny models on a shared 2-core machine: one intra-op thread avoids OpenMP contention.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.mark.parametrize("env_id, turns", [("agentgym/Math-v0", 1), ("agentgym/MathCalc-v0", 2)])
 def test_oracle_demonstrations_are_solved_episodes(env_id: str, turns: int) -> None:
     env = gym.make(env_id)

@@ -19,15 +19,6 @@ SMALL = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=
          "rollout.tasks_per_step=2", "rollout.samples_per_task=2", "log.eval_episodes=2"]
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():  # type: ignore[no-untyped-def]
-    # Tiny models on a shared 2-core machine: one intra-op thread avoids OpenMP contention.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def test_first_update_is_exactly_on_policy_for_tiny_moe(tmp_path: Path) -> None:
     cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "ppo.steps=1",
                                          "correction.mode=none"])

@@ -8,13 +8,13 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium.utils.env_checker import check_env
+
+import agentgym  # noqa: F401  (registers the ids)
 from agentgym.environments.math.calc import MathCalcEnv
 from agentgym.environments.math.env import MathEnv
 from agentgym.environments.math.generators import FAMILIES, LEVELS
 from agentgym.environments.math.oracle import oracle_action, oracle_actions
-from gymnasium.utils.env_checker import check_env
-
-import agentgym  # noqa: F401  (registers the ids)
 from agentgym.errors import ConfigError, DatasetError, EnvStateError
 
 

@@ -7,14 +7,15 @@ import re
 import numpy as np
 import pytest
 import sympy as sp
-from agentgym.environments.math.generators import FAMILIES, LEVELS, generate
-from agentgym.environments.math.verify import verify
 from sympy.parsing.sympy_parser import (
     convert_xor,
     implicit_multiplication_application,
     parse_expr,
     standard_transformations,
 )
+
+from agentgym.environments.math.generators import FAMILIES, LEVELS, generate
+from agentgym.environments.math.verify import verify
 
 X, Y = sp.symbols("x y")
 _TF = (*standard_transformations, implicit_multiplication_application, convert_xor)

@@ -11,12 +11,12 @@ import json
 import gymnasium as gym
 import httpx
 import pytest
+
+import agentgym  # noqa: F401
 from agentgym.environments.webapi.client import StoreClient, tools_from_openapi
 from agentgym.environments.webapi.spec import openapi_document
 from agentgym.environments.webapi.tasks import all_tasks, base_snapshot
 from agentgym.environments.webapi.wire import EPISODE_HEADER, MAX_BODY_BYTES
-
-import agentgym  # noqa: F401
 from agentgym.errors import ConfigError
 
 from .conftest import call, final

@@ -6,6 +6,7 @@ import collections
 import sqlite3
 
 import pytest
+
 from agentgym.environments.webapi.db import Tx, create_schema, snapshot
 from agentgym.environments.webapi.domain import OPERATIONS, DomainError, cancellation_fee
 from agentgym.environments.webapi.fixture import seed_fixture

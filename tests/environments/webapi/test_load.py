@@ -6,10 +6,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import gymnasium as gym
 import httpx
-from agentgym.environments.webapi.policies import oracle_action
-from agentgym.environments.webapi.tasks import all_tasks, goal_state
 
 from agentgym import EnvPool
+from agentgym.environments.webapi.policies import oracle_action
+from agentgym.environments.webapi.tasks import all_tasks, goal_state
 
 N = 64
 

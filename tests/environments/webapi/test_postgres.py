@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import gymnasium as gym
 import pytest
+
 from agentgym.environments.webapi.policies import oracle_action, run_episode
 from agentgym.environments.webapi.tasks import all_tasks
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import gymnasium as gym
 import httpx
 import numpy as np
+
 from agentgym.environments.webapi.launcher import live_servers
 from agentgym.environments.webapi.policies import oracle_action, run_episode
 from agentgym.environments.webapi.tasks import all_tasks

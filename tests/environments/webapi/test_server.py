@@ -6,11 +6,12 @@ import gymnasium as gym
 import httpx
 import numpy as np
 import pytest
+from gymnasium.utils.env_checker import check_env
+
 from agentgym.environments.webapi.launcher import ServerConfig, ServerProcess
 from agentgym.environments.webapi.policies import noop_action, oracle_action, run_episode
 from agentgym.environments.webapi.tasks import all_tasks
 from agentgym.environments.webapi.wire import EPISODE_HEADER, MAX_BODY_BYTES
-from gymnasium.utils.env_checker import check_env
 
 from .conftest import call, final
 

@@ -1,7 +1,7 @@
-"""Fixtures for the MathTool tests: a real Docker sandbox pool shared by the session.
+"""Fixtures for the environment tests: a real Docker sandbox pool shared by the session.
 
 Locally, no Docker engine means the ``docker`` tests skip with the reason. In CI (``CI``
-set to a true value) the same situation FAILS: MathTool's tests must run for real there.
+set to a true value) the same situation FAILS: CodeFix and MathTool tests must run for real there.
 The sandbox image is built once if it is missing (cached by recipe hash).
 """
 
@@ -34,7 +34,7 @@ def docker_pool() -> Iterator[Any]:
         pool = SandboxPool(size=2, client=client)
     except SandboxUnavailable as exc:
         if _in_ci():
-            pytest.fail(f"CI must run the MathTool Docker tests but Docker is unavailable: {exc}")
+            pytest.fail(f"CI must run the Docker environment tests but Docker is unavailable: {exc}")
         pytest.skip(f"docker backend unavailable: {exc}")
     yield pool
     pool.close()
