@@ -1,6 +1,6 @@
 """Sandbox latency: runner vs `docker exec`, warm-pool acquire/reset vs a cold container.
 
-    .venv/bin/python bench/sandbox_latency.py [--n 100] [--out bench/results/sandboxes.md]
+    .venv/bin/python bench/sandbox_latency.py [--n 100] [--out /tmp/latency.md]
 
 Every ratio compares two numbers measured in this same run, interleaved call by call so
 that background load hits both sides alike:

@@ -1,6 +1,6 @@
 """Is a predicted answer mathematically equivalent to the reference? ``verify(pred, ref)``.
 
-The rules (also in docs/readme/math.md):
+The rules (also in the README, "The answer verifier"):
 
 * **Extraction.** The last ``\\boxed{}`` wins; else the last ``$...$`` / ``\\(...\\)`` segment;
   else the text after "answer is". ``x = 3`` means 3; a trailing unit or word is dropped
