@@ -138,7 +138,7 @@ def _common_prefix(prompts: Sequence[Sequence[int]]) -> int:
 
 def make_prefix_engine(model: Any, **kwargs: Any) -> Any:
     """An ``hf`` engine that prefills the prompts' shared prefix once (see PrefixHFEngine)."""
-    from agentgym.trainer.engines.hf import HFEngine
+    from agentgym.trainer.engines.hf import HFEngine, sample_step
 
     class PrefixHFEngine(HFEngine):  # type: ignore[misc, valid-type]
         """``hf`` sampling where the prompt prefix all episodes share (system + developer
@@ -211,20 +211,7 @@ def make_prefix_engine(model: Any, **kwargs: Any) -> Any:
                         logits = model(input_ids=nxt_in, attention_mask=mask, position_ids=pos,
                                        past_key_values=cache, use_cache=True).logits[:, -1].float()
                         pos = pos + 1
-                    if temperature == 0:
-                        logp_all = torch.log_softmax(logits, dim=-1)
-                        nxt = logp_all.argmax(-1)
-                    else:
-                        logp_all = torch.log_softmax(logits / temperature, dim=-1)
-                        nxt = torch.multinomial(logp_all.exp(), 1, generator=gen).squeeze(-1)
-                    lp = logp_all.gather(-1, nxt[:, None]).squeeze(-1)
-                    for i in torch.nonzero(~done).flatten().tolist():
-                        tokens[i].append(int(nxt[i]))
-                        logps[i].append(float(lp[i]))
-                    hit = torch.isin(nxt, stop) & ~done
-                    for i in torch.nonzero(hit).flatten().tolist():
-                        reason[i] = "stop"
-                    done |= hit
+                    nxt = sample_step(logits, temperature, gen, stop, done, tokens, logps, reason)
                     if bool(done.all()):
                         break
                     nxt_in = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)[:, None]

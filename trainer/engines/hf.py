@@ -18,7 +18,7 @@ from agentgym.errors import ConfigError
 from agentgym.trainer.engines.base import Sample
 from agentgym.trainer.model import use_memory_efficient_experts
 
-__all__ = ["HFEngine"]
+__all__ = ["HFEngine", "sample_step"]
 
 
 class HFEngine:
@@ -132,20 +132,7 @@ class HFEngine:
                     past_key_values=cache,
                     use_cache=True,
                 ).logits[:, -1].float()  # (B, V)
-                if temperature == 0:
-                    logp_all = torch.log_softmax(logits, dim=-1)
-                    nxt = logp_all.argmax(-1)
-                else:
-                    logp_all = torch.log_softmax(logits / temperature, dim=-1)
-                    nxt = torch.multinomial(logp_all.exp(), 1, generator=gen).squeeze(-1)
-                lp = logp_all.gather(-1, nxt[:, None]).squeeze(-1)
-                for i in torch.nonzero(~done).flatten().tolist():
-                    tokens[i].append(int(nxt[i]))
-                    logps[i].append(float(lp[i]))
-                hit = torch.isin(nxt, stop) & ~done
-                for i in torch.nonzero(hit).flatten().tolist():
-                    reason[i] = "stop"
-                done |= hit
+                nxt = sample_step(logits, temperature, gen, stop, done, tokens, logps, reason)
                 if bool(done.all()):
                     break
                 step_ids = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)[:, None]
@@ -155,3 +142,28 @@ class HFEngine:
         finally:
             model.train(was_training)
             config._attn_implementation = attn
+
+
+def sample_step(logits: torch.Tensor, temperature: float, gen: torch.Generator | None,
+                stop: torch.Tensor, done: torch.Tensor, tokens: list[list[int]],
+                logps: list[list[float]], reason: list[str]) -> torch.Tensor:
+    """Sample one token per row from ``logits`` (B, V) and record it for the unfinished rows.
+
+    Log-probs are the processed ones (after temperature; greedy at temperature 0), so they are
+    what the trainer recomputes. Rows that hit a stop id are marked done in place.
+    """
+    if temperature == 0:
+        logp_all = torch.log_softmax(logits, dim=-1)
+        nxt = logp_all.argmax(-1)
+    else:
+        logp_all = torch.log_softmax(logits / temperature, dim=-1)
+        nxt = torch.multinomial(logp_all.exp(), 1, generator=gen).squeeze(-1)
+    lp = logp_all.gather(-1, nxt[:, None]).squeeze(-1)
+    for i in torch.nonzero(~done).flatten().tolist():
+        tokens[i].append(int(nxt[i]))
+        logps[i].append(float(lp[i]))
+    hit = torch.isin(nxt, stop) & ~done
+    for i in torch.nonzero(hit).flatten().tolist():
+        reason[i] = "stop"
+    done |= hit
+    return nxt
