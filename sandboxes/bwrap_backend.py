@@ -18,6 +18,7 @@ RLIMIT_AS bounds memory (processes x RLIMIT_AS in the worst case) and this is re
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import shutil
@@ -30,7 +31,7 @@ from agentgym.errors import SandboxUnavailable
 from agentgym.sandboxes import runner as runner_module
 from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT
 from agentgym.sandboxes.client import PipeTransport, RunnerClient, RunnerGone, RunnerSandbox
-from agentgym.sandboxes.image import RUNNER_PATH, SANDBOX_UID, WORKDIR, rootfs_path
+from agentgym.sandboxes.image import RUNNER_PATH, SANDBOX_UID, WORKDIR, cache_dir, rootfs_path
 
 __all__ = ["BwrapSandbox", "bwrap_available"]
 
@@ -165,7 +166,7 @@ class BwrapSandbox(RunnerSandbox):
         if self.rootfs == "host":
             for d in _HOST_DIRS:
                 argv += ["--ro-bind-try", d, d]
-            argv += ["--ro-bind", runner_module.__file__, RUNNER_PATH]
+            argv += ["--ro-bind", str(_readable_runner()), RUNNER_PATH]
         else:
             argv += ["--ro-bind", self.rootfs, "/"]
         # bwrap's /dev is a writable, unbounded tmpfs: make it read-only after giving it
@@ -240,3 +241,20 @@ class BwrapSandbox(RunnerSandbox):
         if self._cgroup is not None:
             self._cgroup.remove()
             self._cgroup = None
+
+
+def _readable_runner() -> Path:
+    """A world-readable copy of the runner for host-rootfs mode.
+
+    The sandbox user cannot traverse a private checkout (a clone under a 0700 ``mktemp -d``),
+    so the runner is bound from the cache dir, where the image rootfs lives too.
+    """
+    src = Path(runner_module.__file__).read_bytes()
+    dst = cache_dir() / f"runner-{hashlib.sha256(src).hexdigest()[:12]}.py"
+    if not dst.exists():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(src)
+        tmp.chmod(0o644)
+        os.replace(tmp, dst)
+    return dst
