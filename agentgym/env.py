@@ -30,7 +30,7 @@ from agentgym.tokenizers import Tokenizer, as_tokenizer
 from agentgym.tools import Tool, ToolResult
 from agentgym.trajectory import Trajectory, Turn
 
-__all__ = ["DEFAULT_SHAPING", "Task", "ToolEnv", "token_space"]
+__all__ = ["DEFAULT_SHAPING", "PROMPT_STYLES", "Task", "ToolEnv", "token_space"]
 
 # Shaped-mode weights of the terms ToolEnv computes itself. Environments add their own
 # terms (progress, pass-rate delta) through ToolResult.components. Sparse mode pays only
@@ -48,6 +48,13 @@ SYSTEM_PROMPT = (
     "# Valid channels: analysis, commentary, final. Channel must be included for every message."
 )
 TOOLS_LINE = "\nCalls to these tools must go to the commentary channel: 'functions'."
+# How reset() renders the prompt before the user message.
+PROMPT_STYLES: dict[str, str] = {
+    "harmony": "GPT-OSS's system message + a developer message with instructions and the "
+               "TypeScript tool namespace (~600 byte tokens); what real GPT-OSS checkpoints expect",
+    "compact": "one developer message: the instructions and one line per tool, name(args) "
+               "(~150 byte tokens); for tiny models trained from scratch on the byte tokenizer",
+}
 
 
 @dataclass(slots=True)
@@ -63,6 +70,14 @@ class _State(enum.Enum):
     RUNNING = "running"
     DONE = "done"  # terminated or truncated: reset before stepping again
     CLOSED = "closed"
+
+
+def _compact_signature(tool: Tool) -> str:
+    """``calculator(expression: string)``: a tool's name and arguments on one line."""
+    props = tool.parameters.get("properties") or {}
+    req = set(tool.parameters.get("required", []))
+    args = ", ".join(f"{k}{'' if k in req else '?'}: {v.get('type', 'any')}" for k, v in props.items())
+    return f"{tool.name}({args})"
 
 
 def token_space(vocab_size: int) -> gym.spaces.Sequence:
@@ -86,8 +101,12 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         max_tokens: int = 8192,
         max_action_tokens: int = 4096,
         shaping: dict[str, float] | None = None,
+        prompt: str = "harmony",
         render_mode: str | None = None,
     ) -> None:
+        if prompt not in PROMPT_STYLES:
+            raise ConfigError(f"prompt must be one of {sorted(PROMPT_STYLES)}, got {prompt!r}: "
+                              + "; ".join(f"{k}: {v}" for k, v in PROMPT_STYLES.items()))
         if reward_mode not in ("sparse", "shaped"):
             raise ConfigError(f"reward_mode must be 'sparse' or 'shaped', got {reward_mode!r}")
         for name, v in (("max_turns", max_turns), ("max_tokens", max_tokens),
@@ -105,6 +124,7 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         self.reward_mode = reward_mode
         self.max_turns, self.max_tokens, self.max_action_tokens = max_turns, max_tokens, max_action_tokens
         self.shaping = {**defaults, **(shaping or {})}
+        self.prompt_style = prompt
         self.render_mode = render_mode
         self.observation_space = token_space(self.tokenizer.vocab_size)  # type: ignore[assignment]
         self.action_space = token_space(self.tokenizer.vocab_size)  # type: ignore[assignment]
@@ -154,7 +174,8 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
             env_id=self.env_id, seed=seed, task_id=self.task.id,
             tokenizer=getattr(self.tokenizer, "name", type(self.tokenizer).__name__),
             meta={"reward_mode": self.reward_mode, "max_turns": self.max_turns,
-                  "max_tokens": self.max_tokens, "options": dict(options or {})},
+                  "max_tokens": self.max_tokens, "prompt": self.prompt_style,
+                  "options": dict(options or {})},
         )
         self.trajectory.append(prompt, policy=False)
         self.trajectory.prompt_len = len(prompt)
@@ -234,6 +255,10 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         tools = list(self._tools.values())
         key = tuple(t.name for t in tools)
         prefix = self._prefix_cache.get(key)
+        if prefix is None and self.prompt_style == "compact":
+            dev = self.instructions + "".join(f"\nTool: functions.{_compact_signature(t)}" for t in tools)
+            prefix = self.codec.render(Message("developer", dev))
+            self._prefix_cache[key] = prefix
         if prefix is None:
             system = SYSTEM_PROMPT.format(effort=self.reasoning_effort) + (TOOLS_LINE if tools else "")
             dev = "# Instructions\n\n" + self.instructions

@@ -20,11 +20,11 @@ import time
 from typing import Any
 
 import numpy as np
+
+from agentgym.env import Task
 from agentgym.environments.math.env import MathEnv
 from agentgym.environments.math.generators import FAMILIES, LEVELS, generate
 from agentgym.environments.math.verify import verify
-
-from agentgym.env import Task
 from agentgym.tools import ToolResult
 
 

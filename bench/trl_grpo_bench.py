@@ -116,7 +116,7 @@ def run_agentgym(task: str, args: argparse.Namespace, run_dir: str) -> dict[str,
         f"ppo.lr={args.lr}", "ppo.warmup_steps=1", f"threads={args.threads}", "log.eval_every=0",
         "log.checkpoint_every=0", "log.plots=false", "log.progress=false", "log.tensorboard=false",
         f"env.max_action_tokens={args.max_tokens}", f"env.max_turns={1 if task == 'single' else 2}",
-        "env.reward_mode=shaped", "env.kwargs={families: [arithmetic], levels: [easy]}",
+        "env.reward_mode=shaped", "env.prompt=harmony", "env.kwargs={families: [arithmetic], levels: [easy]}",
         "ppo.carry_sft_optimizer=false"])
     trainer = Trainer(cfg)
     init = getattr(args, f"init_{task}")

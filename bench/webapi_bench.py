@@ -26,11 +26,11 @@ from typing import Any
 import gymnasium as gym
 import httpx
 import numpy as np
+
+import agentgym  # noqa: F401
 from agentgym.environments.webapi.policies import oracle_action
 from agentgym.environments.webapi.tasks import all_tasks
 from agentgym.environments.webapi.wire import EPISODE_HEADER
-
-import agentgym  # noqa: F401
 
 
 def round_trip(calls: int, database_url: str | None) -> dict[str, float]:

@@ -29,7 +29,7 @@ import torch
 
 from agentgym.errors import CheckpointError
 
-__all__ = ["latest_checkpoint", "load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state"]
+__all__ = ["latest_checkpoint", "load_checkpoint", "rng_state", "save_checkpoint", "save_model", "set_rng_state"]
 
 
 def rng_state() -> dict[str, Any]:
@@ -41,6 +41,20 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
+
+
+def save_model(model: torch.nn.Module, path: str | Path) -> None:
+    """``save_pretrained`` (config.json + model.safetensors) without transformers' per-save
+    "Writing model shards" progress bar, which would break the trainer's own live bar."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(path, safe_serialization=True)  # type: ignore[operator]
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module,
@@ -56,7 +70,7 @@ def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module,
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
-        model.save_pretrained(tmp / "model", safe_serialization=True)  # type: ignore[operator]
+        save_model(model, tmp / "model")
         if value_head is not None:
             save_file({k: v.contiguous() for k, v in value_head.state_dict().items()},
                       str(tmp / "value_head.safetensors"))

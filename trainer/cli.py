@@ -113,10 +113,13 @@ def _run(argv: list[str]) -> int:
     from agentgym.trainer.train import Trainer
 
     summary = Trainer(cfg, resume=bool(resume)).run()
-    first, last = summary["eval_first"], summary["eval_last"]
-    if first and last:
-        print(f"eval reward {first['reward_mean']:.3f} -> {last['reward_mean']:.3f} "
-              f"(success {first['success']:.2f} -> {last['success']:.2f}); run dir: {summary['run_dir']}")
+    evals = [summary["eval_first"], summary["eval_warm_start"], summary["eval_last"]]
+    names = {"init": "untrained", "warm_start": "after warm start", "ppo": "after PPO"}
+    seen = [e for i, e in enumerate(evals) if e and all(e is not f for f in evals[:i])]
+    if seen:
+        print("eval reward " + " -> ".join(f"{e['reward_mean']:.3f} {names.get(e.get('stage'), '')}".rstrip()
+                                           + f" (success {e['success']:.2f})" for e in seen)
+              + f"; run dir: {summary['run_dir']}")
     return 0
 
 

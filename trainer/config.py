@@ -48,6 +48,9 @@ class EnvConfig:
     """Token budget of the whole episode (prompt included)."""
     max_action_tokens: int = 96
     """Longest action the env accepts; also the engine's max new tokens per turn."""
+    prompt: str = "harmony"
+    """Prompt style: ``harmony`` (GPT-OSS system + developer, ~600 byte tokens) or ``compact``
+    (one short developer message, ~150; for tiny models trained from scratch)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for ``gym.make`` (env specific, e.g. ``difficulty``)."""
     train_options: dict[str, Any] = field(default_factory=lambda: {"split": "train"})
@@ -157,7 +160,9 @@ class SFTConfig:
     batch_size: int = 16
     """Demonstration episodes per step."""
     lr: float = 1e-3
-    """Peak learning rate (linear warmup, then cosine to 10%)."""
+    """Peak learning rate (after linear warmup)."""
+    schedule: str = "cosine"
+    """After warmup: ``cosine`` (down to 10% of the peak) or ``constant``."""
     warmup_steps: int = 10
     """Warmup steps."""
     max_grad_norm: float = 1.0
@@ -219,13 +224,21 @@ class TrainConfig:
     def validate(self) -> None:
         choices = {
             "env.reward_mode": (self.env.reward_mode, ("sparse", "shaped")),
+            "env.prompt": (self.env.prompt, ("harmony", "compact")),
             "ppo.advantage": (self.ppo.advantage, ("group", "gae")),
             "ppo.kl_estimator": (self.ppo.kl_estimator, ("k1", "k3")),
             "ppo.kl_in": (self.ppo.kl_in, ("loss", "reward")),
             "correction.mode": (self.correction.mode,
                                 ("none", "token_tis", "seq_tis", "token_mis", "seq_mis", "geo_mask")),
             "model.dtype": (self.model.dtype, ("float32", "bfloat16")),
+            "sft.schedule": (self.sft.schedule, ("cosine", "constant")),
         }
+        clash = sorted(set(self.env.kwargs) & {"tokenizer", "reward_mode", "max_turns", "max_tokens",
+                                                "max_action_tokens", "prompt"})
+        if clash:
+            raise ConfigError(f"env.kwargs: {clash} are env.* keys of their own; set them as "
+                              + " ".join(f"env.{k}=..." for k in clash if k != "tokenizer")
+                              + (" (the tokenizer comes from the model)" if "tokenizer" in clash else ""))
         for key, (got, allowed) in choices.items():
             if got not in allowed:
                 raise ConfigError(f"{key}: expected one of {list(allowed)}, got {got!r}; "

@@ -13,10 +13,12 @@ from agentgym.trainer.metrics import read_metrics
 
 __all__ = ["PANELS", "write_plots"]
 
-# file name -> (title, [(phase, key, label)])
+# file name -> (title, [(phase, key, label)]); "eval/init" is the evaluation of the untrained
+# policy (drawn as one marker), "eval" the ones after the warm start.
 PANELS: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
     "reward": ("Reward", [("train", "reward_mean", "train (sampled)"),
                           ("eval", "reward_mean", "eval (greedy)"),
+                          ("eval/init", "reward_mean", "eval, untrained"),
                           ("train", "success", "train success")]),
     "kl": ("KL", [("train", "kl_ref", "KL to reference"), ("train", "approx_kl", "approx KL old->new"),
                   ("train", "mismatch_k3", "engine/trainer k3")]),
@@ -33,10 +35,12 @@ PANELS: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
 
 
 def _series(rows: list[dict[str, Any]], phase: str, key: str) -> tuple[list[int], list[float]]:
+    phase, _, stage = phase.partition("/")
     xs, ys = [], []
     for r in rows:
         v = r.get(key)
-        if r["phase"] == phase and isinstance(v, (int, float)):
+        if (r["phase"] == phase and isinstance(v, (int, float))
+                and (r.get("stage") == "init") == (stage == "init")):
             xs.append(int(r["step"]))
             ys.append(float(v))
     return xs, ys
@@ -61,7 +65,10 @@ def write_plots(run_dir: str | Path) -> list[Path]:
         for phase, key, label in series:
             xs, ys = _series(rows, phase, key)
             if xs:
-                ax.plot(xs, ys, marker="o" if len(xs) < 20 else None, markersize=3, label=label)
+                style: dict[str, Any] = {"marker": "o" if len(xs) < 20 else None, "markersize": 3}
+                if len(xs) == 1:  # a single evaluation: a marker, not an invisible line
+                    style = {"marker": "x", "markersize": 7, "linestyle": "none"}
+                ax.plot(xs, ys, label=label, **style)
                 drawn += 1
         if drawn:
             ax.set_title(title)

@@ -81,9 +81,11 @@ def run_sft(cfg: Any, setup: Any, log: Any) -> dict[str, float]:
     env = setup.make_env()
     opt = torch.optim.AdamW(setup.model.parameters(), lr=sc.lr, weight_decay=0.0)
 
-    def lr_at(i: int) -> float:  # linear warmup, then cosine down to 10% of the peak
+    def lr_at(i: int) -> float:  # linear warmup, then constant or cosine down to 10% of the peak
         if i < sc.warmup_steps:
             return (i + 1) / sc.warmup_steps
+        if sc.schedule == "constant":
+            return 1.0
         frac = (i - sc.warmup_steps) / max(1, sc.steps - sc.warmup_steps)
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
 

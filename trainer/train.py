@@ -24,7 +24,7 @@ import yaml
 
 from agentgym.errors import ConfigError, NonFiniteError
 from agentgym.trainer.batch import Batch, make_batch, prefix_forward
-from agentgym.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agentgym.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_model
 from agentgym.trainer.config import TrainConfig
 from agentgym.trainer.correction import correction_weights, mismatch_stats
 from agentgym.trainer.logprobs import ForwardOut
@@ -100,7 +100,8 @@ class Setup:
         def make_env() -> Any:
             return gym.make(cfg.env.id, tokenizer=self.tokenizer, reward_mode=cfg.env.reward_mode,
                             max_turns=cfg.env.max_turns, max_tokens=cfg.env.max_tokens,
-                            max_action_tokens=cfg.env.max_action_tokens, **cfg.env.kwargs)
+                            max_action_tokens=cfg.env.max_action_tokens, prompt=cfg.env.prompt,
+                            **cfg.env.kwargs)
 
         self.make_env = make_env
         d = cfg.derived()
@@ -120,7 +121,7 @@ class Setup:
 
         warm = Path(self.cfg.log.run_dir) / "warm_start"
         if not (warm / "config.json").exists():
-            self.model.save_pretrained(warm, safe_serialization=True)
+            save_model(self.model, warm)
         if self.cfg.ppo.kl_coef > 0:
             import copy
 
@@ -183,10 +184,12 @@ class Trainer:
         if not self.sft_done:
             from agentgym.trainer.sft import run_sft
 
+            if cfg.log.eval_every:
+                self._evaluate("init")  # the untrained policy: where the run's reward starts
             run_sft(cfg, s, self.log)
             self.sft_done = True
             s.after_warm_start()
-            self._evaluate()
+            self._evaluate("warm_start")
             self._checkpoint()
         bar = Progress(cfg.ppo.steps, "ppo", cfg.log.progress)
         try:
@@ -198,7 +201,7 @@ class Trainer:
                                       f"{m['t_step']:.1f}s/step")
                 last = self.step == cfg.ppo.steps
                 if cfg.log.eval_every and (self.step % cfg.log.eval_every == 0 or last):
-                    self._evaluate()
+                    self._evaluate("ppo")
                 if last or (cfg.log.checkpoint_every and self.step % cfg.log.checkpoint_every == 0):
                     self._checkpoint()
         finally:
@@ -211,10 +214,13 @@ class Trainer:
         return self.summary()
 
     def summary(self) -> dict[str, Any]:
+        """First and last evaluation, the one right after the warm start, and the step count."""
         rows = read_metrics(self.cfg.log.run_dir)
         evals = [r for r in rows if r["phase"] == "eval"]
         train = [r for r in rows if r["phase"] == "train"]
+        warm = [r for r in evals if r.get("stage") == "warm_start"]
         return {"eval_first": evals[0] if evals else None, "eval_last": evals[-1] if evals else None,
+                "eval_warm_start": warm[-1] if warm else None,
                 "train_steps": len(train), "run_dir": self.cfg.log.run_dir}
 
     # ------------------------------------------------------------------ one PPO step
@@ -359,13 +365,15 @@ class Trainer:
         return max(math.sqrt(m2 / max(n - 1, 1)), 1e-3)
 
     # ------------------------------------------------------------------ eval / checkpoints
-    def _evaluate(self) -> dict[str, Any]:
+    def _evaluate(self, stage: str) -> dict[str, Any]:
+        """``log.eval_episodes`` fixed tasks at ``log.eval_temperature``; ``stage`` is ``init``
+        (before the warm start), ``warm_start`` (right after it) or ``ppo``."""
         cfg, s = self.cfg, self.s
         seeds = [EVAL_SEED_BASE + i for i in range(cfg.log.eval_episodes)]
         trajs, _ = s.eval_collector.collect(seeds, temperature=cfg.log.eval_temperature,
                                             sample_seed=12345, options=cfg.env.eval_options)
         m = episode_stats(trajs)
-        self.log.log("eval", self.step, m)
+        self.log.log("eval", self.step, {"stage": stage, **m})
         return m
 
     def _checkpoint(self) -> None:

@@ -149,3 +149,23 @@ def test_oversized_tool_errors_are_capped() -> None:
     assert result.ok and len(result.content) <= tool.max_output_chars + 100
     bad = tool({"word": ["z" * 500_000]})
     assert not bad.ok and len(bad.content) <= tool.max_output_chars + 100
+
+
+def test_compact_prompt_is_one_short_developer_message() -> None:
+    full, compact = EchoEnv(), EchoEnv(prompt="compact")
+    obs_full, _ = full.reset(seed=3)
+    obs, _ = compact.reset(seed=3)
+    text = compact.tokenizer.decode(obs.tolist())
+    assert text == ("<|start|>developer<|message|>" + EchoEnv.instructions
+                    + "\nTool: functions.echo(word: string)<|end|>"
+                    + "<|start|>user<|message|>Echo the word: " + compact.task.prompt.split()[-1]
+                    + "<|end|><|start|>assistant")
+    assert len(obs) < len(obs_full) / 2
+    assert compact.trajectory.meta["prompt"] == "compact" and full.trajectory.meta["prompt"] == "harmony"
+    # the episode itself is unchanged: same actions, same rewards
+    assert _solve(EchoEnv(prompt="compact", reward_mode="shaped")) == _solve(EchoEnv(reward_mode="shaped"))
+
+
+def test_unknown_prompt_style_names_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"prompt must be one of \['compact', 'harmony'\], got 'short'"):
+        EchoEnv(prompt="short")

@@ -24,7 +24,7 @@ def test_every_shipped_recipe_loads(name: str) -> None:
 def test_quickstart_recipe_is_the_multi_turn_tool_task() -> None:
     cfg = load_config("cpu-quickstart")
     assert cfg.env.id == "agentgym/MathCalc-v0" and cfg.model.name == "tiny"
-    assert cfg.sft.steps > 0 and cfg.ppo.steps > 0
+    assert cfg.sft.steps > 0 and cfg.ppo.steps > 0 and cfg.env.prompt == "compact"
 
 
 def test_overrides_are_typed_and_nested() -> None:
@@ -83,3 +83,11 @@ def test_help_documents_every_field_once() -> None:
     for i, line in enumerate(lines):
         if not line.startswith("      "):
             assert i + 1 < len(lines) and lines[i + 1].startswith("      "), line
+
+
+def test_env_kwargs_may_not_shadow_env_keys() -> None:
+    with pytest.raises(ConfigError, match=r"env.kwargs: \['prompt'\] are env.\* keys of their own; "
+                                          r"set them as env.prompt=\.\.\."):
+        load_config("cpu-quickstart", ["env.kwargs={prompt: compact}"])
+    with pytest.raises(ConfigError, match="env.prompt: expected one of"):
+        load_config("cpu-quickstart", ["env.prompt=short"])

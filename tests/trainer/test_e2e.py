@@ -22,7 +22,7 @@ def test_reward_rises_with_warm_start_plus_ppo(tmp_path: Path) -> None:
         f"log.run_dir={tmp_path}", "seed=0", "threads=1", "env.id=agentgym/Math-v0",
         "env.kwargs={families: [arithmetic], levels: [easy]}", "env.reward_mode=shaped",
         "env.max_turns=1", "env.max_action_tokens=48", "sft.steps=30", "sft.batch_size=8",
-        "sft.lr=3e-3", "sft.warmup_steps=5", "ppo.steps=20", "ppo.lr=1e-3", "ppo.warmup_steps=2",
+        "sft.lr=3e-3", "sft.schedule=cosine", "sft.warmup_steps=5", "env.prompt=harmony", "ppo.steps=20", "ppo.lr=1e-3", "ppo.warmup_steps=2",
         "ppo.kl_coef=0", "ppo.carry_sft_optimizer=true", "correction.mode=seq_tis",
         "rollout.temperature=1.0", "rollout.tasks_per_step=4", "rollout.samples_per_task=8",
         "log.eval_every=0", "log.checkpoint_every=0", "log.progress=false", "log.tensorboard=false"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,17 @@ def test_check_finite_names_the_tensor() -> None:
     check_finite("loss", torch.tensor(1.0), 3, "hint")
     with pytest.raises(NonFiniteError, match=r"step 3: 1 non-finite value\(s\) in loss.*No checkpoint"):
         check_finite("loss", torch.tensor([1.0, float("nan")]), 3, "hint")
+
+
+def test_evaluations_bracket_the_run_and_the_cli_prints_them(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    small = [a for a in SMALL if not a.startswith(("log.eval_every", "sft.steps"))]
+    code = main(["--config", "cpu-quickstart", *small, f"log.run_dir={tmp_path}", "ppo.steps=2",
+                 "log.eval_every=1", "sft.steps=1", "sft.batch_size=2", "log.plots=true"])
+    assert code == 0
+    stages = [(r["step"], r["stage"]) for r in read_metrics(tmp_path, "eval")]
+    assert stages == [(0, "init"), (0, "warm_start"), (1, "ppo"), (2, "ppo")]
+    out = capsys.readouterr().out
+    assert re.search(r"eval reward -?\d\.\d{3} untrained \(success \d\.\d\d\) -> -?\d\.\d{3} after warm "
+                     r"start \(success \d\.\d\d\) -> -?\d\.\d{3} after PPO", out), out
+    assert (tmp_path / "plots" / "reward.png").exists()

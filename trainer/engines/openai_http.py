@@ -33,7 +33,9 @@ def write_checkpoint(model: torch.nn.Module, directory: Path) -> Path:
     """Save ``model`` under ``directory`` with safetensors; returns the directory."""
     directory.mkdir(parents=True, exist_ok=True)
     if hasattr(model, "save_pretrained"):
-        model.save_pretrained(directory, safe_serialization=True)  # type: ignore[operator]
+        from agentgym.trainer.checkpoint import save_model
+
+        save_model(model, directory)
     else:
         from safetensors.torch import save_file
 
