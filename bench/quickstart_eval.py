@@ -51,6 +51,7 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=512)
     ap.add_argument("--temperature", type=float, default=None, help="default: the run's rollout.temperature")
     ap.add_argument("--chunk", type=int, default=64, help="episodes sampled in one batch")
+    ap.add_argument("--after", default=None, help="weights to compare (default: the run's latest checkpoint)")
     args = ap.parse_args()
     run = Path(args.run_dir)
     cfg = load_config(run / "config.yaml", ["log.progress=false", "log.tensorboard=false", "sft.steps=0"])
@@ -59,7 +60,7 @@ def main() -> None:
     setup = Setup(cfg)
     try:
         rows = {}
-        for name, weights in (("warm start", str(run / "warm_start")), ("after PPO", str(run))):
+        for name, weights in (("warm start", str(run / "warm_start")), ("after PPO", args.after or str(run))):
             t0 = time.perf_counter()
             rows[name] = evaluate(setup, weights, args.episodes, temperature, args.chunk)
             rows[name]["seconds"] = time.perf_counter() - t0

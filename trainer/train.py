@@ -394,6 +394,13 @@ class Trainer:
         self.step = int(state["step"])
         self.sft_done = bool(state["sft_done"])
         self.score_stats = list(state["score_stats"])
+        # The optimizer state brings back the saved lr and weight decay; the config decides
+        # (a resume may change ppo.lr on purpose). Unchanged values give the same floats.
+        lr = self.cfg.ppo.lr
+        s.scheduler.base_lrs = [lr] * len(s.optimizer.param_groups)
+        for g, factor in zip(s.optimizer.param_groups, s.scheduler.lr_lambdas, strict=True):
+            g["initial_lr"], g["weight_decay"] = lr, self.cfg.ppo.weight_decay
+            g["lr"] = lr * factor(s.scheduler.last_epoch)
         truncate_metrics(self.cfg.log.run_dir, int(state["metrics_lines"]))
         if self.sft_done:
             s.after_warm_start()

@@ -67,3 +67,16 @@ def test_kill_9_then_resume_through_the_cli(tmp_path: Path) -> None:
     state = json.loads((latest_checkpoint(run) / "state.json").read_text())
     assert state["step"] == 4
     assert not list(run.glob("checkpoints/.tmp-*"))
+
+
+def test_resume_applies_a_changed_learning_rate(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    Trainer(load_config("cpu-quickstart", [*BASE, f"log.run_dir={run}", "ppo.steps=2",
+                                           "ppo.warmup_steps=4"])).run()
+    resumed = Trainer(load_config("cpu-quickstart", [*BASE, f"log.run_dir={run}", "ppo.steps=3",
+                                                     "ppo.warmup_steps=4", "ppo.lr=3e-3"]), resume=True)
+    opt = resumed.s.optimizer
+    # 2 optimizer steps into a 4-step warmup: 3/4 of the new peak, not of the saved one (1e-2)
+    assert [g["lr"] for g in opt.param_groups] == [3e-3 * 3 / 4] * len(opt.param_groups)
+    resumed.run()
+    assert read_metrics(run, "train")[-1]["lr"] == 3e-3
