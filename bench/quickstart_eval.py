@@ -21,27 +21,22 @@ import torch
 
 from agentgym.trainer.config import load_config
 from agentgym.trainer.metrics import episode_stats
-from agentgym.trainer.rollout import Collector
 from agentgym.trainer.train import Setup, load_weights
 
 SEED_BASE = 5_000_000  # apart from the eval (0..), warm-start (10,000..) and PPO (1,000,000..) seeds
 
 
-def evaluate(setup: Setup, weights: str, episodes: int, temperature: float, chunk: int) -> dict[str, float]:
+def evaluate(setup: Setup, weights: str, episodes: int, temperature: float) -> dict[str, float]:
+    """Sample ``episodes`` fixed tasks with ``weights``, in chunks of the setup's eval collector."""
     load_weights(setup.model, weights)
     setup.engine.sync_weights(setup.model)
-    cfg = setup.cfg
-    collector = Collector.from_factory(setup.make_env, chunk, setup.engine,
-                                       max_new_tokens=cfg.env.max_action_tokens)
+    chunk = setup.cfg.log.eval_episodes
     trajs = []
-    try:
-        for start in range(0, episodes, chunk):
-            seeds = [SEED_BASE + start + i for i in range(min(chunk, episodes - start))]
-            got, _ = collector.collect(seeds, temperature=temperature, sample_seed=777 + start,
-                                       options=cfg.env.eval_options)
-            trajs += got
-    finally:
-        collector.close()
+    for start in range(0, episodes, chunk):
+        seeds = [SEED_BASE + start + i for i in range(min(chunk, episodes - start))]
+        got, _ = setup.eval_collector.collect(seeds, temperature=temperature, sample_seed=777 + start,
+                                              options=setup.cfg.env.eval_options)
+        trajs += got
     return episode_stats(trajs)
 
 
@@ -54,7 +49,8 @@ def main() -> None:
     ap.add_argument("--after", default=None, help="weights to compare (default: the run's latest checkpoint)")
     args = ap.parse_args()
     run = Path(args.run_dir)
-    cfg = load_config(run / "config.yaml", ["log.progress=false", "log.tensorboard=false", "sft.steps=0"])
+    cfg = load_config(run / "config.yaml", ["log.progress=false", "log.tensorboard=false", "sft.steps=0",
+                                             f"log.eval_episodes={args.chunk}"])
     temperature = args.temperature if args.temperature is not None else cfg.rollout.temperature
     torch.set_num_threads(max(cfg.threads, 1))
     setup = Setup(cfg)
@@ -62,7 +58,7 @@ def main() -> None:
         rows = {}
         for name, weights in (("warm start", str(run / "warm_start")), ("after PPO", args.after or str(run))):
             t0 = time.perf_counter()
-            rows[name] = evaluate(setup, weights, args.episodes, temperature, args.chunk)
+            rows[name] = evaluate(setup, weights, args.episodes, temperature)
             rows[name]["seconds"] = time.perf_counter() - t0
     finally:
         setup.close()

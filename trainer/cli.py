@@ -113,13 +113,13 @@ def _run(argv: list[str]) -> int:
     from agentgym.trainer.train import Trainer
 
     summary = Trainer(cfg, resume=bool(resume)).run()
-    evals = [summary["eval_first"], summary["eval_warm_start"], summary["eval_last"]]
     names = {"init": "untrained", "warm_start": "after warm start", "ppo": "after PPO"}
-    seen = [e for i, e in enumerate(evals) if e and all(e is not f for f in evals[:i])]
-    if seen:
-        print("eval reward " + " -> ".join(f"{e['reward_mean']:.3f} {names.get(e.get('stage'), '')}".rstrip()
-                                           + f" (success {e['success']:.2f})" for e in seen)
-              + f"; run dir: {summary['run_dir']}")
+    stages = summary["eval_stages"]
+    if stages:
+        print("eval reward " + " -> ".join(
+            f"{e['reward_mean']:.3f} {names[k]} (success {e['success']:.2f})"
+            for k, e in sorted(stages.items(), key=lambda kv: list(names).index(kv[0])))
+            + f"; run dir: {summary['run_dir']}")
     return 0
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from agentgym.env import PROMPT_STYLES
 from agentgym.errors import ConfigError
 
 __all__ = [
@@ -224,7 +225,7 @@ class TrainConfig:
     def validate(self) -> None:
         choices = {
             "env.reward_mode": (self.env.reward_mode, ("sparse", "shaped")),
-            "env.prompt": (self.env.prompt, ("harmony", "compact")),
+            "env.prompt": (self.env.prompt, tuple(PROMPT_STYLES)),
             "ppo.advantage": (self.ppo.advantage, ("group", "gae")),
             "ppo.kl_estimator": (self.ppo.kl_estimator, ("k1", "k3")),
             "ppo.kl_in": (self.ppo.kl_in, ("loss", "reward")),

@@ -214,13 +214,12 @@ class Trainer:
         return self.summary()
 
     def summary(self) -> dict[str, Any]:
-        """First and last evaluation, the one right after the warm start, and the step count."""
+        """First and last evaluation, the latest one of each stage, and the step count."""
         rows = read_metrics(self.cfg.log.run_dir)
         evals = [r for r in rows if r["phase"] == "eval"]
         train = [r for r in rows if r["phase"] == "train"]
-        warm = [r for r in evals if r.get("stage") == "warm_start"]
         return {"eval_first": evals[0] if evals else None, "eval_last": evals[-1] if evals else None,
-                "eval_warm_start": warm[-1] if warm else None,
+                "eval_stages": {r.get("stage", "ppo"): r for r in evals},
                 "train_steps": len(train), "run_dir": self.cfg.log.run_dir}
 
     # ------------------------------------------------------------------ one PPO step

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -35,6 +36,7 @@ __all__ = [
     "ExprError",
     "Node",
     "TooLarge",
+    "apply_binop",
     "eval_exact",
     "eval_mp",
     "eval_mp_real",
@@ -271,6 +273,22 @@ def _pow_exact(b: Fraction, e: Fraction) -> Fraction:
     return b**n
 
 
+def apply_binop(op: str, a: Any, b: Any, power: Callable[[Any, Any], Any]) -> Any:
+    """``a op b`` for ``add sub mul div`` (zero division is an :class:`ExprError`); anything
+    else is ``pow``, computed by ``power`` (each evaluator guards powers its own way)."""
+    if op == "add":
+        return a + b
+    if op == "sub":
+        return a - b
+    if op == "mul":
+        return a * b
+    if op == "div":
+        if b == 0:
+            raise ExprError("division by zero")
+        return a / b
+    return power(a, b)
+
+
 def eval_exact(node: Node) -> Fraction:
     """The exact rational value, or ``NotRational`` when there is none to compute cheaply."""
     op = node[0]
@@ -279,18 +297,7 @@ def eval_exact(node: Node) -> Fraction:
     if op == "neg":
         return -eval_exact(node[1])
     if op in ("add", "sub", "mul", "div", "pow"):
-        a, b = eval_exact(node[1]), eval_exact(node[2])
-        if op == "add":
-            return a + b
-        if op == "sub":
-            return a - b
-        if op == "mul":
-            return a * b
-        if op == "div":
-            if b == 0:
-                raise ExprError("division by zero")
-            return a / b
-        return _pow_exact(a, b)
+        return apply_binop(op, eval_exact(node[1]), eval_exact(node[2]), _pow_exact)  # type: ignore[no-any-return]
     raise NotRational
 
 

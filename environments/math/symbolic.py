@@ -57,6 +57,7 @@ from agentgym.environments.math.expr import (
     ExprError,
     Node,
     TooLarge,
+    apply_binop,
     eval_mp,
     eval_mp_real,
     free_symbols,
@@ -119,18 +120,7 @@ class _Conv:
             return -self(node[1])
         if op == "fn":
             return self._fn(node)
-        a, b = self(node[1]), self(node[2])
-        if op == "add":
-            return a + b
-        if op == "sub":
-            return a - b
-        if op == "mul":
-            return a * b
-        if op == "div":
-            if b == 0:
-                raise ExprError("division by zero")
-            return a / b
-        return self._pow(a, b)
+        return apply_binop(op, self(node[1]), self(node[2]), self._pow)
 
     def _pow(self, a: Any, b: Any) -> Any:
         sp = self.sp
