@@ -110,16 +110,13 @@ def _run(argv: list[str]) -> int:
     if print_only:
         print(yaml.safe_dump(config_to_dict(cfg), sort_keys=False), end="")
         return 0
+    from agentgym.trainer.evaluation import report_lines
     from agentgym.trainer.train import Trainer
 
     summary = Trainer(cfg, resume=bool(resume)).run()
-    names = {"init": "untrained", "warm_start": "after warm start", "ppo": "after PPO"}
-    stages = summary["eval_stages"]
-    if stages:
-        print("eval reward " + " -> ".join(
-            f"{e['reward_mean']:.3f} {names[k]} (success {e['success']:.2f})"
-            for k, e in sorted(stages.items(), key=lambda kv: list(names).index(kv[0])))
-            + f"; run dir: {summary['run_dir']}")
+    lines = report_lines(summary["run_dir"])
+    if lines:
+        print("\n".join(lines))
     return 0
 
 

@@ -26,6 +26,8 @@ import yaml
 
 from agentgym.env import PROMPT_STYLES
 from agentgym.errors import ConfigError
+from agentgym.trainer.curriculum import CurriculumConfig
+from agentgym.trainer.health import HealthConfig
 
 __all__ = [
     "CorrectionConfig", "EnvConfig", "LogConfig", "ModelConfig", "PPOConfig", "RECIPES_DIR",
@@ -170,6 +172,13 @@ class SFTConfig:
     """Gradient clipping."""
     seed: int = 10_000
     """First task seed of the demonstrations (kept apart from PPO's task seeds)."""
+    teacher: str = "oracle"
+    """Demonstration policy: ``oracle`` (always right) or ``guesser`` (imperfect: the oracle,
+    but on a fraction ``skip_tool`` of episodes it skips the tools and guesses)."""
+    skip_tool: float = 0.0
+    """``guesser``: fraction of episodes answered at once with a guess instead of the tools."""
+    guess_right: float = 0.0
+    """``guesser``: probability that a guess is right (else one digit is off)."""
 
 
 @dataclass
@@ -182,6 +191,12 @@ class LogConfig:
     """Evaluation episodes (fixed seeds on the eval split)."""
     eval_temperature: float = 0.0
     """Evaluation temperature (0 = greedy)."""
+    eval_sampled: bool = False
+    """Also evaluate the same tasks at rollout.temperature (fixed sampling seed); logged with a
+    ``sampled_`` prefix."""
+    eval_episodes_final: int = 0
+    """Episodes of the evaluations the run's report compares (untrained, warm start, end of
+    PPO); 0 = eval_episodes. The evaluations in between use eval_episodes."""
     checkpoint_every: int = 10
     """Checkpoint every N PPO steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = 2
@@ -211,6 +226,8 @@ class TrainConfig:
     correction: CorrectionConfig = field(default_factory=CorrectionConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
 
     def derived(self) -> dict[str, Any]:
         """Values computed from the fields, in one place."""
@@ -233,6 +250,7 @@ class TrainConfig:
                                 ("none", "token_tis", "seq_tis", "token_mis", "seq_mis", "geo_mask")),
             "model.dtype": (self.model.dtype, ("float32", "bfloat16")),
             "sft.schedule": (self.sft.schedule, ("cosine", "constant")),
+            "sft.teacher": (self.sft.teacher, ("oracle", "guesser")),
         }
         clash = sorted(set(self.env.kwargs) & {"tokenizer", "reward_mode", "max_turns", "max_tokens",
                                                 "max_action_tokens", "prompt"})
@@ -255,6 +273,7 @@ class TrainConfig:
             if not v > 0:
                 raise ConfigError(f"{key}: expected a positive number, got {v!r}")
         nonneg = {"ppo.steps": self.ppo.steps, "sft.steps": self.sft.steps,
+                  "log.eval_episodes_final": self.log.eval_episodes_final,
                   "ppo.kl_coef": self.ppo.kl_coef, "ppo.entropy_coef": self.ppo.entropy_coef,
                   "rollout.temperature": self.rollout.temperature,
                   "log.eval_every": self.log.eval_every, "log.checkpoint_every": self.log.checkpoint_every,
@@ -275,6 +294,11 @@ class TrainConfig:
         if self.ppo.advantage == "group" and self.rollout.samples_per_task < 2:
             raise ConfigError("ppo.advantage=group needs rollout.samples_per_task >= 2 (a group "
                               f"baseline over one sample is zero), got {self.rollout.samples_per_task}")
+        for key, v in (("sft.skip_tool", self.sft.skip_tool), ("sft.guess_right", self.sft.guess_right)):
+            if not 0 <= v <= 1:
+                raise ConfigError(f"{key}: expected a probability in [0, 1], got {v!r}")
+        self.health.validate()
+        self.curriculum.validate()
         if len(self.correction.geo_band) != 2:
             raise ConfigError(f"correction.geo_band: expected [lo, hi], got {self.correction.geo_band}")
 

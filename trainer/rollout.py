@@ -64,11 +64,13 @@ class Collector:
         return cls(EnvPool(factory, n=n, max_workers=max_workers), engine, max_new_tokens=max_new_tokens)
 
     def collect(self, seeds: Sequence[int], *, temperature: float, sample_seed: int | None,
-                options: dict[str, Any] | None = None) -> tuple[list[Trajectory], RolloutStats]:
+                options: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
+                ) -> tuple[list[Trajectory], RolloutStats]:
         """One episode per seed (``len(seeds) <= len(pool)``); returns the finished trajectories.
 
         ``sample_seed`` seeds the engine's sampler (round ``r`` uses ``sample_seed + r``), so a
-        collection is reproducible given the weights.
+        collection is reproducible given the weights. ``options``: the reset options of every
+        episode, or a list with one dict per episode (e.g. a curriculum's levels).
         """
         import time
 
@@ -78,11 +80,15 @@ class Collector:
                                "build the pool with at least as many envs as episodes per step")
         envs: list[Any] = self.pool.envs[:n]
         t0 = time.perf_counter()
-        if n == len(self.pool):  # concurrent resets (sandboxes, servers start in parallel)
-            self.pool.reset(seeds, options=options)
+        per = [options] * n if options is None or isinstance(options, dict) else list(options)
+        if len(per) != n:
+            raise TrainerError(f"{len(per)} option dicts for {n} episodes; pass one per seed "
+                               "or a single dict for all")
+        if n == len(self.pool) and all(o is per[0] for o in per):
+            self.pool.reset(seeds, options=per[0])  # concurrent (sandboxes, servers start in parallel)
         else:
             for i, s in enumerate(seeds):
-                self.pool.reset_one(i, seed=s, options=options)
+                self.pool.reset_one(i, seed=s, options=per[i])
         env_s = time.perf_counter() - t0  # the prompts now sit in each env's trajectory
         gen_s = 0.0
         active = list(range(n))

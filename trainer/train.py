@@ -27,8 +27,18 @@ from agentgym.trainer.batch import Batch, make_batch, prefix_forward
 from agentgym.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_model
 from agentgym.trainer.config import TrainConfig
 from agentgym.trainer.correction import correction_weights, mismatch_stats
+from agentgym.trainer.curriculum import CurriculumSampler
+from agentgym.trainer.evaluation import collect_fixed, eval_record
+from agentgym.trainer.health import HealthMonitor
 from agentgym.trainer.logprobs import ForwardOut
-from agentgym.trainer.metrics import MetricsLogger, Progress, episode_stats, read_metrics, truncate_metrics
+from agentgym.trainer.metrics import (
+    MetricsLogger,
+    Progress,
+    episode_stats,
+    episode_success,
+    read_metrics,
+    truncate_metrics,
+)
 from agentgym.trainer.ppo import gae, group_advantages, kl_estimate, masked_mean, ppo_policy_loss, value_loss
 from agentgym.trainer.rollout import Collector, group_seeds
 
@@ -165,6 +175,8 @@ class Trainer:
         self.step = 0  # PPO steps completed
         self.sft_done = cfg.sft.steps == 0
         self.score_stats = [0, 0.0, 0.0]  # running count, mean, M2 of scores (reward norm)
+        self.health = HealthMonitor(cfg.health)
+        self.curriculum = CurriculumSampler(cfg.curriculum, seed=cfg.seed)
         run_dir = Path(cfg.log.run_dir)
         if resume:
             self._resume()
@@ -185,23 +197,27 @@ class Trainer:
             from agentgym.trainer.sft import run_sft
 
             if cfg.log.eval_every:
-                self._evaluate("init")  # the untrained policy: where the run's reward starts
+                self._evaluate("init", final=True)  # the untrained policy: where the run starts
             run_sft(cfg, s, self.log)
             self.sft_done = True
             s.after_warm_start()
-            self._evaluate("warm_start")
+            self._evaluate("warm_start", final=True)
             self._checkpoint()
         bar = Progress(cfg.ppo.steps, "ppo", cfg.log.progress)
         try:
             while self.step < cfg.ppo.steps:
                 m = self.train_step(self.step)
                 self.step += 1
+                alerts = self.health.check(self.step, m)
+                m.update(self.health.flags(alerts), health_alerts=alerts)
                 self.log.log("train", self.step, m)
+                for a in alerts:
+                    bar.note(f"health: {a}")
                 bar.update(self.step, f"reward {m['reward_mean']:.3f} kl_ref {m.get('kl_ref', 0):.4f} "
-                                      f"{m['t_step']:.1f}s/step")
+                                      f"{m['t_step']:.1f}s/step" + (f" | {alerts[0]}" if alerts else ""))
                 last = self.step == cfg.ppo.steps
                 if cfg.log.eval_every and (self.step % cfg.log.eval_every == 0 or last):
-                    self._evaluate("ppo")
+                    self._evaluate("ppo", final=last)
                 if last or (cfg.log.checkpoint_every and self.step % cfg.log.checkpoint_every == 0):
                     self._checkpoint()
         finally:
@@ -228,9 +244,13 @@ class Trainer:
         t_start = time.perf_counter()
         tasks, k = cfg.rollout.tasks_per_step, cfg.rollout.samples_per_task
         seeds, groups = group_seeds(TRAIN_SEED_BASE + step * tasks, tasks, k)
+        options: Any = cfg.env.train_options
+        if self.curriculum.enabled:  # one level per task, shared by its group
+            per_task = self.curriculum.task_options(step, tasks, cfg.env.train_options)
+            options = [per_task[g] for g in groups]
         trajs, rstats = s.collector.collect(seeds, temperature=cfg.rollout.temperature,
                                             sample_seed=cfg.seed * 7919 + step * 131,
-                                            options=cfg.env.train_options)
+                                            options=options)
         if cfg.log.save_trajectories:
             from agentgym.trajectory import write_jsonl
 
@@ -239,6 +259,10 @@ class Trainer:
         t_rollout = time.perf_counter() - t_start
         metrics: dict[str, Any] = episode_stats(trajs)
         metrics.update(gen_s=rstats.gen_seconds, env_s=rstats.env_seconds)
+        if self.curriculum.enabled:
+            self.curriculum.update(step + 1, [o[cfg.curriculum.option] for o in options],
+                                   [float(episode_success(t)) for t in trajs])
+            metrics.update(self.curriculum.metrics())
 
         # Old log-probs: from the differentiated pass itself when exactly on-policy.
         exact = cfg.ppo.epochs == 1 and cfg.ppo.minibatches == 1
@@ -364,21 +388,29 @@ class Trainer:
         return max(math.sqrt(m2 / max(n - 1, 1)), 1e-3)
 
     # ------------------------------------------------------------------ eval / checkpoints
-    def _evaluate(self, stage: str) -> dict[str, Any]:
-        """``log.eval_episodes`` fixed tasks at ``log.eval_temperature``; ``stage`` is ``init``
-        (before the warm start), ``warm_start`` (right after it) or ``ppo``."""
+    def _evaluate(self, stage: str, final: bool = False) -> dict[str, Any]:
+        """Fixed tasks at ``log.eval_temperature`` (and at the rollout temperature with
+        ``log.eval_sampled``; see ``evaluation.py``); ``stage`` is ``init`` (before the warm
+        start), ``warm_start`` (right after it) or ``ppo``. ``final``: one of the evaluations
+        the report compares (``log.eval_episodes_final`` tasks)."""
         cfg, s = self.cfg, self.s
-        seeds = [EVAL_SEED_BASE + i for i in range(cfg.log.eval_episodes)]
-        trajs, _ = s.eval_collector.collect(seeds, temperature=cfg.log.eval_temperature,
-                                            sample_seed=12345, options=cfg.env.eval_options)
-        m = episode_stats(trajs)
-        self.log.log("eval", self.step, {"stage": stage, **m})
+        n = (cfg.log.eval_episodes_final or cfg.log.eval_episodes) if final else cfg.log.eval_episodes
+        runs = [("", cfg.log.eval_temperature)]
+        if cfg.log.eval_sampled and final:
+            runs.append(("sampled_", cfg.rollout.temperature))
+        m: dict[str, Any] = {"stage": stage}
+        for prefix, temperature in runs:
+            trajs = collect_fixed(s.eval_collector, n, temperature=temperature, sample_seed=12345,
+                                  options=cfg.env.eval_options, seed_base=EVAL_SEED_BASE)
+            m.update(eval_record(trajs, temperature, prefix))
+        self.log.log("eval", self.step, m)
         return m
 
     def _checkpoint(self) -> None:
         cfg, s = self.cfg, self.s
         state = {"sft_done": self.sft_done, "score_stats": self.score_stats,
-                 "metrics_lines": len(read_metrics(cfg.log.run_dir))}
+                 "metrics_lines": len(read_metrics(cfg.log.run_dir)),
+                 "curriculum": self.curriculum.state_dict()}
         save_checkpoint(cfg.log.run_dir, self.step, model=s.model, optimizer=s.optimizer,
                         scheduler=s.scheduler, value_head=s.value_head, state=state,
                         keep=cfg.log.keep_checkpoints)
@@ -393,6 +425,8 @@ class Trainer:
         self.step = int(state["step"])
         self.sft_done = bool(state["sft_done"])
         self.score_stats = list(state["score_stats"])
+        if "curriculum" in state:
+            self.curriculum.load_state_dict(state["curriculum"])
         # The optimizer state brings back the saved lr and weight decay; the config decides
         # (a resume may change ppo.lr on purpose). Unchanged values give the same floats.
         lr = self.cfg.ppo.lr
@@ -401,6 +435,8 @@ class Trainer:
             g["initial_lr"], g["weight_decay"] = lr, self.cfg.ppo.weight_decay
             g["lr"] = lr * factor(s.scheduler.last_epoch)
         truncate_metrics(self.cfg.log.run_dir, int(state["metrics_lines"]))
+        for r in read_metrics(self.cfg.log.run_dir, "train"):  # the health series so far
+            self.health.check(int(r["step"]), r)
         if self.sft_done:
             s.after_warm_start()
         s.engine.sync_weights(s.model)
