@@ -84,13 +84,13 @@ def hf_byte_tokenizer() -> Any:
                     out += t.encode()
             return out.decode("utf-8", errors="replace")
 
-        def decode(self, ids: Any, skip_special_tokens: bool = False, **kw: Any) -> str:
+        def decode(self, ids: Any, skip_special_tokens: bool = False, **kw: Any) -> str:  # type: ignore[override]
             ids = [int(i) for i in (ids.tolist() if hasattr(ids, "tolist") else ids)]
             if skip_special_tokens:
                 ids = [i for i in ids if i < 256]
             return byte.decode(ids)
 
-        def batch_decode(self, seqs: Any, skip_special_tokens: bool = False, **kw: Any) -> list[str]:
+        def batch_decode(self, seqs: Any, skip_special_tokens: bool = False, **kw: Any) -> list[str]:  # type: ignore[override]
             return [self.decode(s, skip_special_tokens=skip_special_tokens) for s in seqs]
 
         def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
@@ -172,7 +172,7 @@ def run_trl(cfg: Any, out_dir: str) -> tuple[dict[str, Any], Any]:
             out["env_reward"].append(t.total_reward)
         return out
 
-    def env_reward(completions: list[Any], env_reward: list[float], **kw: Any) -> list[float]:
+    def env_reward(completions: list[Any], env_reward: list[float], **kw: Any) -> list[float | None]:
         return list(env_reward)
 
     data = Dataset.from_list([{"prompt": f"task {i}"} for i in range(tasks * (cfg.ppo.steps + 2))])
@@ -191,13 +191,13 @@ def run_trl(cfg: Any, out_dir: str) -> tuple[dict[str, Any], Any]:
     rewards: list[float] = []
 
     class Timer(TrainerCallback):  # type: ignore[misc]
-        def on_step_begin(self, a: Any, state: Any, control: Any, **kw: Any) -> None:
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.t0 = time.perf_counter()
 
-        def on_step_end(self, a: Any, state: Any, control: Any, **kw: Any) -> None:
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             times.append(time.perf_counter() - self.t0)
 
-        def on_log(self, a: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
             if logs and "reward" in logs:
                 rewards.append(float(logs["reward"]))
 

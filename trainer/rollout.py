@@ -144,7 +144,7 @@ def _common_prefix(prompts: Sequence[Sequence[int]]) -> int:
 
 def make_prefix_engine(model: Any, **kwargs: Any) -> Any:
     """An ``hf`` engine that prefills the prompts' shared prefix once (see PrefixHFEngine)."""
-    from agentgym.trainer.engines.hf import HFEngine, sample_step
+    from agentgym.trainer.engines.hf import HFEngine, decoding_attention, sample_step
 
     class PrefixHFEngine(HFEngine):  # type: ignore[misc, valid-type]
         """``hf`` sampling where the prompt prefix all episodes share (system + developer
@@ -175,6 +175,7 @@ def make_prefix_engine(model: Any, **kwargs: Any) -> Any:
                 return super()._generate_batch(prompts, max_new_tokens, temperature, stop_ids, gen)
             was_training = model.training
             model.eval()
+            attn = decoding_attention(model.config)
             try:
                 B, L = len(prompts), max(len(p) for p in prompts)
                 pre: Any = DynamicCache(config=model.config)
@@ -225,5 +226,6 @@ def make_prefix_engine(model: Any, **kwargs: Any) -> Any:
                 return [Sample(tokens[i], logps[i], reason[i]) for i in range(B)]
             finally:
                 model.train(was_training)
+                model.config._attn_implementation = attn
 
     return PrefixHFEngine(model, **kwargs)
