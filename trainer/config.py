@@ -173,8 +173,9 @@ class SFTConfig:
     seed: int = 10_000
     """First task seed of the demonstrations (kept apart from PPO's task seeds)."""
     teacher: str = "oracle"
-    """Demonstration policy: ``oracle`` (always right) or ``guesser`` (imperfect: the oracle,
-    but on a fraction ``skip_tool`` of episodes it skips the tools and guesses)."""
+    """Demonstration policy: ``oracle`` (always right), ``guesser`` (imperfect: the oracle, but
+    on a fraction ``skip_tool`` of episodes it skips the tools, restates the arithmetic in its
+    analysis channel and guesses) or ``blind-guesser`` (the same without the analysis)."""
     skip_tool: float = 0.0
     """``guesser``: fraction of episodes answered at once with a guess instead of the tools."""
     guess_right: float = 0.0
@@ -192,11 +193,11 @@ class LogConfig:
     eval_temperature: float = 0.0
     """Evaluation temperature (0 = greedy)."""
     eval_sampled: bool = False
-    """Also evaluate the same tasks at rollout.temperature (fixed sampling seed); logged with a
-    ``sampled_`` prefix."""
+    """Untrained, warm start and end of PPO: also evaluate the same tasks at rollout.temperature
+    (fixed sampling seed); logged with a ``sampled_`` prefix."""
     eval_episodes_final: int = 0
-    """Episodes of the evaluations the run's report compares (untrained, warm start, end of
-    PPO); 0 = eval_episodes. The evaluations in between use eval_episodes."""
+    """Episodes of the two evaluations PPO's gain is measured between (right after the warm
+    start, end of PPO); 0 = eval_episodes. The others (untrained, in between) use eval_episodes."""
     checkpoint_every: int = 10
     """Checkpoint every N PPO steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = 2
@@ -250,7 +251,7 @@ class TrainConfig:
                                 ("none", "token_tis", "seq_tis", "token_mis", "seq_mis", "geo_mask")),
             "model.dtype": (self.model.dtype, ("float32", "bfloat16")),
             "sft.schedule": (self.sft.schedule, ("cosine", "constant")),
-            "sft.teacher": (self.sft.teacher, ("oracle", "guesser")),
+            "sft.teacher": (self.sft.teacher, ("oracle", "guesser", "blind-guesser")),
         }
         clash = sorted(set(self.env.kwargs) & {"tokenizer", "reward_mode", "max_turns", "max_tokens",
                                                 "max_action_tokens", "prompt"})

@@ -8,10 +8,12 @@ final answer) before PPO.
 
 Teachers (``sft.teacher``, :data:`TEACHERS`): ``oracle`` is the environment's perfect
 policy; ``guesser`` is an *imperfect* teacher: the oracle, except that on a fraction
-``sft.skip_tool`` of the episodes it skips the tools and answers at once with a guess that
-is right only ``sft.guess_right`` of the time. A policy that imitates it mostly guesses
-(its greedy first decision is the guessing mode) but has seen the tool-using mode, which
-is what leaves PPO room: a sparse outcome reward moves the first decision to the tool.
+``sft.skip_tool`` of the episodes it skips the tools, restates the arithmetic in its
+analysis channel and answers a guess that is right only ``sft.guess_right`` of the time
+(otherwise one digit is off); ``blind-guesser`` guesses without the analysis message. A
+policy that imitates it mostly guesses (its greedy first decision is the guessing mode) but
+has seen the tool-using mode, which is what leaves PPO room: a sparse outcome reward moves
+the first decision to the tool.
 """
 
 from __future__ import annotations
@@ -62,18 +64,22 @@ def guess_answer(answer: str, rng: np.random.Generator, right: float) -> str:
     return answer[:i] + choices[int(rng.integers(len(choices)))] + answer[i + 1:]
 
 
-def guessing_teacher(oracle: Policy, *, skip_tool: float, guess_right: float) -> Policy:
+def guessing_teacher(oracle: Policy, *, skip_tool: float, guess_right: float,
+                     show_work: bool = True) -> Policy:
     """The oracle, except on a fraction ``skip_tool`` of episodes: there it answers at once
-    with :func:`guess_answer` (no tool call). The choice and the guess are drawn from the
-    episode's seed, so every turn of an episode agrees and demonstrations are reproducible."""
+    with :func:`guess_answer` (no tool call), after restating the arithmetic (the task's
+    ``expression``, when it has one) in its analysis channel if ``show_work``: it does the
+    sum in its head. The choice and the guess are drawn from the episode's seed, so every
+    turn of an episode agrees and demonstrations are reproducible."""
 
     def act(env: Any) -> np.ndarray:
         e = env.unwrapped
         rng = np.random.default_rng([int(e.trajectory.seed or 0), 0x9E55])
         if rng.random() >= skip_tool:
             return oracle(env)
-        return np.asarray(e.codec.final_ids(guess_answer(str(e.task.answer), rng, guess_right)),
-                          dtype=np.int64)
+        guess = guess_answer(str(e.task.answer), rng, guess_right)
+        work = e.task.meta.get("expression") if show_work else None
+        return np.asarray(e.codec.final_ids(guess, analysis=work), dtype=np.int64)
 
     return act
 
@@ -83,6 +89,8 @@ TEACHERS: dict[str, Callable[[Policy, Any], Policy]] = {
     "oracle": lambda oracle, sc: oracle,
     "guesser": lambda oracle, sc: guessing_teacher(oracle, skip_tool=sc.skip_tool,
                                                    guess_right=sc.guess_right),
+    "blind-guesser": lambda oracle, sc: guessing_teacher(oracle, skip_tool=sc.skip_tool,
+                                                         guess_right=sc.guess_right, show_work=False),
 }
 
 

@@ -197,11 +197,11 @@ class Trainer:
             from agentgym.trainer.sft import run_sft
 
             if cfg.log.eval_every:
-                self._evaluate("init", final=True)  # the untrained policy: where the run starts
+                self._evaluate("init", full=False, sampled=True)  # the untrained policy: where it starts
             run_sft(cfg, s, self.log)
             self.sft_done = True
             s.after_warm_start()
-            self._evaluate("warm_start", final=True)
+            self._evaluate("warm_start", full=True, sampled=True)
             self._checkpoint()
         bar = Progress(cfg.ppo.steps, "ppo", cfg.log.progress)
         try:
@@ -217,7 +217,7 @@ class Trainer:
                                       f"{m['t_step']:.1f}s/step" + (f" | {alerts[0]}" if alerts else ""))
                 last = self.step == cfg.ppo.steps
                 if cfg.log.eval_every and (self.step % cfg.log.eval_every == 0 or last):
-                    self._evaluate("ppo", final=last)
+                    self._evaluate("ppo", full=last, sampled=last)
                 if last or (cfg.log.checkpoint_every and self.step % cfg.log.checkpoint_every == 0):
                     self._checkpoint()
         finally:
@@ -388,15 +388,15 @@ class Trainer:
         return max(math.sqrt(m2 / max(n - 1, 1)), 1e-3)
 
     # ------------------------------------------------------------------ eval / checkpoints
-    def _evaluate(self, stage: str, final: bool = False) -> dict[str, Any]:
-        """Fixed tasks at ``log.eval_temperature`` (and at the rollout temperature with
-        ``log.eval_sampled``; see ``evaluation.py``); ``stage`` is ``init`` (before the warm
-        start), ``warm_start`` (right after it) or ``ppo``. ``final``: one of the evaluations
-        the report compares (``log.eval_episodes_final`` tasks)."""
+    def _evaluate(self, stage: str, *, full: bool, sampled: bool) -> dict[str, Any]:
+        """Fixed tasks at ``log.eval_temperature`` (and, if ``sampled`` and ``log.eval_sampled``,
+        at the rollout temperature; see ``evaluation.py``). ``stage``: ``init`` (before the warm
+        start), ``warm_start`` (right after it) or ``ppo``. ``full``: the warm start and the end
+        of PPO, which the report compares, use ``log.eval_episodes_final`` tasks."""
         cfg, s = self.cfg, self.s
-        n = (cfg.log.eval_episodes_final or cfg.log.eval_episodes) if final else cfg.log.eval_episodes
+        n = (cfg.log.eval_episodes_final or cfg.log.eval_episodes) if full else cfg.log.eval_episodes
         runs = [("", cfg.log.eval_temperature)]
-        if cfg.log.eval_sampled and final:
+        if cfg.log.eval_sampled and sampled:
             runs.append(("sampled_", cfg.rollout.temperature))
         m: dict[str, Any] = {"stage": stage}
         for prefix, temperature in runs:

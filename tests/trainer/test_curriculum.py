@@ -114,3 +114,16 @@ def test_trainer_draws_each_task_at_the_samplers_level_and_resumes_it(tmp_path: 
     trainer._checkpoint()
     resumed = Trainer(load_config(tmp_path / "config.yaml", [f"log.run_dir={tmp_path}"]), resume=True)
     assert resumed.curriculum.state_dict() == trainer.curriculum.state_dict()
+
+
+def test_codefix_takes_the_level_as_a_reset_option() -> None:
+    import gymnasium as gym
+    import numpy as np
+
+    env = gym.make("agentgym/CodeFix-v0", split="train", sandbox="unsafe-local").unwrapped
+    rng = np.random.default_rng(0)
+    for level in (1, 2, 3):
+        assert {env.sample_task(rng, {"level": level}).meta["level"] for _ in range(8)} == {level}
+    with pytest.raises(ConfigError, match="no task of split='train' at that level"):
+        env.sample_task(rng, {"level": 7})
+    env.close()
