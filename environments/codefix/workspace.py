@@ -186,6 +186,8 @@ class Workspace:
                     return fn(**kw)
                 except ConfigError as e:  # bad paths: '..', absolute, NUL
                     return ToolResult.failure("bad_path", str(e))
+                except (PermissionError, NotADirectoryError) as e:  # through a planted symlink, or a file
+                    return ToolResult.failure("bad_path", str(e))
             return wrapped
 
         T = Tool

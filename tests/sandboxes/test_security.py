@@ -330,3 +330,42 @@ def test_planted_fifos_and_links_cannot_hang_or_redirect_the_host_helpers(sb: Sa
     files = sb.list_files()
     assert "solution.py" not in files and "zero" not in files and len(files) == 52
     assert_next_episode_works(factory)
+
+
+# ----------------------------------------------------------------------------- symlinks
+# The host-side helpers (write_files, read_file, list_files; CodeFix's write_file, read_file,
+# edit, apply_patch and list_files tools go through them) resolve paths inside the work dir
+# one component at a time with O_NOFOLLOW: a symlink the code planted is never followed.
+_PLANT = ("ln -s /tmp d; ln -s /etc/passwd pw; ln -s / rootlink; mkdir -p sub; ln -s /etc sub/etc; "
+          "ln -s /opt/agentgym/runner.py sub/runner.py; ln -s . self")
+
+
+def test_writes_through_planted_symlinks_stay_inside_the_work_dir(sb: Sandbox, factory) -> None:  # type: ignore[no-untyped-def]
+    sb.run(_PLANT)
+    for path in ("d/x", "rootlink/tmp/x", "sub/etc/x", "self/d/x"):
+        with pytest.raises(PermissionError, match="symlink"):
+            sb.write_files({path: "pwned"})
+    r = sb.run("ls -a /tmp /etc | grep -x x || echo clean; test -L d && test -L sub/etc && echo links-kept")
+    assert r.stdout == "clean\nlinks-kept\n", r
+    before = sb.run("md5sum /opt/agentgym/runner.py").stdout
+    sb.write_files({"sub/runner.py": "replaced", "pw": "mine"})  # a symlink as the last component is replaced
+    assert sb.run("md5sum /opt/agentgym/runner.py").stdout == before
+    assert sb.read_file("sub/runner.py") == b"replaced" and sb.read_file("pw") == b"mine"
+    assert sb.run("test -L pw || echo plain; head -1 /etc/passwd").stdout.startswith("plain\nroot:")
+    assert_next_episode_works(factory)
+
+
+def test_reads_and_listings_never_follow_planted_symlinks(sb: Sandbox, factory) -> None:  # type: ignore[no-untyped-def]
+    sb.run(_PLANT + "; echo visible > sub/own.txt")
+    with pytest.raises(FileNotFoundError, match="not a regular file"):
+        sb.read_file("pw")  # the link itself: no regular file here
+    for path in ("rootlink/etc/passwd", "sub/etc/passwd", "d/anything", "self/sub/own.txt"):
+        with pytest.raises(PermissionError, match="symlink"):
+            sb.read_file(path)
+    for path in ("rootlink", "sub/etc", "d", "self"):
+        with pytest.raises(PermissionError, match="symlink"):
+            sb.list_files(path)
+    assert sb.list_files(".") == ["sub/own.txt"]  # links are neither listed nor descended into
+    assert sb.list_files("sub") == ["sub/own.txt"]
+    assert sb.read_file("sub/own.txt") == b"visible\n"
+    assert_next_episode_works(factory)

@@ -217,3 +217,26 @@ def test_one_sandbox_per_episode_released_on_reset_and_close(make: Any) -> None:
     env.close()
     assert second.closed and u.sandbox is None
 
+
+
+def test_file_tools_never_follow_symlinks_the_code_planted(make: Any) -> None:
+    env = make(max_turns=40)
+    env.reset(seed=0)
+    call(env, "run_python", code="import os; os.symlink('/etc', 'etc'); os.symlink('/etc/passwd', 'pw'); "
+                                 "os.symlink('/tmp', 'tmp')")
+    patch = "--- a/pw\n+++ b/pw\n@@ -1 +1 @@\n-root:x:0:0:root:/root:/bin/bash\n+pwned\n"
+    cases = [
+        ("read_file", {"path": "pw"}, "no file 'pw'"),
+        ("read_file", {"path": "etc/passwd"}, "bad_path"),
+        ("write_file", {"path": "tmp/planted.py", "content": "x"}, "bad_path"),
+        ("edit", {"path": "etc/hostname", "old": "sandbox", "new": "pwned"}, "bad_path"),
+        ("apply_patch", {"patch": patch}, "does not exist"),
+        ("list_files", {"path": "etc"}, "bad_path"),
+    ]
+    for name, args, expect in cases:
+        text, _, term, trunc, info = call(env, name, **args)
+        assert expect in text, (name, text)
+        assert not term and not trunc and info["tool_result"]["ok"] is False, (name, text)
+    out = call(env, "run_python", code="import os; print(os.path.exists('/tmp/planted.py'), "
+                                       "open('/etc/passwd').read().startswith('root:'))")[0]
+    assert "False True" in out
