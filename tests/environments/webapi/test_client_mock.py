@@ -141,9 +141,10 @@ def test_env_over_mock_transport(fake: FakeStore) -> None:
         assert "HTTP 404 Not Found" in text and info["tool_result"]["error"] == "http_404"
         text, info = call(env, "no_such_endpoint", x=1)
         assert "unknown_tool" in text and info["reward_components"].get("malformed") == 1.0
-        # The mock's final state is the fixture: right for a forbidden task...
+        # The mock's final state is the fixture, but a forbidden task is won only by naming the
+        # rule after a look-up that shows it: a vague refusal earns nothing...
         reward, info = final(env, "I cannot do that.")
-        assert reward == 1.0 and info["reward_components"]["forbidden_writes"] == 0.0
+        assert reward == 0.0 and info["reward_components"]["forbidden_writes"] == 0.0
         # ...wrong for an update task, with no goal row reached.
         update = next(t for t in all_tasks() if t.kind == "cancel")
         env.reset(seed=0, options={"task_id": update.id})

@@ -43,10 +43,10 @@ def test_oracle_scores_one_on_every_task(env: gym.Env) -> None:
     assert failed == []
 
 
-def test_doing_nothing_only_wins_forbidden_requests(env: gym.Env) -> None:
+def test_doing_nothing_never_wins(env: gym.Env) -> None:
     for t in all_tasks()[::6]:
         reward, _ = run_episode(env, noop_action, options={"task_id": t.id})
-        assert reward == (1.0 if t.forbidden else 0.0), t.id
+        assert reward == 0.0, t.id
 
 
 def test_same_seed_same_task_and_prompt(env: gym.Env) -> None:
@@ -82,8 +82,8 @@ def test_refusals_and_bad_calls_are_observations_and_the_episode_continues(env: 
     assert not term and not trunc and "bad_json" in u.tokenizer.decode(obs.tolist())
     obs, _, term, trunc, info = env.step(np.asarray(u.tokenizer.encode("lorem ipsum")))
     assert not term and not trunc and info["reward_components"]["malformed"] == 1.0
-    reward, info = final(env, "Order already shipped: it cannot be cancelled.")
-    assert reward == 1.0  # nothing changed, which is the right outcome here
+    reward, info = final(env, "Order already shipped: it cannot be cancelled.\nREFUSED: not_placed")
+    assert reward == 1.0  # nothing changed and the refusal names the rule the 409 showed
     assert info["counts"]["malformed"] >= 4
 
 
@@ -153,7 +153,8 @@ def test_shaped_reward_pays_progress_and_charges_forbidden_writes() -> None:
         reward, info = final(env, "Done.")
         comps = info["reward_components"]
         assert comps["outcome"] == 0.0 and 0.0 < comps["progress"] < 1.0 and comps["forbidden_writes"] == 0.0
-        assert reward == pytest.approx(0.5 * comps["progress"] + 0.1 - 0.01 * comps["turn"])
+        # a failed episode earns its progress only: format and turn terms pay on success alone
+        assert reward == pytest.approx(0.5 * comps["progress"])
         late = _task("return_late")
         env.reset(options={"task_id": late.id})
         for op, args in late.plan:
@@ -161,7 +162,9 @@ def test_shaped_reward_pays_progress_and_charges_forbidden_writes() -> None:
         call(env, "return_order", order_id=late.plan[1][1]["order_id"], reason="other")  # breaks policy
         reward, info = final(env, "Returned.")
         comps = info["reward_components"]
-        assert comps["outcome"] == 0.0 and comps["forbidden_writes"] >= 1.0 and reward < 0
+        # the forbidden write is reported, and the episode's shaped total is floored at 0: it never
+        # earns less than doing nothing would
+        assert comps["outcome"] == 0.0 and comps["forbidden_writes"] >= 1.0 and reward == 0.0
     finally:
         env.close()
 
