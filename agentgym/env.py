@@ -39,7 +39,7 @@ __all__ = ["DEFAULT_SHAPING", "PROMPT_STYLES", "Task", "ToolEnv", "token_space"]
 # are reported, with the episode's total kept at zero or more. Sparse mode pays only
 # "outcome"; every term is always reported in info["reward_components"].
 DEFAULT_SHAPING: dict[str, float] = {
-    "format": 0.1,  # a well-formed final message (parsed with no errors)
+    "format": 0.1,  # the action that ended the episode (final answer, submit) parsed with no errors
     "malformed": -0.1,  # per action that failed to parse or called a tool badly
     "turn": -0.01,  # per turn: among correct episodes, the shorter one earns more
 }
@@ -229,6 +229,8 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
             if result.terminal:
                 terminated = True
                 comps["outcome"] = float(result.outcome or 0.0)
+                if parsed.ok:  # the action that ended the episode (answer or submit) was clean Harmony
+                    comps["format"] = 1.0
                 obs = []
             else:
                 obs = self._observation(ids, result, tool_name)
@@ -343,9 +345,7 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
                 raise ConfigError(
                     f"{type(self).__name__}.score_final returned terminal=False; a final answer ends the "
                     "episode: return ToolResult(..., terminal=True, outcome=...)")
-            if parsed.ok:
-                comps["format"] = 1.0
-            else:
+            if not parsed.ok:
                 malformed()
             return result, None
         malformed()

@@ -10,8 +10,10 @@ calls ``submit``; a final-channel answer submits too. The hidden tests, which ne
 the sandbox's disk, decide the outcome (see :mod:`.judge`).
 
 Rewards: sparse = 1 if every hidden test passes at submit, else 0. Shaped adds
-``pass_rate_delta`` (hidden-test pass rate at submit minus that of the buggy start;
-weight 1.0) to ToolEnv's ``format``, ``malformed`` and ``turn`` terms. Budgets:
+``pass_rate_delta`` (hidden-test pass rate at submit minus that of the buggy start, exactly 0
+when solution.py is submitted unchanged; weight 1.0; a negative total is floored at 0, so
+breaking the file earns what doing nothing earns) and, on a correct outcome only, ToolEnv's
+``format``, ``malformed`` and ``turn`` terms. Budgets:
 ``max_turns`` (16), ``max_tokens`` (16384), and ``sandbox_seconds`` (60) of agent command
 time per episode; when any is used up the episode is truncated.
 """
