@@ -50,6 +50,9 @@ def docker_client() -> Any:
     where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     try:
         client = docker.from_env(timeout=120)
+        # requests would scan os.environ for proxies on every call (pointless on a unix socket);
+        # a pool thread doing that while another thread changes the environment gets KeyError.
+        client.api.trust_env = False
         client.ping()
     except Exception as exc:
         raise SandboxUnavailable(
