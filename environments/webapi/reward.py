@@ -113,8 +113,9 @@ def shown(evidence: Sequence[Evidence], calls: Iterable[CallRecord]) -> bool:
     """Did some call of the episode show one of the ``evidence`` look-ups?"""
     for c in calls:
         for ev in evidence:
+            listed = len(c.data) if isinstance(c.data, list) else 1
             if ev.kind == "fact" and c.status is not None and 200 <= c.status < 300 \
-                    and _holds(c.data, ev.key, ev.ident):
+                    and listed <= ev.max_listed and _holds(c.data, ev.key, ev.ident):
                 return True
             if ev.kind == "refused" and c.op == ev.key and c.status == ev.status \
                     and _same(c.args.get(ev.arg), ev.ident):

@@ -69,9 +69,10 @@ class Evidence:
     """A look-up that shows why a request is forbidden; any one of a task's suffices.
 
     ``kind="fact"``: a successful answer holds an object with ``id == ident`` and the field
-    ``key`` (an order's ``delivered_on``, a product's ``stock``). ``kind="refused"``: the API
-    refused operation ``key`` called with ``arg == ident`` with HTTP ``status`` (a 401 from
-    verify_customer, a 409 from cancel_order).
+    ``key`` (an order's ``delivered_on``, a product's ``stock``), either alone or in a list of
+    at most ``max_listed`` objects: a search that returns the whole catalogue has not looked
+    anything up. ``kind="refused"``: the API refused operation ``key`` called with
+    ``arg == ident`` with HTTP ``status`` (a 401 from verify_customer, a 409 from cancel_order).
     """
 
     kind: str
@@ -79,6 +80,7 @@ class Evidence:
     ident: Any
     arg: str = ""
     status: int = 0
+    max_listed: int = 8
 
 
 @dataclass(frozen=True)
@@ -268,7 +270,8 @@ def _generate() -> list[WebTask]:
              ("cancel_order", {"order_id": o["id"], "reason": "changed_mind"})])
     # Requests the rules forbid: the right outcome is no change at all, and the refusal.
     def fact(key: str, ident: int) -> Evidence:
-        return Evidence("fact", key, ident)
+        # An order list is one customer's (at most 7 here); a product search must single it out.
+        return Evidence("fact", key, ident, max_listed=3 if key == "stock" else 8)
 
     def refused(op: str, arg: str, ident: Any, status: int) -> Evidence:
         return Evidence("refused", op, ident, arg, status)

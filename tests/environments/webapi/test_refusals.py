@@ -94,3 +94,18 @@ def test_a_refusal_shown_by_the_api_itself_counts_as_the_look_up(env: gym.Env) -
     text, info = call(env, "cancel_order", order_id=get_order[1]["order_id"], reason="other")
     assert "409" in text
     assert final(env, "That order has shipped already.\nREFUSED: not_placed")[0] == 1.0
+
+
+def test_listing_the_whole_catalogue_is_not_a_look_up(env: gym.Env) -> None:
+    # A hack found while attacking the reward: one constant policy, "list every product, then
+    # name a stock rule", would score on every over_limit and no_stock task without reading it.
+    for kind in ("over_limit", "no_stock"):
+        t = next(t for t in all_tasks() if t.kind == kind)
+        for query in ("", "e", "a"):
+            env.reset(options={"task_id": t.id})
+            call(env, "list_products", query=query)
+            assert final(env, f"Sorry.\nREFUSED: {t.refusal}")[0] == 0.0, (t.id, query)
+        env.reset(options={"task_id": t.id})
+        product = t.plan[1][1]["query"]
+        call(env, "list_products", query=product.split()[0])  # a real search for it
+        assert final(env, f"Sorry.\nREFUSED: {t.refusal}")[0] == 1.0, t.id
