@@ -54,9 +54,11 @@ TOOLS_LINE = "\nCalls to these tools must go to the commentary channel: 'functio
 # How reset() renders the prompt before the user message.
 PROMPT_STYLES: dict[str, str] = {
     "harmony": "GPT-OSS's system message + a developer message with instructions and the "
-               "TypeScript tool namespace (~600 byte tokens); what real GPT-OSS checkpoints expect",
+               "TypeScript tool namespace (612 byte tokens for MathCalc-v0); what real GPT-OSS "
+               "checkpoints expect",
     "compact": "one developer message: the instructions and one line per tool, name(args) "
-               "(~150 byte tokens); for tiny models trained from scratch on the byte tokenizer",
+               "(159 byte tokens for MathCalc-v0); for tiny models trained from scratch on the "
+               "byte tokenizer",
 }
 
 

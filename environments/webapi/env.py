@@ -54,7 +54,7 @@ class WebAPIEnv(ToolEnv):
                  transport: httpx.BaseTransport | None = None, request_timeout: float = 10.0,
                  test_endpoints: bool = False, max_turns: int = 16, max_tokens: int = 32768,
                  **kwargs: Any) -> None:
-        # The prompt alone (policy + 13 tool signatures) is ~4.2k byte-level tokens, and API
+        # The prompt alone (policy + 13 tool signatures) is ~4.7k byte-level tokens, and API
         # answers are JSON: a larger default budget than ToolEnv's 8192.
         super().__init__(max_turns=max_turns, max_tokens=max_tokens, **kwargs)
         if split not in SPLITS:

@@ -219,3 +219,16 @@ def test_compact_prompt_is_one_short_developer_message() -> None:
 def test_unknown_prompt_style_names_the_choices() -> None:
     with pytest.raises(ConfigError, match=r"prompt must be one of \['compact', 'harmony'\], got 'short'"):
         EchoEnv(prompt="short")
+
+
+def test_prompt_sizes_quoted_in_the_docs_are_true() -> None:
+    import agentgym
+    from agentgym.env import PROMPT_STYLES
+    from agentgym.environments.math.calc import MathCalcEnv
+
+    for style, total, prefix in (("harmony", 647, 612), ("compact", 194, 159)):
+        env = MathCalcEnv(prompt=style)
+        obs, _ = env.reset(seed=0)
+        user = env.codec.render_prompt([agentgym.Message("user", env.task.prompt)])
+        assert (len(obs), len(obs) - len(user)) == (total, prefix), style
+        assert f"{prefix} byte tokens for MathCalc-v0" in PROMPT_STYLES[style]
