@@ -26,6 +26,7 @@ from agentgym.tools import Tool, ToolResult
 __all__ = ["StoreClient", "tools_from_openapi"]
 
 _METHODS = ("get", "post", "put", "patch", "delete")
+_IDEMPOTENT = frozenset({"GET", "HEAD", "DELETE"})  # safe to send twice (RFC 9110, 9.2.2)
 MAX_OBSERVATION_CHARS = 8000  # longer answers are cut with a note: a tool result is context, not a dump
 
 
@@ -43,10 +44,27 @@ class StoreClient:
     def close(self) -> None:
         self.http.close()
 
+    def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        """One request; a read whose kept-alive connection turns out dead is sent once more.
+
+        Uvicorn may close an idle or failed connection between two calls; the next request on
+        it then fails before any answer. A read (GET/HEAD/DELETE: idempotent) is safe to send
+        again on a fresh connection; a write is not: the caller is told to check with a read.
+        Timeouts are not retried (the request may still be running).
+        """
+        try:
+            return self.http.request(method, path, **kw)
+        except httpx.TimeoutException:
+            raise
+        except httpx.TransportError:
+            if method.upper() not in _IDEMPOTENT:
+                raise
+        return self.http.request(method, path, **kw)
+
     # ------------------------------------------------------------------ admin (raise ServiceError)
     def _admin(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
-            r = self.http.request(method, path, **kw)
+            r = self._send(method, path, **kw)
         except httpx.HTTPError as e:
             raise ServiceError(f"the WebAPI server at {self.base_url} did not answer {method} {path}: "
                                f"{type(e).__name__}: {e}") from e
@@ -83,12 +101,14 @@ class StoreClient:
         if content is not None:
             headers["content-type"] = "application/json"
         try:
-            r = self.http.request(method.upper(), path, params=query or None, content=content, headers=headers)
+            r = self._send(method.upper(), path, params=query or None, content=content, headers=headers)
         except httpx.TimeoutException:
             return ToolResult.failure("timeout", f"{where} got no answer within {self.timeout_s:g} s. "
                                       "A write may or may not have happened: check with a read before retrying.")
         except httpx.HTTPError as e:
-            return ToolResult.failure("service_unavailable", f"{where} failed: {type(e).__name__}: {e}")
+            note = "" if method.upper() in _IDEMPOTENT else \
+                " A write may or may not have happened: check with a read before retrying."
+            return ToolResult.failure("service_unavailable", f"{where} failed: {type(e).__name__}: {e}.{note}")
         try:
             data: Any = r.json()
             text = json.dumps(data, ensure_ascii=False)

@@ -184,3 +184,20 @@ def test_server_url_joins_a_running_server() -> None:
         assert server.alive()  # not ours to stop
     finally:
         server.stop()
+
+
+def test_ids_beyond_the_database_range_are_refused_readably_and_the_next_call_works(env: gym.Env) -> None:
+    env.reset(options={"task_id": _task("cancel").id})
+    text, _ = call(env, "get_order", order_id=10**30)
+    assert "bad_arguments" in text and "order_id" in text, text  # refused before sending
+    u = env.unwrapped
+    http, h = u.client.http, {EPISODE_HEADER: u.episode_key}
+    for path in (f"/orders/{10**30}", f"/customers/{2**63}/orders", f"/products/{2**31}",
+                 f"/orders/{10**30}/cancellation-quote"):
+        r = http.get(path, headers=h)
+        assert r.status_code == 422 and "maximum" in str(r.json()["detail"]), (path, r.text)
+    r = http.post("/orders", headers=h, json={"customer_id": 1, "items": [{"product_id": 10**30, "quantity": 1}]})
+    assert r.status_code == 422, r.text
+    for _ in range(3):  # the connection is intact: no reset on the calls that follow
+        text, _ = call(env, "get_order", order_id=1)
+        assert text.split("<|message|>")[1].startswith("HTTP 200"), text
