@@ -18,6 +18,7 @@ the sampled tokens and returns only the tokens the environment appends.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -383,6 +384,10 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         if self.reward_mode == "sparse":
             return outcome
         w = self.shaping
+        if not all(math.isfinite(v) for v in w.values()):
+            # A NaN/inf weight is passed through to every turn rather than floored away, so that
+            # consumers (the trainer's finite check) refuse it loudly instead of training on it.
+            return outcome + sum(w[k] * v for k, v in comps.items() if k != "outcome")
         progress = [k for k in w if k not in DEFAULT_SHAPING]
         reward = sum((w[k] * comps.get(k, 0.0) for k in progress), 0.0)
         if last:

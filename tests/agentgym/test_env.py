@@ -232,3 +232,11 @@ def test_prompt_sizes_quoted_in_the_docs_are_true() -> None:
         user = env.codec.render_prompt([agentgym.Message("user", env.task.prompt)])
         assert (len(obs), len(obs) - len(user)) == (total, prefix), style
         assert f"{prefix} byte tokens for MathCalc-v0" in PROMPT_STYLES[style]
+
+
+@pytest.mark.parametrize("weight", [float("nan"), float("inf")])
+def test_a_non_finite_weight_reaches_every_turn_not_floored_away(weight: float) -> None:
+    env = EchoEnv(reward_mode="shaped", shaping={"turn": weight})
+    env.reset(seed=0)
+    _, r, *_ = env.step(np.array(env.codec.final_ids("wrong")))
+    assert not np.isfinite(r)  # the trainer refuses it with NonFiniteError
