@@ -148,7 +148,7 @@ def _webapi(task_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 # (env id) -> [(reset options, constructor kwargs, idle extra, fail)]
-def cases(env_id: str) -> list[tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]]:
+def cases(env_id: str, mode: str = "shaped") -> list[tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]]:
     if env_id == "agentgym/Math-v0":
         return [({"family": f, "level": "easy", "index": 1}, {}, *_math(None))
                 for f in ("arithmetic", "quadratic", "derivative")]
@@ -159,7 +159,9 @@ def cases(env_id: str) -> list[tuple[dict[str, Any], dict[str, Any], dict[str, A
     if env_id == "agentgym/CodeFix-v0":
         from agentgym.environments.codefix.tasks import select_tasks
 
-        return [({"task_id": select_tasks("train", lv)[4].id}, {"level": lv}, *_codefix()) for lv in (1, 2)]
+        opt_in = {"level": 1, "shaping": {"pass_rate_delta": 1.0}}  # partial credit paid: floored at 0
+        runs = ((2, {"level": 2}), (1, opt_in)) if mode == "shaped" else ((1, {"level": 1}),)
+        return [({"task_id": select_tasks("train", lv)[4].id}, kw, *_codefix()) for lv, kw in runs]
     if env_id == "agentgym/WebAPI-v0":
         from agentgym.environments.webapi.tasks import all_tasks
 
@@ -188,7 +190,7 @@ def envs() -> Iterator[dict[tuple[str, str, str], gym.Env]]:
 def test_no_attempt_never_out_earns_a_failed_attempt(env_id: str, mode: str, envs: dict) -> None:
     if env_id in NEEDS_DOCKER:
         from agentgym.sandboxes import make_sandbox  # noqa: F401  (fails loudly if missing)
-    for options, kwargs, idle_extra, fail in cases(env_id):
+    for options, kwargs, idle_extra, fail in cases(env_id, mode):
         key = (env_id, mode, json.dumps(kwargs, sort_keys=True))
         if key not in envs:
             envs[key] = gym.make(env_id, reward_mode=mode, max_turns=MAX_TURNS, **kwargs)
