@@ -16,9 +16,11 @@ Grammar (plain text; LaTeX is rewritten into it by :mod:`.latex`)::
     expr   := term (("+" | "-") term)*
     term   := unary (("*" | "/" | <implicit>) unary)*
     unary  := ("-" | "+") unary | power
-    power  := atom [("^" | "**") unary]          # right-associative
+    power  := atom ("!" | "!!")* [("^" | "**") unary]   # right-associative; n! and n!!
     atom   := number | name | name "(" args ")" | func atom | "(" expr ")" | "|" expr "|"
 
+``log_b x`` / ``log_b(x)`` (also ``log2(x)``, ``log10(x)``) is ``log(x, b)``; ``C(n, k)`` with two
+arguments is ``binom(n, k)``; ``inf``/``Infinity``/``oo`` are infinity in any case.
 A node is a tuple: ``("num", Fraction)``, ``("sym", name)``, ``("const", "pi"|"e"|"i"|"oo")``,
 ``("neg", a)``, ``("add"|"sub"|"mul"|"div"|"pow", a, b)``, ``("fn", name, a[, b])``.
 """
@@ -40,6 +42,7 @@ __all__ = [
     "eval_exact",
     "eval_mp",
     "eval_mp_real",
+    "eval_mp_span",
     "free_symbols",
     "mp_context",
     "parse",
@@ -58,7 +61,9 @@ Node = tuple[Any, ...]
 FUNCTIONS = {
     "sqrt", "root", "exp", "ln", "log", "sin", "cos", "tan", "sec", "csc", "cot",
     "asin", "acos", "atan", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "abs",
+    "binom", "factorial", "factorial2",
 }
+_ARITY: dict[str, tuple[int, ...]] = {"root": (2,), "log": (1, 2), "binom": (2,)}
 CONSTANTS = {"pi": "pi", "e": "e", "i": "i", "oo": "oo", "inf": "oo", "infty": "oo",
              "infinity": "oo"}
 
@@ -104,6 +109,12 @@ def _split_name(word: str) -> list[str]:
     """A multi-letter word that is no known name is a product of one-letter symbols (``xy``)."""
     if word in FUNCTIONS or word in CONSTANTS or "_" in word or len(word) == 1:
         return [word]
+    if word.lower() in CONSTANTS:  # Infinity, INF
+        return [word.lower()]
+    if word == "logb":  # logb(base) x: latex.to_plain's form of \log_{1/2} x
+        return [word]
+    if len(word) <= 3 and word.endswith("e") and word[0] != "e":
+        return list(word)  # "xe^x", "xye^x": variables times e (Euler's number)
     # "xy" is x*y; a word with e/i/o/u in it ("yes", "no", "cos2") is text, not a product
     if len(word) > 3 or any(ch in "eiouEIOU" for ch in word):
         raise ExprError(f"unknown word {word!r}: expected a number, a one-letter variable "
@@ -127,9 +138,9 @@ class _Parser:
         return self.toks[self.i] if self.i < len(self.toks) else None
 
     def take(self, val: str) -> bool:
-        t = self.peek()
-        if t is not None and t[0] == "op" and t[1] == val:
-            self.i += 1
+        i = self.i
+        if i < len(self.toks) and self.toks[i] == ("op", val):
+            self.i = i + 1
             return True
         return False
 
@@ -170,8 +181,10 @@ class _Parser:
 
     def _implicit(self) -> bool:
         t = self.peek()
-        # "2x", "x(x+1)", "2 sin x"; never before a number: "2 3" is not six
-        return t is not None and (t[0] == "name" or t == ("op", "("))
+        # "2x", "x(x+1)", "2 sin x"; never before a number ("2 3" is not six) except after a
+        # factorial: 2!5! is a product
+        return t is not None and (t[0] == "name" or t == ("op", "(")
+                                  or t[0] == "num" and self.toks[self.i - 1] == ("op", "!"))
 
     def unary(self) -> Node:
         self.enter()
@@ -186,6 +199,8 @@ class _Parser:
 
     def power(self) -> Node:
         base = self.atom()
+        while self.take("!"):  # postfix: 5! and 5!!; (3!)! needs its parentheses
+            base = self.node("fn", "factorial2" if self.take("!") else "factorial", base)
         if self.take("^") or self.take("**"):
             self.enter()
             exp = self.unary()
@@ -203,10 +218,22 @@ class _Parser:
             mant = val.split("e")[0].split("E")[0]
             if len(mant) > MAX_DIGITS:
                 raise TooLarge(f"number literal longer than {MAX_DIGITS} digits")
-            return self.node("num", Fraction(val))
+            return self.node("num", _number(val))
         if kind == "name":
             if val in FUNCTIONS:
                 return self.call(val)
+            if val.startswith("log_"):  # log_2 8, log_b(x): a logarithm with its base
+                sub = val[4:]
+                base = (self.node("num", Fraction(sub)) if sub.isdigit() else self.node("const", CONSTANTS[sub])
+                        if sub in CONSTANTS else self.node("sym", sub))
+                return self.call("log", base)
+            if val == "logb" and self.take("("):
+                base = self.expr()
+                if not self.take(")"):
+                    raise ExprError("missing ')' after a logarithm's base")
+                return self.call("log", base)
+            if val == "C" and self.peek() == ("op", "(") and self._two_args():
+                return self.call("binom")  # C(5, 2): the binomial coefficient
             if val in CONSTANTS:
                 return self.node("const", CONSTANTS[val])
             return self.node("sym", val)
@@ -222,8 +249,29 @@ class _Parser:
             return self.node("fn", "abs", inner)
         raise ExprError(f"unexpected {val!r}; expected a number, name or '('")
 
-    def call(self, name: str) -> Node:
+    def _two_args(self) -> bool:
+        """Whether the parenthesised group starting here holds a top-level comma."""
+        d = 0
+        for kind, val in self.toks[self.i:]:
+            if kind != "op":
+                continue
+            if val == "(":
+                d += 1
+            elif val == ")":
+                d -= 1
+                if d == 0:
+                    return False
+            elif val == "," and d == 1:
+                return True
+        return False
+
+    def call(self, name: str, base: Node | None = None) -> Node:
         self.enter()
+        t = self.peek()
+        if name == "log" and base is None and t is not None and t[0] == "num" and t[1] in ("2", "10") \
+                and self.i + 1 < len(self.toks) and self.toks[self.i + 1] == ("op", "("):
+            self.i += 1  # log2(x), log10(x)
+            base = self.node("num", Fraction(t[1]))
         if self.take("("):
             args = [self.expr()]
             while self.take(","):
@@ -233,10 +281,22 @@ class _Parser:
         else:  # "sin x", "ln 2": the function applies to the next power
             args = [self.power()]
         self.depth -= 1
-        want = 2 if name == "root" else (1, 2) if name == "log" else 1
-        if len(args) not in ((want,) if isinstance(want, int) else want):
-            raise ExprError(f"{name} takes {want} argument(s), got {len(args)}")
+        if base is not None:
+            args.append(base)
+        want = _ARITY.get(name, (1,))
+        if len(args) not in want:
+            raise ExprError(f"{name} takes {' or '.join(map(str, want))} argument(s), got {len(args)}")
         return self.node("fn", name, *args)
+
+
+def _number(val: str) -> Fraction:
+    """A literal as an exact Fraction (integers and plain decimals without Fraction's regex)."""
+    if val.isdigit():
+        return Fraction(int(val))
+    whole, dot, frac = val.partition(".")
+    if dot and (whole.isdigit() or not whole) and frac.isdigit():
+        return Fraction(int(whole + frac), 10 ** len(frac))
+    return Fraction(val)  # exponent forms: 1e3, 2.5E-4
 
 
 def parse(text: str) -> Node:
@@ -298,7 +358,23 @@ def eval_exact(node: Node) -> Fraction:
         return -eval_exact(node[1])
     if op in ("add", "sub", "mul", "div", "pow"):
         return apply_binop(op, eval_exact(node[1]), eval_exact(node[2]), _pow_exact)  # type: ignore[no-any-return]
+    if op == "fn" and node[1] in _EXACT_FNS:
+        from agentgym.environments.math import special  # imports this module: not at the top
+
+        name, args = node[1], [eval_exact(a) for a in node[2:]]
+        if name == "abs":
+            return abs(args[0])
+        if name == "sqrt":
+            return special.root(args[0], Fraction(2))
+        if name == "log":
+            if len(args) == 1:
+                raise NotRational  # ln x is rational only at 1: sympy says so when it matters
+            return special.log_base(args[0], args[1])
+        return getattr(special, name)(*args)  # type: ignore[no-any-return]
     raise NotRational
+
+
+_EXACT_FNS = {"abs", "sqrt", "root", "factorial", "factorial2", "binom", "log"}
 
 
 # ---------------------------------------------------------------------------- numeric
@@ -350,10 +426,28 @@ def eval_mp_real(node: Node, env: dict[str, Any], dps: int = 50) -> tuple[Any, b
     return v, not _local.complex_seen
 
 
+def eval_mp_span(node: Node, env: dict[str, Any], dps: int = 50) -> tuple[Any, int, int]:
+    """:func:`eval_mp`, and the smallest and largest ``mag`` (about log2 of the absolute value)
+    of every nonzero intermediate value: how far the computation strayed from the result's size."""
+    _local.span = span = [1 << 30, -(1 << 30)]
+    try:
+        v = _mp(mp_context(dps), node, env)
+    finally:
+        _local.span = None
+    return v, span[0], span[1]
+
+
 def _mp(ctx: Any, node: Node, env: dict[str, Any]) -> Any:
     v = _mp_node(ctx, node, env)
     if type(v) is ctx.mpc:
         _local.complex_seen = True
+    span = getattr(_local, "span", None)
+    if span is not None and v:  # bool(mpf) is ~6x cheaper than v != 0
+        m = ctx.mag(v)
+        if m < span[0]:
+            span[0] = m
+        if m > span[1]:
+            span[1] = m
     return v
 
 
@@ -388,12 +482,33 @@ def _mp_node(ctx: Any, node: Node, env: dict[str, Any]) -> Any:
             if len(node) > 3:  # log(x, base)
                 return ctx.ln(a) / ctx.ln(_mp(ctx, node[3], env))
             return ctx.ln(a)  # log is the natural log, as in sympy
+        if name in ("factorial", "factorial2"):
+            if ctx.re(a) > 2 * 3_000:  # special.MAX_FACTORIAL (x!! is about sqrt(x!))
+                raise TooLarge("a factorial is too large to evaluate")
+            return _guard(ctx, ctx.factorial(a) if name == "factorial" else ctx.fac2(a))
+        if name == "binom":
+            b = _mp(ctx, node[3], env)
+            if abs(a) > MAX_BITS:
+                raise TooLarge("a binomial coefficient is too large to evaluate")
+            return _guard(ctx, ctx.binomial(a, b))
         if name == "exp" and ctx.re(a) > 2.3 * MAX_EXP10:
             raise TooLarge("exp argument too large")
         if a == 0 and name in ("ln", "cot", "csc"):
             raise ExprError(f"{name}(0) is undefined")
         return _guard(ctx, getattr(ctx, _MP_FUNCS[name])(a))
-    a, b = _mp(ctx, node[1], env), _mp(ctx, node[2], env)
+    a = _mp(ctx, node[1], env)
+    exp = node[2]
+    if op == "pow" and exp[0] == "num" and exp[1].denominator == 1 and abs(exp[1].numerator) <= 4096:
+        # an integer power (the common case): binary powering, guarded by the exponent of a
+        n = exp[1].numerator
+        if not a:
+            if n < 0:
+                raise ExprError("0 to a negative power")
+            return ctx.mpf(int(n == 0))
+        if abs(n) * abs(ctx.mag(a)) > 3.33 * MAX_EXP10:
+            raise TooLarge("a power is too large to evaluate")
+        return _guard(ctx, a**n)
+    b = _mp(ctx, exp, env)
     if op == "add":
         return a + b
     if op == "sub":
@@ -409,7 +524,8 @@ def _mp_node(ctx: Any, node: Node, env: dict[str, Any]) -> Any:
         if ctx.re(b) < 0:
             raise ExprError("0 to a negative power")
         return ctx.mpf(0) if b != 0 else ctx.mpf(1)
-    if abs(b) > 1e7 or (abs(a) != 1 and abs(b) * abs(ctx.log(abs(a), 10)) > MAX_EXP10):
+    # mag(a) bounds log2|a| within a few units; ctx.log would cost as much as the power
+    if abs(b) > 1e7 or (abs(a) != 1 and abs(b) * (abs(ctx.mag(a)) + 2) > 3.33 * MAX_EXP10):
         raise TooLarge("a power is too large to evaluate")
     return _guard(ctx, ctx.power(a, b))
 

@@ -63,6 +63,7 @@ from agentgym.environments.math.expr import (
     free_symbols,
     mp_context,
 )
+from agentgym.environments.math.numeric import decide
 
 __all__ = ["MAX_EXPAND_TERMS", "POINTS", "equal", "radicals", "sum_nesting", "sympy_safe", "to_sympy"]
 
@@ -91,6 +92,7 @@ def _sympy() -> Any:
             "cot": sympy.cot, "asin": sympy.asin, "acos": sympy.acos, "atan": sympy.atan,
             "arcsin": sympy.asin, "arccos": sympy.acos, "arctan": sympy.atan,
             "sinh": sympy.sinh, "cosh": sympy.cosh, "tanh": sympy.tanh, "abs": sympy.Abs,
+            "factorial": sympy.factorial, "factorial2": sympy.factorial2,
         })
     return sympy
 
@@ -151,6 +153,8 @@ class _Conv:
             if len(node) > 3:  # log(x, base)
                 return sp.log(a) / sp.log(self(node[3]))
             return sp.log(a)  # log is the natural log, as in sympy
+        if name == "binom":
+            return sp.binomial(a, self(node[3]))
         return _FUNCS[name](a)
 
 
@@ -311,6 +315,12 @@ def equal(pn: Node, rn: Node, *, has_c: bool = False, places: int | None = None)
     """
     names = sorted(free_symbols(pn) | free_symbols(rn))
     places, has_c = (None, has_c) if names else (places, False)
+    # Values first: most pairs are settled by mpmath in microseconds (numeric.decide says
+    # when its fixed-precision values can be trusted); sympy only sees the rest.
+    fast = decide(pn, rn, _points(names) if names else [{}], needed=_NEEDED if names else 1,
+                  has_c=has_c, places=places)
+    if fast is not None:
+        return fast
     # The first defined point is checked before sympy builds anything: a constant part
     # (the same at every point) may be evaluated by sympy's assumptions while building.
     real = [True]
