@@ -9,7 +9,7 @@ timeouts cost seconds each), and again without the ``hostile_unparseable`` categ
 agentgym also its first pass alone (sympy's internal caches make later passes faster).
 The headline ratio is the strictest one: agentgym's *first* pass without the hostile
 category against math-verify's *faster* mode without it (target: at least 10x), in CPU
-seconds, each measured in a fresh process (imports and a 20-pair warm-up first, then one
+seconds, each measured in a fresh process (imports and a 22-pair warm-up first, then one
 pass), best of ``--first-pass-runs`` processes: on a shared machine the best run is the one
 least disturbed by other jobs. The load average is printed with the numbers.
 
@@ -87,8 +87,17 @@ def _first_pass_child(name: str, pairs: Path) -> None:
     rows = [json.loads(x) for x in pairs.read_text(encoding="utf-8").splitlines() if x.strip()]
     benign = [r for r in rows if r["category"] != "hostile_unparseable"]
     fn = _systems()[name]
-    _pass(fn, benign[:20])
+    _pass(fn, _warm_up(rows))
     print(len(benign) / _pass(fn, benign)[3])
+
+
+def _warm_up(rows: list[dict]) -> list[dict]:
+    """The same warm-up for every system: 20 labelled pairs and two that load each numeric
+    engine (agentgym's mpmath path needs a transcendental; sympy's tests need an expression),
+    so that one-time imports are not counted as verification time."""
+    warm = [r for r in rows if r["category"] != "hostile_unparseable"][:20]
+    return warm + [{"predicted": "x + 1", "reference": "1 + x", "category": "warm-up"},
+                   {"predicted": "\\sin(x)^2", "reference": "1 - \\cos(x)^2", "category": "warm-up"}]
 
 
 def _first_pass(name: str, pairs: Path, runs: int) -> float:
@@ -115,8 +124,7 @@ def main() -> None:
     logging.disable(logging.WARNING)  # math-verify logs every timeout
     rows = [json.loads(x) for x in args.pairs.read_text(encoding="utf-8").splitlines() if x.strip()]
     n, n_benign = len(rows), sum(r["category"] != "hostile_unparseable" for r in rows)
-    warm = [r for r in rows if r["category"] != "hostile_unparseable"][:20]
-    warm.append({"predicted": "x + 1", "reference": "1 + x", "category": "warm-up"})  # imports sympy
+    warm = _warm_up(rows)
 
     systems = _systems()
     results = {}
@@ -166,7 +174,7 @@ def main() -> None:
     fp_ag = _first_pass("agentgym", args.pairs, args.first_pass_runs)
     fp_mv = _first_pass(fastest, args.pairs, args.first_pass_runs)
     ratio = fp_ag / fp_mv
-    results["first_pass_cpu"] = {"agentgym": fp_ag, fastest: fp_mv, "ratio": ratio}
+    first_pass_cpu = {"agentgym": fp_ag, fastest: fp_mv, "ratio": ratio}
     print(f"first pass, without hostile, fresh process, CPU pairs/s (best of {args.first_pass_runs}): "
           f"agentgym {fp_ag:.0f}, {fastest} {fp_mv:.0f}: {ratio:.1f}x "
           f"(target >=10: {'met' if ratio >= 10 else 'MISSED'}); load average "
@@ -191,7 +199,8 @@ def main() -> None:
     print(f"\nagentgym disagrees with the label on {len(ag['wrong'])} pairs: {ag['wrong']}")
     print(f"{base_name} disagrees on {len(base['wrong'])} pairs, e.g. {base['wrong'][:12]}")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1), encoding="utf-8")
+        args.json.write_text(json.dumps({**results, "first_pass_cpu": first_pass_cpu}, indent=1),
+                             encoding="utf-8")
 
 
 if __name__ == "__main__":

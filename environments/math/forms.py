@@ -106,6 +106,9 @@ _NUM_RUN = re.compile(rf"(?i)\b(?:(?:negative|minus)\s+)?(?:(?:a|an|{_WORDS_RE})
                       rf"(?:(?:\s+|-|\s+and\s+)(?:a\s+|an\s+)?(?:{_WORDS_RE})\b)*)")
 
 
+_MINUS = re.compile(r"(?i)\b(?:negative|minus)\s+(?=\d)")  # "minus 3" -> -3
+
+
 def _run_value(words: list[str]) -> Fraction | None:
     """The value of a run of number words, or None when they do not form a number."""
     sign = 1
@@ -154,7 +157,7 @@ def number_words(s: str) -> str:
         out = str(v.numerator) if v.denominator == 1 else f"({v.numerator}/{v.denominator})"
         return out if v >= 0 or out.startswith("-") else out
 
-    return _NUM_RUN.sub(sub, s)
+    return _MINUS.sub("-", _NUM_RUN.sub(sub, s))
 
 
 # ---------------------------------------------------------------------------- matrices

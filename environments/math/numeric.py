@@ -23,8 +23,8 @@ and with a guard on what fixed precision can see.
 
 from __future__ import annotations
 
-import functools
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
@@ -39,16 +39,41 @@ SPAN = 33  # 2**33 ~ 1e10: intermediate magnitudes the equal verdict may rely on
 
 
 def _values(node: Node, env: dict[str, Fraction], dps: int) -> tuple[Any, int, int]:
-    return _cached_values(node, tuple(sorted(env.items())), dps, threading.get_ident())
+    """The node's value (and span) at a point, memoised by the node's identity and the point.
 
-
-@functools.lru_cache(maxsize=8192)
-def _cached_values(node: Node, point: tuple[tuple[str, Fraction], ...], dps: int,
-                   thread: int) -> tuple[Any, int, int]:
-    # Cached: a task's reference meets many answers at the same points. Per thread, because
-    # mpmath values belong to the thread's own context.
+    A task's reference is one node object (the verifier caches it) met by many answers at the
+    same points; keying on ``id`` avoids hashing the tree (Fraction hashes are slow), and the
+    entry keeps the node alive so its id cannot be reused while the entry exists.
+    """
+    key = (id(node), tuple(env.items()), dps, threading.get_ident())
+    with _MEMO_LOCK:
+        hit = _MEMO.get(key)
+        if hit is not None and hit[0] is node:
+            _MEMO.move_to_end(key)
+            return hit[1]
     ctx = mp_context(dps)
-    return eval_mp_span(node, {s: ctx.mpf(v.numerator) / v.denominator for s, v in point}, dps)
+    out = eval_mp_span(node, {s: ctx.mpf(v.numerator) / v.denominator for s, v in env.items()}, dps)
+    with _MEMO_LOCK:
+        _MEMO[key] = (node, out)
+        if len(_MEMO) > _MEMO_SIZE:
+            _MEMO.popitem(last=False)
+    return out
+
+
+_MEMO: OrderedDict[tuple[Any, ...], tuple[Node, tuple[Any, int, int]]] = OrderedDict()
+_MEMO_LOCK = threading.Lock()
+_MEMO_SIZE = 8192
+
+
+_CONSTANTS: dict[int, tuple[Any, Any]] = {}
+
+
+def _constants(ctx: Any) -> tuple[Any, Any]:
+    """1 and 10**-EQUAL_TOL in this context (an mpf power per comparison adds up)."""
+    c = _CONSTANTS.get(id(ctx))
+    if c is None:
+        c = _CONSTANTS[id(ctx)] = (ctx.mpf(1), ctx.mpf(10) ** -EQUAL_TOL)
+    return c
 
 
 def _d30(pn: Node, rn: Node, env: dict[str, Fraction]) -> Any:
@@ -66,6 +91,8 @@ def decide(pn: Node, rn: Node, points: Iterable[dict[str, Fraction]], *, needed:
            has_c: bool = False, places: int | None = None) -> bool | None:
     """True (equal), False (unequal) or None (not decidable from fixed-precision values)."""
     ctx = mp_context(50)
+    mp_context(30)  # both contexts are made on the thread's first call (~20 ms each, once)
+    one, tol_eq = _constants(ctx)
     agreed = 0
     first: tuple[Any, dict[str, Fraction]] | None = None  # + C: the first point's difference
     for env in points:
@@ -77,7 +104,7 @@ def decide(pn: Node, rn: Node, points: Iterable[dict[str, Fraction]], *, needed:
         except (ExprError, ZeroDivisionError, ValueError, OverflowError):
             continue  # undefined here: try the next point
         tame = min(alo, blo) >= -SPAN and max(ahi, bhi) <= SPAN
-        scale = max(ctx.mpf(1), abs(a), abs(b))
+        scale = max(one, abs(a), abs(b))
         diff = a - b
         try:
             if places is not None:  # a decimal reference: its rounding decides, once
@@ -92,7 +119,7 @@ def decide(pn: Node, rn: Node, points: Iterable[dict[str, Fraction]], *, needed:
                     first, agreed = (diff, env), 1
                     continue
                 gap = diff - first[0]
-                if abs(gap) <= scale * ctx.mpf(10) ** -EQUAL_TOL:
+                if abs(gap) <= scale * tol_eq:
                     if not tame:
                         return None
                     agreed += 1
@@ -100,7 +127,7 @@ def decide(pn: Node, rn: Node, points: Iterable[dict[str, Fraction]], *, needed:
                     return False
                 else:
                     return None
-            elif abs(diff) <= scale * ctx.mpf(10) ** -EQUAL_TOL:
+            elif abs(diff) <= scale * tol_eq:
                 if not tame:
                     return None
                 agreed += 1

@@ -45,6 +45,7 @@ under one process-wide lock: some of its ``evalf`` paths set mpmath's *global* p
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections.abc import Iterator
@@ -52,6 +53,7 @@ from fractions import Fraction
 from math import comb
 from typing import Any
 
+from agentgym.environments.math import poly
 from agentgym.environments.math.expr import (
     MAX_BITS,
     ExprError,
@@ -231,6 +233,12 @@ _FRAC_POINTS = [Fraction(p) for p in POINTS]
 
 def _points(names: list[str]) -> list[dict[str, Fraction]]:
     """The fixed points, exact, per variable (shifted by 0.1 per further variable)."""
+    return _points_of(tuple(names))
+
+
+@functools.lru_cache(maxsize=256)
+def _points_of(names: tuple[str, ...]) -> list[dict[str, Fraction]]:
+    # cached and shared: callers only read them
     return [{s: _FRAC_POINTS[(k + 2 * j) % len(POINTS)] + Fraction(j, 10)
              for j, s in enumerate(names)} for k in range(len(POINTS))]
 
@@ -315,10 +323,13 @@ def equal(pn: Node, rn: Node, *, has_c: bool = False, places: int | None = None)
     """
     names = sorted(free_symbols(pn) | free_symbols(rn))
     places, has_c = (None, has_c) if names else (places, False)
-    # Values first: most pairs are settled by mpmath in microseconds (numeric.decide says
-    # when its fixed-precision values can be trusted); sympy only sees the rest.
-    fast = decide(pn, rn, _points(names) if names else [{}], needed=_NEEDED if names else 1,
-                  has_c=has_c, places=places)
+    # Exact polynomial identity, then values: most pairs are settled without sympy, by
+    # poly.decide (rational functions) or mpmath (numeric.decide says when its fixed-precision
+    # values can be trusted); sympy only sees the rest.
+    fast = poly.decide(pn, rn, has_c=has_c) if names else None
+    if fast is None:
+        fast = decide(pn, rn, _points(names) if names else [{}], needed=_NEEDED if names else 1,
+                      has_c=has_c, places=places)
     if fast is not None:
         return fast
     # The first defined point is checked before sympy builds anything: a constant part

@@ -375,3 +375,15 @@ def test_the_fast_numeric_path_agrees_with_sympy_on_random_identities() -> None:
         decided += 1
         assert fast is slow, (ps, rs)
     assert decided >= 40
+
+
+@pytest.mark.parametrize(("pred", "ref", "has_c", "want"), [
+    ("(x^2-1)/(x-1)", "x+1", False, True), ("(x+y)^2", "x^2+2*x*y+y^2", False, True),
+    ("x^3/3 + 5", "x^3/3", True, True), ("x^3/3 + x", "x^3/3", True, False), ("2*x*(3*x+1) - 5", "6x^2+2x-5", False, True),
+    ("x/(x+1)", "1 - 1/(x+1)", False, True), ("x^2", "x^2 + 1/1000", False, False),
+    ("pi*x", "x*pi", False, None), ("sin(x)", "sin(x)", False, None), ("x^(1/2)", "sqrt(x)", False, None),
+])
+def test_rational_functions_are_decided_exactly(pred: str, ref: str, has_c: bool, want: bool | None) -> None:
+    from agentgym.environments.math import poly
+
+    assert poly.decide(parse(pred), parse(ref), has_c=has_c) is want
