@@ -40,6 +40,7 @@ __all__ = [
     "TooLarge",
     "apply_binop",
     "eval_exact",
+    "eval_fp",
     "eval_mp",
     "eval_mp_real",
     "eval_mp_span",
@@ -424,6 +425,13 @@ def eval_mp_real(node: Node, env: dict[str, Any], dps: int = 50) -> tuple[Any, b
     _local.complex_seen = False
     v = _mp(mp_context(dps), node, env)
     return v, not _local.complex_seen
+
+
+def eval_fp(node: Node, env: dict[str, float]) -> Any:
+    """:func:`eval_mp` in machine floats (mpmath's ``fp`` context): ~4x cheaper, 15 digits."""
+    import mpmath
+
+    return _mp(mpmath.fp, node, env)
 
 
 def eval_mp_span(node: Node, env: dict[str, Any], dps: int = 50) -> tuple[Any, int, int]:

@@ -9,11 +9,13 @@ None otherwise (then sympy's exact test and its adaptive evalf decide, as before
 * **unequal** when at some point the sides differ by more than ``1e-10`` relative, and that
   difference is *stable*: computed at 30 and at 50 digits it agrees to three digits, so no
   cancellation produced it (a rounding artefact changes with the precision).
-* **equal** when at the points (one for constants, four with variables) the sides agree to
-  ``1e-40`` relative at 50 digits, *and* every intermediate value stayed within
-  ``[1e-10, 1e10]`` in magnitude (zeros aside): no term large enough to hide, or small enough
-  to be, a difference below the 40th digit. Huge or tiny intermediates (``(sqrt 2 + sqrt 3)^200
-  + 1``, ``e^x + 10^-25``) go to sympy, whose exact test proves a nonzero rational difference.
+* **equal** when at the first point the sides agree to ``1e-40`` relative at 50 digits, *and*
+  every intermediate value there stayed within ``[1e-10, 1e10]`` in magnitude (zeros aside):
+  no term large enough to hide, or small enough to be, a difference below the 40th digit; and,
+  with variables, they also agree at three more points, to ``1e-9`` in machine floats (those
+  points only rule out a coincidence at the first; a point where floats disagree is computed
+  at 50 digits like the first). Huge or tiny intermediates (``(sqrt 2 + sqrt 3)^200 + 1``,
+  ``e^x + 10^-25``) go to sympy, whose exact test proves a nonzero rational difference.
 * with ``+ C`` the differences must agree with each other instead (any antiderivative);
   with a decimal reference (``places``) one evaluation is compared to its rounding.
 
@@ -29,13 +31,22 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
-from agentgym.environments.math.expr import ExprError, Node, TooLarge, eval_mp, eval_mp_span, mp_context
+from agentgym.environments.math.expr import (
+    ExprError,
+    Node,
+    TooLarge,
+    eval_fp,
+    eval_mp,
+    eval_mp_span,
+    mp_context,
+)
 
 __all__ = ["decide"]
 
 EQUAL_TOL = 40  # decimal digits of relative agreement that make "equal"
 UNEQUAL_TOL = 1e-10  # relative difference beyond which a stable difference is "unequal"
 SPAN = 33  # 2**33 ~ 1e10: intermediate magnitudes the equal verdict may rely on
+FLOAT_TOL = 1e-9  # agreement in machine floats at the points after the first
 
 
 def _values(node: Node, env: dict[str, Fraction], dps: int) -> tuple[Any, int, int]:
@@ -76,6 +87,20 @@ def _constants(ctx: Any) -> tuple[Any, Any]:
     return c
 
 
+def _float_agree(pn: Node, rn: Node, env: dict[str, Fraction], first_diff: Any) -> bool | None:
+    """Do the sides agree to 1e-9 in floats here (with + C: differ by ``first_diff``)?
+    None where a side is undefined or a float overflows (then the point is skipped)."""
+    e = {s: v.numerator / v.denominator for s, v in env.items()}
+    try:
+        a, b = eval_fp(pn, e), eval_fp(rn, e)
+        d = a - b - (complex(first_diff) if first_diff is not None else 0)
+        return bool(abs(d) <= FLOAT_TOL * max(1.0, abs(a), abs(b)))
+    except (ExprError, ZeroDivisionError, ValueError, OverflowError, TypeError):
+        return None
+    except TooLarge:
+        return False  # let the 50-digit path raise it with its reason
+
+
 def _d30(pn: Node, rn: Node, env: dict[str, Fraction]) -> Any:
     """The difference of the sides at 30 digits (to tell a real difference from rounding)."""
     ctx = mp_context(30)
@@ -96,6 +121,17 @@ def decide(pn: Node, rn: Node, points: Iterable[dict[str, Fraction]], *, needed:
     agreed = 0
     first: tuple[Any, dict[str, Fraction]] | None = None  # + C: the first point's difference
     for env in points:
+        if places is None and agreed >= (2 if has_c else 1):
+            # a later point: floats first, 50 digits if they differ ("+ C" needs two 50-digit
+            # points: the first fixes the constant, the second checks it to 40 digits)
+            screened = _float_agree(pn, rn, env, None if first is None else first[0])
+            if screened is None:
+                continue  # undefined here
+            if screened:
+                agreed += 1
+                if agreed >= needed:
+                    return True
+                continue
         try:
             a, alo, ahi = _values(pn, env, 50)
             b, blo, bhi = _values(rn, env, 50)
@@ -116,6 +152,8 @@ def decide(pn: Node, rn: Node, points: Iterable[dict[str, Fraction]], *, needed:
                 return bool(abs(diff) <= half)
             if has_c:
                 if first is None:
+                    if not tame:
+                        return None
                     first, agreed = (diff, env), 1
                     continue
                 gap = diff - first[0]
