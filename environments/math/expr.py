@@ -27,6 +27,7 @@ A node is a tuple: ``("num", Fraction)``, ``("sym", name)``, ``("const", "pi"|"e
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Callable
@@ -301,7 +302,22 @@ def _number(val: str) -> Fraction:
 
 
 def parse(text: str) -> Node:
-    """Parse plain-text math into a node tree; raises :class:`ExprError` (or ``TooLarge``)."""
+    """Parse plain-text math into a node tree; raises :class:`ExprError` (or ``TooLarge``).
+
+    Short texts are cached (nodes are immutable tuples): answers repeat ("3", "x + 1", a
+    reference's items). Only short ones, so the cache stays small whatever a policy writes."""
+    return _parse_cached(text) if len(text) <= _CACHED_CHARS else _parse(text)
+
+
+_CACHED_CHARS = 120  # x 8192 entries: at most ~1 MB of keys, and nodes of at most ~60 tokens
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_cached(text: str) -> Node:
+    return _parse(text)
+
+
+def _parse(text: str) -> Node:
     p = _Parser(_tokenize(text))
     if not p.toks:
         raise ExprError("empty expression")

@@ -49,13 +49,17 @@ SPAN = 33  # 2**33 ~ 1e10: intermediate magnitudes the equal verdict may rely on
 FLOAT_TOL = 1e-9  # agreement in machine floats at the points after the first
 
 
-def _values(node: Node, env: dict[str, Fraction], dps: int) -> tuple[Any, int, int]:
+def _values(node: Node, env: dict[str, Fraction], dps: int, memo: bool = True) -> tuple[Any, int, int]:
     """The node's value (and span) at a point, memoised by the node's identity and the point.
 
     A task's reference is one node object (the verifier caches it) met by many answers at the
     same points; keying on ``id`` avoids hashing the tree (Fraction hashes are slow), and the
-    entry keeps the node alive so its id cannot be reused while the entry exists.
+    entry keeps the node alive so its id cannot be reused while the entry exists. Only the
+    reference side is memoised (``memo=False`` for answers): the memo holds trusted nodes only.
     """
+    if not memo:
+        ctx = mp_context(dps)
+        return eval_mp_span(node, {s: ctx.mpf(v.numerator) / v.denominator for s, v in env.items()}, dps)
     key = (id(node), tuple(env.items()), dps, threading.get_ident())
     with _MEMO_LOCK:
         hit = _MEMO.get(key)
@@ -133,8 +137,8 @@ def decide(pn: Node, rn: Node, points: Iterable[dict[str, Fraction]], *, needed:
                     return True
                 continue
         try:
-            a, alo, ahi = _values(pn, env, 50)
-            b, blo, bhi = _values(rn, env, 50)
+            a, alo, ahi = _values(pn, env, 50, memo=False)  # an answer: seen once
+            b, blo, bhi = _values(rn, env, 50)  # the reference: met again by the next answer
         except TooLarge:
             return None  # the guarded path raises it with its reason
         except (ExprError, ZeroDivisionError, ValueError, OverflowError):
