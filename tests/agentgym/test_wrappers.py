@@ -15,6 +15,9 @@ from tests.agentgym.toy import EchoEnv
 CALL = '<|channel|>commentary to=functions.echo <|constrain|>json<|message|>{{"word": "{w}"}}'
 
 
+# check_env warns that a wrapper is not the unwrapped env: checking the wrapper is the point here
+pytestmark = pytest.mark.filterwarnings("ignore:.*different from the unwrapped")
+
 def _word(env: TextWrapper) -> str:
     return str(env.unwrapped.task.prompt.split()[-1])
 
