@@ -13,8 +13,10 @@ without one no ``Authorization`` header is sent (local servers). Requests are re
 connection errors, timeouts and HTTP 408/409/429/5xx with exponential backoff and jitter
 (``Retry-After`` honoured), at most ``concurrency`` in flight across threads. With
 ``token_ids=True`` (vLLM >= 0.10.2, agentgym's server) the server's prompt and sampled token
-ids are compared with the episode's: a turn whose ids match exactly gets the server's
-behaviour log-probs in the record (``stats["exact_turns"]`` counts them).
+ids are compared with the episode's: ``stats["prompt_exact_turns"]`` counts the turns where the
+server conditioned on exactly the episode's token stream, ``stats["exact_turns"]`` those where it
+also sampled exactly the recorded action; a fully sampled exact action (no header forced by
+``tool_choice``) gets the server's behaviour log-probs in the record.
 """
 
 from __future__ import annotations
@@ -133,15 +135,16 @@ class OpenAIChatPolicy:
         if self.timeout <= 0 or self.max_retries < 0 or self.backoff < 0 or self.concurrency < 1:
             raise ConfigError("expected timeout > 0, max_retries >= 0, backoff >= 0 and concurrency >= 1; "
                               f"got {self.timeout}, {self.max_retries}, {self.backoff}, {self.concurrency}")
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        self._api_key_set = bool(key)
+        headers: dict[str, str] = {"Content-Type": "application/json"}
+        api_key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._api_key_set = bool(api_key)
         self._client = httpx.Client(timeout=self.timeout, headers=headers, transport=transport)
         self._slots = threading.BoundedSemaphore(self.concurrency)
         self._lock = threading.Lock()
-        self.stats = {"episodes": 0, "requests": 0, "retries": 0, "turns": 0, "exact_turns": 0}
+        self.stats = {"episodes": 0, "requests": 0, "retries": 0, "turns": 0, "prompt_exact_turns": 0,
+                      "exact_turns": 0}
 
     # ------------------------------------------------------------------ Policy protocol
     def play(self, env: gym.Env, *, seed: int, options: dict[str, Any] | None = None) -> Trajectory:
@@ -155,8 +158,8 @@ class OpenAIChatPolicy:
             stream = list(traj.tokens)
             reply = self.complete(chat.messages, info["tools"], seed=self._request_seed(seed, turn))
             _, _, terminated, truncated, _ = chat.step(reply.message)
-            exact = self._attach_logprobs(traj, stream, reply)
-            self._count(turns=1, exact_turns=int(exact))
+            seen, exact = self._attach_logprobs(traj, stream, reply)
+            self._count(turns=1, prompt_exact_turns=int(seen), exact_turns=int(exact))
             done, turn = terminated or truncated, turn + 1
         self._count(episodes=1)
         return Trajectory.from_dict(traj.to_dict())
@@ -229,17 +232,17 @@ class OpenAIChatPolicy:
             return None
         return (self.seed * 1_000_003 + (episode_seed or 0) * 1_009 + turn) % 2**31
 
-    def _attach_logprobs(self, traj: Trajectory, stream: list[int], reply: ChatReply) -> bool:
-        """True when the server saw exactly the episode's tokens and sampled exactly the recorded
-        action; then the turn gets the server's behaviour log-probs."""
+    def _attach_logprobs(self, traj: Trajectory, stream: list[int], reply: ChatReply) -> tuple[bool, bool]:
+        """(the server saw exactly the episode's tokens, and sampled exactly the recorded action);
+        when both hold and every action token was sampled, the turn gets the server's log-probs."""
         if reply.token_ids is None or reply.prompt_token_ids != stream:
-            return False
+            return False, False
         t = traj.turns[-1]
         if traj.tokens[t.action_start:t.action_end] != reply.token_ids:
-            return False
+            return True, False
         if reply.logprobs is not None and len(reply.logprobs) == len(reply.token_ids):
             traj.set_action_logprobs(len(traj.turns) - 1, reply.logprobs)
-        return True
+        return True, True
 
     def _count(self, **deltas: int) -> None:
         with self._lock:

@@ -18,7 +18,6 @@ from agentgym.trajectory import Trajectory
 from tests.agentgym.toy import EchoEnv
 from tests.chat.conftest import ENV_IDS
 
-
 # check_env warns that a wrapper is not the unwrapped env: checking the wrapper is the point here
 pytestmark = pytest.mark.filterwarnings("ignore:.*different from the unwrapped")
 
