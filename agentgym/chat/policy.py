@@ -97,7 +97,9 @@ class OpenAIChatPolicy:
     ) -> None:
         """``base_url``: up to and including ``/v1`` (``http://127.0.0.1:8000/v1``). ``model``: the
         served model name. ``temperature``/``top_p``/``max_tokens``/``reasoning_effort``: sampling
-        settings sent as given (None: not sent, the server's default). ``seed``: per-request seeds
+        settings sent as given (None: not sent, the server's default; ``reasoning_effort="env"``
+        sends the environment's own, which GPT-OSS servers need to render the env's exact system
+        message; hosted non-reasoning models refuse the field). ``seed``: per-request seeds
         derived from it, the episode seed and the turn. ``tool_choice``: ``auto``, ``none``,
         ``required`` or a function name. ``parallel_tool_calls``: sent when not None (Harmony runs
         one call per turn). ``send_reasoning``: keep ``reasoning_content`` in the history sent back
@@ -113,6 +115,9 @@ class OpenAIChatPolicy:
         self.model = model
         self.api_key_env = str(api_key_env or "")
         self.sampling: dict[str, Any] = {}
+        self.effort_from_env = reasoning_effort == "env"
+        if self.effort_from_env:
+            reasoning_effort = None
         for key, value, kind in (("temperature", temperature, float), ("top_p", top_p, float),
                                  ("max_completion_tokens", max_tokens, int),
                                  ("reasoning_effort", reasoning_effort, str),
@@ -156,7 +161,8 @@ class OpenAIChatPolicy:
         done, turn = False, 0
         while not done:
             stream = list(traj.tokens)
-            reply = self.complete(chat.messages, info["tools"], seed=self._request_seed(seed, turn))
+            reply = self.complete(chat.messages, info["tools"], seed=self._request_seed(seed, turn),
+                                  reasoning_effort=info["reasoning_effort"] if self.effort_from_env else None)
             _, _, terminated, truncated, _ = chat.step(reply.message)
             seen, exact = self._attach_logprobs(traj, stream, reply)
             self._count(turns=1, prompt_exact_turns=int(seen), exact_turns=int(exact))
@@ -167,6 +173,7 @@ class OpenAIChatPolicy:
     def describe(self) -> dict[str, Any]:
         return {"policy": self.name, "engine": "openai-chat", "model": self.model, "base_url": self.base_url,
                 "sampling": json.loads(json.dumps(self.sampling)), "seed": self.seed,
+                "reasoning_effort_from_env": self.effort_from_env,
                 "extra_body": dict(self.extra_body), "token_ids": self.token_ids,
                 "send_reasoning": self.send_reasoning, "timeout": self.timeout,
                 "max_retries": self.max_retries, "concurrency": self.concurrency,
@@ -183,12 +190,17 @@ class OpenAIChatPolicy:
 
     # ------------------------------------------------------------------ requests
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
-                 seed: int | None = None) -> ChatReply:
-        """One chat completion (with retries) for a conversation and its tools."""
+                 seed: int | None = None, reasoning_effort: str | None = None) -> ChatReply:
+        """One chat completion (with retries) for a conversation and its tools; ``seed`` and
+        ``reasoning_effort`` are added to the policy's sampling settings when given."""
         if not self.send_reasoning:
             messages = [{k: v for k, v in m.items() if k not in ("reasoning_content", "reasoning")}
                         for m in messages]
-        sampling = dict(self.sampling, **({"seed": seed} if seed is not None else {}))
+        sampling = dict(self.sampling)
+        if seed is not None:
+            sampling["seed"] = seed
+        if reasoning_effort is not None:
+            sampling["reasoning_effort"] = reasoning_effort
         body = chat_request(self.model, messages, tools, sampling=sampling, token_ids=self.token_ids)
         body.update(self.extra_body)
         return parse_chat_response(self._post(body))

@@ -37,7 +37,7 @@ def test_served_chat_model_plays_its_episode_token_for_token(served, make) -> No
     url, model, demo = served
     results: list[Trajectory] = []
     with OpenAIChatPolicy(base_url=url, model="agentgym", temperature=0, max_tokens=96, token_ids=True,
-                          concurrency=2) as policy:
+                          concurrency=2, reasoning_effort="env") as policy:
         # agentgym-eval runs episodes on threads, one env each
         envs = [make("agentgym/MathCalc-v0") for _ in range(3)]
         threads = [threading.Thread(target=lambda e=e: results.append(policy.play(e, seed=0))) for e in envs]
@@ -88,3 +88,16 @@ def test_episode_records_survive_serialisation(served, make) -> None:
         traj = p.play(make("agentgym/MathCalc-v0"), seed=0)
     assert Trajectory.from_json(traj.to_json()) == traj and traj.env_id == "agentgym/MathCalc-v0"
     assert traj.seed == 0 and traj.task_id == demo.task_id
+
+
+def test_reasoning_effort_env_sends_the_envs_own(memorized, make) -> None:
+    """A server whose default effort differs renders another system message unless the policy
+    sends the env's (``reasoning_effort="env"``); the prompt check tells them apart."""
+    model, demo = memorized
+    with CompletionServer(HFEngine(model), reasoning_effort="high") as server:
+        for effort, exact in ((None, 0), ("env", 2)):
+            with OpenAIChatPolicy(base_url=f"{server.url}/v1", model="agentgym", temperature=0,
+                                  max_tokens=96, token_ids=True, reasoning_effort=effort) as p:
+                traj = p.play(make("agentgym/MathCalc-v0"), seed=0)
+                assert p.stats["prompt_exact_turns"] == exact
+    assert traj.tokens == demo.tokens
