@@ -81,7 +81,7 @@ class OpenAIChatPolicy:
         temperature: float | None = 1.0,
         top_p: float | None = None,
         max_tokens: int | None = 2048,
-        seed: int | None = None,
+        seed: int | None = 0,
         reasoning_effort: str | None = None,
         tool_choice: str = "auto",
         parallel_tool_calls: bool | None = False,
@@ -93,6 +93,7 @@ class OpenAIChatPolicy:
         backoff: float = 1.0,
         max_backoff: float = 30.0,
         concurrency: int = 8,
+        tokenizer: str | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         """``base_url``: up to and including ``/v1`` (``http://127.0.0.1:8000/v1``). ``model``: the
@@ -100,13 +101,15 @@ class OpenAIChatPolicy:
         settings sent as given (None: not sent, the server's default; ``reasoning_effort="env"``
         sends the environment's own, which GPT-OSS servers need to render the env's exact system
         message; hosted non-reasoning models refuse the field). ``seed``: per-request seeds
-        derived from it, the episode seed and the turn. ``tool_choice``: ``auto``, ``none``,
+        derived from it, the episode seed and the turn (None: no seed sent). ``tool_choice``: ``auto``, ``none``,
         ``required`` or a function name. ``parallel_tool_calls``: sent when not None (Harmony runs
         one call per turn). ``send_reasoning``: keep ``reasoning_content`` in the history sent back
         (some APIs refuse it). ``token_ids``: ask for vLLM-style token ids and log-probs (module
         doc). ``extra_body``: more request fields (a dict or a JSON string). ``timeout``: seconds
         per request. ``max_retries``, ``backoff``, ``max_backoff``: retry schedule (seconds).
-        ``concurrency``: requests in flight at most, across threads."""
+        ``concurrency``: requests in flight at most, across threads. ``tokenizer``: a Hugging Face
+        tokenizer path for the environments ``agentgym-eval`` builds (None: agentgym's byte
+        tokenizer); a GPT-OSS server's token ids match the record only with the model's own."""
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"base_url must be an http(s) URL ending in /v1, got {base_url!r}")
         if not isinstance(model, str) or not model:
@@ -129,6 +132,7 @@ class OpenAIChatPolicy:
         self.sampling["tool_choice"] = (choice if choice in ("auto", "none", "required")
                                         else {"type": "function", "function": {"name": choice}})
         self.seed = _coerce("seed", seed, int, optional=True)
+        self.tokenizer = _coerce("tokenizer", tokenizer, str, optional=True)
         self.send_reasoning = _coerce("send_reasoning", send_reasoning, bool)
         self.token_ids = _coerce("token_ids", token_ids, bool)
         self.extra_body = _coerce("extra_body", extra_body, dict, optional=True) or {}
@@ -177,7 +181,8 @@ class OpenAIChatPolicy:
                 "extra_body": dict(self.extra_body), "token_ids": self.token_ids,
                 "send_reasoning": self.send_reasoning, "timeout": self.timeout,
                 "max_retries": self.max_retries, "concurrency": self.concurrency,
-                "api_key_env": self.api_key_env, "api_key_set": self._api_key_set}
+                "api_key_env": self.api_key_env, "api_key_set": self._api_key_set,
+                "tokenizer": self.tokenizer}
 
     def close(self) -> None:
         self._client.close()
