@@ -12,6 +12,8 @@ chat                                         Harmony (after ``<|start|>assistant
 ``tool_calls[0]``                            ``<|channel|>commentary to=functions.NAME
                                              <|constrain|>json<|message|>ARGS<|call|>``
 ``content`` alone                            ``<|channel|>final<|message|>...<|return|>``
+``reasoning_content`` alone (content null)   the analysis message, no stop: the env answers
+                                             with a notice and the episode goes on
 ``{"role": "tool", ...}``                    ``<|start|>functions.NAME to=assistant
                                              <|channel|>commentary<|message|>...<|end|>``
 ``{"role": "user", ...}``                    ``<|start|>user<|message|>...<|end|>``
@@ -154,7 +156,7 @@ def harmony_messages(turn: AssistantTurn, *, final_end: str = "<|return|>") -> l
         fn = turn.call["function"]
         out.append(Message("assistant", fn["arguments"], channel="commentary",
                            recipient=f"functions.{fn['name']}", constrain="json", end="<|call|>"))
-    else:
+    elif turn.content is not None or not turn.reasoning:  # an empty message is an empty answer
         out.append(Message("assistant", turn.content or "", channel="final", end=final_end))
     return out
 

@@ -44,13 +44,16 @@ def assistant_messages(draw: st.DrawFn) -> dict:
 def test_assistant_message_round_trips_through_harmony(msg: dict) -> None:
     ids = action_ids(CODEC, assistant_turn(msg))
     parsed = CODEC.parse(ids)
-    assert {e.code for e in parsed.errors} <= {"bad_json"}  # bad arguments are the env's to judge
+    # bad arguments are the env's to judge; a message that only thought has no stop token
+    assert {e.code for e in parsed.errors} <= {"bad_json", "no_stop"}
     back = assistant_message(parsed, CODEC.tok.decode(ids), "call_1")
     # the same tokens again: nothing the message says is lost or invented
     assert action_ids(CODEC, assistant_turn(back)) == ids
     if "tool_calls" in msg:
         assert back["tool_calls"] == msg["tool_calls"] and parsed.stop == "<|call|>"
         assert back["content"] == (msg["content"] or None)
+    elif msg["content"] is None and msg.get("reasoning_content"):  # thought, said nothing: no stop
+        assert back["content"] is None and parsed.stop is None
     else:
         assert back["content"] == (msg["content"] or "") and parsed.stop == "<|return|>"
     assert back.get("reasoning_content") == msg.get("reasoning_content")

@@ -120,6 +120,20 @@ def test_reasoning_and_preamble_are_in_the_token_stream() -> None:
     assert chat.messages[-2]["reasoning_content"] == "use echo"
 
 
+def test_reasoning_without_an_answer_gets_the_envs_notice() -> None:
+    """A message that only thought (a reasoning model cut off by max_tokens) is the analysis
+    action: the env asks for a tool call or an answer and the episode goes on, as in Harmony."""
+    chat = ChatWrapper(EchoEnv(reward_mode="shaped"))
+    _, info = chat.reset(seed=2)
+    new, reward, term, trunc, _ = chat.step({"role": "assistant", "content": None, "reasoning_content": "hmm"})
+    assert not term and not trunc and reward < 0 and len(new) == 1 and new[0]["role"] == "user"
+    assert new[0]["content"].startswith("[agentgym]") and chat.inner.counts["malformed"] == 1
+    specs = tool_specs(info["tools"])
+    assert render_conversation(chat.codec, chat.messages, specs, "low") == chat.inner.trajectory.tokens
+    _, reward, term, _, _ = chat.step({"role": "assistant", "content": ""})  # empty content: an empty answer
+    assert term and chat.inner.trajectory.turns[-1].components["outcome"] == 0.0
+
+
 def test_truncation_and_misuse() -> None:
     chat = ChatWrapper(EchoEnv(max_turns=1))
     with pytest.raises(EnvStateError):
