@@ -191,25 +191,31 @@ def assistant_message(parsed: ParsedAction, text: str, call_id: str) -> dict[str
 
 def observation_messages(codec: HarmonyCodec, ids: Sequence[int], call_id: str | None) -> list[dict[str, Any]]:
     """The messages an environment appended (a tool result, a user notice), minus the trailing
-    generation prompt, as chat messages. Returns None-free dicts; raises ``ValueError`` if the
-    ids are not complete rendered messages (the caller checks the round trip)."""
+    generation prompt, as chat messages. Each must re-render to exactly its ids with the codec's
+    own renderers (``render_tool_result``, ``render``), else ``ValueError``: nothing is guessed."""
     ids = list(ids)
+    head = codec.generation_prompt
     if ids[:1] == [codec.END]:  # the env closes a cut-off action first
         ids = ids[1:]
-    if ids[-len(codec.generation_prompt):] == codec.generation_prompt:
-        ids = ids[: -len(codec.generation_prompt)]
-    if not ids:
-        return []
-    if ids[0] != codec.START:
-        raise ValueError("observation does not start with <|start|>")
-    # parse() reads what follows "<|start|>{role}"; with role "" the header text is the role.
-    messages = codec.parse(ids[1:], role="").messages
-    if codec.render_many(messages) != ids:
-        raise ValueError("observation is not a sequence of complete Harmony messages")
+    if ids[-len(head):] == head:
+        ids = ids[: -len(head)]
     out: list[dict[str, Any]] = []
-    for m in messages:
-        if m.role.startswith("functions."):
-            out.append({"role": "tool", "tool_call_id": call_id or "", "content": m.content})
+    while ids:
+        if ids[0] != codec.START or codec.MESSAGE not in ids or codec.END not in ids:
+            raise ValueError("observation is not a sequence of complete Harmony messages")
+        mid, end = ids.index(codec.MESSAGE), ids.index(codec.END)
+        header = ids[1:mid]
+        cut = next((i for i, t in enumerate(header) if t in (codec.CHANNEL, codec.CONSTRAIN)), len(header))
+        words = codec.tok.decode(header[:cut]).split()
+        role, content = (words[0] if words else ""), codec.tok.decode(ids[mid + 1:end])
+        if role.startswith("functions."):
+            expected = codec.render_tool_result(role[len("functions."):], content)[: -len(head)]
+            msg = {"role": "tool", "tool_call_id": call_id or "", "content": content}
         else:
-            out.append({"role": m.role if m.role in ROLES else "user", "content": m.content})
+            expected = codec.render(Message(role, content))
+            msg = {"role": role if role in ROLES else "user", "content": content}
+        if ids[: end + 1] != expected:
+            raise ValueError(f"observation message {role!r} is not what the codec renders")
+        out.append(msg)
+        ids = ids[end + 1:]
     return out

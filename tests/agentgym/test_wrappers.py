@@ -12,14 +12,19 @@ from agentgym import TextWrapper
 from agentgym.wrappers import HarmonyText
 from tests.agentgym.toy import EchoEnv
 
-CALL = '<|channel|>commentary to=functions.echo <|constrain|>json<|message|>{{"word": "{w}"}}'
-
-
 # check_env warns that a wrapper is not the unwrapped env: checking the wrapper is the point here
 pytestmark = pytest.mark.filterwarnings("ignore:.*different from the unwrapped")
 
+
 def _word(env: TextWrapper) -> str:
     return str(env.unwrapped.task.prompt.split()[-1])
+
+
+def _call(env: TextWrapper, word: str) -> str:
+    """The echo call as Harmony text, without its stop token (the codec's own rendering)."""
+    text = env.tokenizer.decode(env.codec.tool_call_ids("echo", {"word": word}))
+    assert text.endswith("<|call|>")
+    return text[: -len("<|call|>")]
 
 
 @pytest.mark.parametrize("make", [EchoEnv, lambda: gym.make("agentgym/MathCalc-v0"),
@@ -45,7 +50,7 @@ def test_well_formed_harmony_is_untouched() -> None:
     env = TextWrapper(EchoEnv())
     env.reset(seed=2)
     w = _word(env)
-    obs, r, term, _, info = env.step(CALL.format(w=w) + "<|call|>")
+    obs, r, term, _, info = env.step(_call(env, w) + "<|call|>")
     assert info["repairs"] == [] and info["error"] is None and w.upper() in obs and not term
     _, r, term, _, info = env.step(f"<|channel|>final<|message|>{w.upper()}<|return|>")
     assert term and r == 1.0 and info["repairs"] == [] and info["repair_counts"] == {}
@@ -55,7 +60,7 @@ def test_leading_start_assistant_is_dropped_not_an_error_cascade() -> None:
     env = TextWrapper(EchoEnv())
     env.reset(seed=2)
     w = _word(env)
-    obs, _, term, _, info = env.step("<|start|>assistant" + CALL.format(w=w) + "<|call|>")
+    obs, _, term, _, info = env.step("<|start|>assistant" + _call(env, w) + "<|call|>")
     assert info["error"] is None and info["repairs"] == ["leading_start"]
     assert info["tool_result"]["ok"] and w.upper() in obs and not term
     # the record holds the action as repaired: exactly what a Harmony model samples
@@ -97,7 +102,7 @@ def test_tool_call_without_stop_is_repaired_and_runs() -> None:
     env.reset(seed=2)
     w = _word(env)
     for suffix, repair in (("", "missing_stop"), ("<|end|>", "end_as_stop")):
-        obs, _, term, _, info = env.step(CALL.format(w=w) + suffix)
+        obs, _, term, _, info = env.step(_call(env, w) + suffix)
         assert info["repairs"] == [repair] and info["tool_result"]["ok"] and not term
         assert obs.startswith("<|start|>functions.echo to=assistant")
 
@@ -125,7 +130,7 @@ def test_replay_of_repaired_episode_gives_the_same_rewards() -> None:
     env = TextWrapper(EchoEnv(reward_mode="shaped"))
     env.reset(seed=3)
     w = _word(env)
-    env.step("<|start|>assistant" + CALL.format(w=w))
+    env.step("<|start|>assistant" + _call(env, w))
     env.step(w.upper())
     traj = env.unwrapped.trajectory
     replay = EchoEnv(reward_mode="shaped")

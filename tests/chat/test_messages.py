@@ -72,9 +72,11 @@ def test_actions_are_what_the_codec_would_sample() -> None:
 def test_preamble_beside_a_tool_call_goes_to_the_commentary_channel() -> None:
     msg = {"role": "assistant", "content": "Let me look.",
            "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]}
-    text = CODEC.tok.decode(action_ids(CODEC, assistant_turn(msg)))
-    assert text == ("<|channel|>commentary<|message|>Let me look.<|end|><|start|>assistant"
-                    "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>")
+    parsed = CODEC.parse(action_ids(CODEC, assistant_turn(msg)))
+    pre, call = parsed.messages
+    assert (pre.channel, pre.recipient, pre.content, pre.end) == ("commentary", None, "Let me look.", "<|end|>")
+    assert (call.channel, call.recipient, call.constrain, call.end) == ("commentary", "functions.f", "json", "<|call|>")
+    assert parsed.ok and parsed.tool_call is not None and parsed.tool_call.arguments == {}
 
 
 def test_hostile_messages_are_read_never_raised() -> None:
@@ -139,7 +141,7 @@ def test_conversation_rendering_rules() -> None:
               "tool_calls": [{"id": "x", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
              {"role": "tool", "tool_call_id": "x", "content": "ok"}]
     text = CODEC.tok.decode(render_conversation(CODEC, convo, specs, "high"))
-    assert "Reasoning: high" in text and "# Instructions\n\nBe brief." in text and "type f = () => any;" in text
+    assert "Reasoning: high" in text and "# Instructions\n\nBe brief." in text and "type f = " in text
     # an earlier answer closes with <|end|>, a later system message is a developer message
     assert "<|channel|>final<|message|>hello<|end|><|start|>developer<|message|>later rule<|end|>" in text
     assert text.endswith("<|start|>functions.f to=assistant<|channel|>commentary<|message|>ok<|end|>"

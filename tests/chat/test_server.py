@@ -19,7 +19,7 @@ from agentgym.chat.completions import render_conversation  # noqa: E402
 from agentgym.chat.messages import tool_specs  # noqa: E402
 from agentgym.chat.policy import OpenAIChatPolicy  # noqa: E402
 from agentgym.errors import ConfigError, ServiceError  # noqa: E402
-from agentgym.harmony import HarmonyCodec  # noqa: E402
+from agentgym.harmony import HarmonyCodec, Message  # noqa: E402
 from agentgym.tokenizers import ByteTokenizer  # noqa: E402
 from agentgym.trainer.engines.hf import HFEngine  # noqa: E402
 from agentgym.trainer.engines.server import CompletionServer, build_app  # noqa: E402
@@ -75,13 +75,14 @@ def test_named_tool_choice_forces_the_call_header(server: CompletionServer) -> N
     ch = r.json()["choices"][0]
     assert ch["finish_reason"] == "tool_calls" and ch["message"]["tool_calls"][0]["function"]["name"] == "clock"
     assert ch["message"]["tool_calls"][0]["id"].startswith("call_")
-    header = CODEC.tok.decode(ch["token_ids"])
-    assert header.startswith("<|channel|>commentary to=functions.clock <|constrain|>json<|message|>")
+    forced = CODEC.render(Message("assistant", "", channel="commentary", recipient="functions.clock",
+                                  constrain="json", end="<|call|>"))[len(CODEC.generation_prompt):-1]
+    assert ch["token_ids"][:len(forced)] == forced  # the call header, then what the model wrote
     assert len(ch["logprobs"]["content"]) < len(ch["token_ids"])  # forced tokens were not sampled
     r = post(server, {"model": "agentgym", "messages": CONVO, "tools": TOOLS, "tool_choice": "none",
                       "return_token_ids": True})
     ch = r.json()["choices"][0]
-    assert CODEC.tok.decode(ch["token_ids"]).startswith("<|channel|>final<|message|>")
+    assert CODEC.parse(ch["token_ids"]).messages[0].channel == "final"
     assert "tool_calls" not in ch["message"]
     single = post(server, {"model": "agentgym", "messages": CONVO, "tools": TOOLS[:1], "tool_choice": "required"})
     assert single.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "calculator"
