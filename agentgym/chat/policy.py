@@ -34,6 +34,7 @@ import httpx
 from agentgym.chat.wire import ChatReply, chat_request, parse_chat_response
 from agentgym.chat.wrapper import ChatWrapper
 from agentgym.errors import ConfigError, ServiceError
+from agentgym.tokenizers import Tokenizer, as_tokenizer
 from agentgym.trajectory import Trajectory
 
 __all__ = ["OpenAIChatPolicy"]
@@ -132,7 +133,9 @@ class OpenAIChatPolicy:
         self.sampling["tool_choice"] = (choice if choice in ("auto", "none", "required")
                                         else {"type": "function", "function": {"name": choice}})
         self.seed = _coerce("seed", seed, int, optional=True)
-        self.tokenizer = _coerce("tokenizer", tokenizer, str, optional=True)
+        # agentgym-eval builds the environments with this object (None: the byte tokenizer)
+        self.tokenizer_spec = _coerce("tokenizer", tokenizer, str, optional=True)
+        self.tokenizer: Tokenizer | None = as_tokenizer(self.tokenizer_spec) if self.tokenizer_spec else None
         self.send_reasoning = _coerce("send_reasoning", send_reasoning, bool)
         self.token_ids = _coerce("token_ids", token_ids, bool)
         self.extra_body = _coerce("extra_body", extra_body, dict, optional=True) or {}
@@ -182,7 +185,7 @@ class OpenAIChatPolicy:
                 "send_reasoning": self.send_reasoning, "timeout": self.timeout,
                 "max_retries": self.max_retries, "concurrency": self.concurrency,
                 "api_key_env": self.api_key_env, "api_key_set": self._api_key_set,
-                "tokenizer": self.tokenizer}
+                "tokenizer": self.tokenizer_spec, "temperature": self.sampling.get("temperature")}
 
     def close(self) -> None:
         self._client.close()
