@@ -12,6 +12,8 @@ in-process function, integration tests the real ones against ``agentgym serve``.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -79,6 +81,8 @@ class WebSocketChannel(_Retrying):
             except ImportError as e:
                 raise ServiceError("WebSocket sessions need the websockets package: "
                                    "pip install 'agentgym-suite[scale]' (or pass an http:// url)") from e
+            if "legacy" in inspect.signature(connect).parameters:  # websockets >= 16: a plain connection
+                connect = functools.partial(connect, legacy=True)
         self._connect, self.max_message_bytes = connect, max_message_bytes
         self._ws: Any = None
 

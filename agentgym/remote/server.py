@@ -196,8 +196,9 @@ async def _body(request: Request, max_bytes: int) -> bytes:
 
 # ---------------------------------------------------------------------------- process
 def serve(manager: SessionManager, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
-          parent_pid: int | None = None, ready: Callable[[str], None] | None = None) -> None:
-    """Run the server until SIGTERM/SIGINT (or until ``parent_pid`` dies); blocks.
+          parent_pid: int | None = None, ready: Callable[[str], None] | None = None,
+          stop: threading.Event | None = None) -> None:
+    """Run the server until SIGTERM/SIGINT, ``parent_pid`` dies or ``stop`` is set; blocks.
 
     ``ready(url)`` is called once the socket accepts connections (default: print
     ``AGENTGYM_SERVE_READY url=ws://HOST:PORT/ws pid=PID`` on stdout, for scripts and tests).
@@ -232,19 +233,20 @@ def serve(manager: SessionManager, *, host: str = "127.0.0.1", port: int = 0, lo
             sys.stdout.write(f"{wire.READY_PREFIX} url={url} pid={os.getpid()}\n")
             sys.stdout.flush()
 
-    stop = threading.Event()
-    if parent_pid is not None:
-        def watch() -> None:  # a crashed parent (a test, a launcher) never leaves a server behind
-            while not stop.wait(0.25):
-                if os.getppid() != parent_pid:
-                    server.should_exit = True
-                    return
-        threading.Thread(target=watch, daemon=True).start()
+    done = threading.Event()
+
+    def watch() -> None:  # a crashed parent (a test, a launcher) never leaves a server behind
+        while not done.wait(0.1):
+            if (parent_pid is not None and os.getppid() != parent_pid) or (stop is not None and stop.is_set()):
+                server.should_exit = True
+                return
+
+    threading.Thread(target=watch, daemon=True).start()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
     threading.Thread(target=announce, daemon=True).start()
     try:
         server.run(sockets=[sock])
     finally:
-        stop.set()
+        done.set()
         manager.close_all()
