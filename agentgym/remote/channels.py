@@ -90,7 +90,7 @@ class WebSocketChannel(_Retrying):
         self._ws.send(wire.encode(msg))
         return wire.decode(self._ws.recv(timeout=self.timeout), max_bytes=self.max_message_bytes)
 
-    def _dial(self, first: dict[str, Any]) -> dict[str, Any]:
+    def _dial(self, first: dict[str, Any], what: str = "connecting") -> dict[str, Any]:
         """Connect and send the first message; retried while the server cannot be reached."""
         from websockets.exceptions import WebSocketException
 
@@ -113,7 +113,7 @@ class WebSocketChannel(_Retrying):
                 self._drop()
                 raise wire.error_from_wire(reply.get("error"), f"{self.url} refused {first.get('op')}")
             return reply
-        raise self._gone(last, "connecting")
+        raise self._gone(last, what)
 
     def open(self, hello: dict[str, Any]) -> dict[str, Any]:
         self.close()  # a new session ends the previous one (the connection is per session)
@@ -133,7 +133,7 @@ class WebSocketChannel(_Retrying):
                     if attempt:
                         time.sleep(self.backoff_s * 2 ** (attempt - 1))
                     self._dial({"op": "resume", "protocol": wire.PROTOCOL, "session": self.session,
-                                "secret": self.secret})
+                                "secret": self.secret}, "reconnecting")
                     self.reconnects += 1
                 return self._roundtrip(msg)
             except TimeoutError:

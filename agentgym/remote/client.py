@@ -100,6 +100,8 @@ class RemoteEnv(gym.Env[np.ndarray, np.ndarray]):
             self._state = _State.BROKEN
             raise
         if not reply.get("ok"):
+            if reply.get("seq") != self._seq:  # refused before it was applied: the seq is not used up
+                self._seq -= 1
             raise wire.error_from_wire(reply.get("error"), f"{self.remote_id} at {self.url}, {msg['op']}")
         if reply.get("seq") != self._seq:
             self._state = _State.BROKEN

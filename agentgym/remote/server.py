@@ -214,7 +214,9 @@ def serve(manager: SessionManager, *, host: str = "127.0.0.1", port: int = 0, lo
     sock.listen(2048)
     lim = manager.limits
     config = uvicorn.Config(create_app(manager), log_level=log_level, access_log=False, lifespan="on",
-                            ws_max_size=lim.max_message_bytes + 1024, ws_ping_interval=20.0,
+                            # Frames up to twice the limit get a readable error reply from
+                            # wire.decode; larger ones are cut off by uvicorn itself.
+                            ws_max_size=2 * lim.max_message_bytes + 65536, ws_ping_interval=20.0,
                             ws_ping_timeout=20.0, timeout_keep_alive=int(lim.idle_timeout_s),
                             backlog=2048, timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
