@@ -20,8 +20,6 @@ from typing import Any
 import httpx
 import pytest
 
-pytest.importorskip("websockets", reason="WebSocket sessions need the [scale] extra")
-
 
 @dataclass
 class Served:
@@ -68,6 +66,7 @@ def start_server(env_id: str, *args: str, port: int = 0, timeout: float = 60.0) 
 
 @pytest.fixture
 def serve_process() -> Iterator[Callable[..., Served]]:
+    pytest.importorskip("websockets", reason="WebSocket sessions need the [scale] extra")
     started: list[Served] = []
 
     def _start(env_id: str, *args: str, port: int = 0) -> Served:
@@ -88,6 +87,7 @@ def serve_process() -> Iterator[Callable[..., Served]]:
 @pytest.fixture
 def serve_thread() -> Iterator[Callable[..., Served]]:
     """``serve(manager)`` on a thread of the test process (for envs registered only here)."""
+    pytest.importorskip("websockets", reason="WebSocket sessions need the [scale] extra")
     from agentgym.remote.server import serve
 
     started: list[tuple[Served, threading.Thread]] = []

@@ -19,6 +19,7 @@ from agentgym.errors import ConfigError, EnvStateError, ServiceError
 from agentgym.remote import wire
 from agentgym.remote.sessions import SessionManager
 
+pytestmark = pytest.mark.scale  # WebSocket sessions: the [scale] extra (must run in CI)
 MATH = "agentgym/Math-v0"
 
 

@@ -16,6 +16,7 @@ import agentgym
 from agentgym.oracles import get_oracle
 from agentgym.remote.wire import jsonable
 
+pytestmark = pytest.mark.scale  # WebSocket sessions: the [scale] extra (must run in CI)
 NEEDS_DOCKER = {"agentgym/CodeFix-v0", "agentgym/MathTool-v0"}
 # Constructor keywords each env is made with on both sides (the remote client sends them).
 KWARGS: dict[str, dict[str, Any]] = {
