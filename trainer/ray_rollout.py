@@ -193,7 +193,7 @@ class RayCollector:
             max_task_retries=0, scheduling_strategy="SPREAD")
         # Kept referenced: Ray re-reads the constructor arguments when it restarts an actor.
         self._spec_ref = ray.put(spec)
-        self.workers = [actor.remote(self._spec_ref, episodes_per_call) for _ in range(num_workers)]
+        self.workers: list[Any] = [actor.remote(self._spec_ref, episodes_per_call) for _ in range(num_workers)]
         self.weights_from = weights_from  # the driver's model: its weights go out with every call
         self.deaths = [0] * num_workers
         self.alive = [True] * num_workers
@@ -252,7 +252,8 @@ class RayCollector:
         """Each worker's process id (waiting for restarting ones); None for retired workers."""
         from ray.exceptions import ActorUnavailableError
 
-        deadline, pids = time.monotonic() + timeout, []
+        deadline = time.monotonic() + timeout
+        pids: list[int | None] = []
         for w, ok in zip(self.workers, self.alive):
             while ok:
                 try:

@@ -77,13 +77,15 @@ class WebSocketChannel(_Retrying):
                          reconnect_attempts=reconnect_attempts, backoff_s=backoff_s)
         if connect is None:
             try:
-                from websockets.sync.client import connect
+                from websockets.sync.client import connect as ws_connect
             except ImportError as e:
                 raise ServiceError("WebSocket sessions need the websockets package: "
                                    "pip install 'agentgym-suite[scale]' (or pass an http:// url)") from e
-            if "legacy" in inspect.signature(connect).parameters:  # websockets >= 16: a plain connection
-                connect = functools.partial(connect, legacy=True)
-        self._connect, self.max_message_bytes = connect, max_message_bytes
+            connect = ws_connect
+            if "legacy" in inspect.signature(ws_connect).parameters:  # websockets >= 16: a plain connection
+                connect = functools.partial(ws_connect, legacy=True)
+        self._connect: Callable[..., Any] = connect
+        self.max_message_bytes = max_message_bytes
         self._ws: Any = None
 
     def _roundtrip(self, msg: dict[str, Any]) -> dict[str, Any]:

@@ -172,7 +172,7 @@ async def _receive(ws: WebSocket, max_bytes: int) -> dict[str, Any]:
     frame = await ws.receive()
     if frame["type"] == "websocket.disconnect":
         raise WebSocketDisconnect(frame.get("code", 1000))
-    raw = frame.get("text") if frame.get("text") is not None else frame.get("bytes") or b""
+    raw: str | bytes = frame.get("text") or frame.get("bytes") or b""
     return wire.decode(raw, max_bytes=max_bytes)
 
 
