@@ -6,13 +6,9 @@ and exits if the test process dies.
 
 from __future__ import annotations
 
-import os
-import select
 import signal
 import subprocess
-import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,23 +41,11 @@ class Served:
         self.stop.set()
 
 
-def start_server(env_id: str, *args: str, port: int = 0, timeout: float = 60.0) -> Served:
-    cmd = [sys.executable, "-m", "agentgym.cli", "serve", env_id, "--port", str(port),
-           "--parent-pid", str(os.getpid()), *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
-    assert proc.stdout is not None
-    line, deadline = b"", time.monotonic() + timeout
-    while not line.endswith(b"\n") and time.monotonic() < deadline and proc.poll() is None:
-        if select.select([proc.stdout], [], [], 0.2)[0]:
-            chunk = os.read(proc.stdout.fileno(), 512)
-            if not chunk:
-                break
-            line += chunk
-    text = line.decode().strip()
-    if not text.startswith("AGENTGYM_SERVE_READY"):
-        proc.kill()
-        raise RuntimeError(f"agentgym serve did not start: {text!r}")
-    return Served(url=text.split("url=")[1].split()[0], proc=proc)
+def start_server(env_id: str, *args: str, port: int = 0) -> Served:
+    from agentgym.remote.launch import launch
+
+    s = launch(env_id, *args, port=port)
+    return Served(url=s.url, proc=s.proc)
 
 
 @pytest.fixture
