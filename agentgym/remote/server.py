@@ -66,7 +66,7 @@ def create_app(manager: SessionManager) -> Starlette:
             return
         try:
             session = await _attach(first)
-        except AgentGymError as e:
+        except Exception as e:  # a refused hello, or an env that failed to build: the client is told
             await ws.send_text(wire.encode(wire.error_reply(e)))
             await _close(ws, WS_TRY_LATER if "capacity" in str(e) else WS_POLICY)
             return
@@ -112,7 +112,7 @@ def create_app(manager: SessionManager) -> Starlette:
             if msg.get("op", "hello") != "hello":
                 raise ConfigError("POST /v1/sessions opens a session: expected op 'hello'")
             session = await in_thread(manager.open, msg, "http")
-        except AgentGymError as e:
+        except Exception as e:
             return JSONResponse(wire.error_reply(e), status_code=503 if "capacity" in str(e) else 400)
         return JSONResponse(_welcome(session), status_code=201)
 
