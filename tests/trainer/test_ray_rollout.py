@@ -182,10 +182,10 @@ def test_the_trainer_collects_on_ray_workers_with_the_current_weights(tmp_path) 
 
 
 def test_an_env_server_killed_mid_rollout_fails_only_the_episodes_in_flight(engine, local_records) -> None:
-    from tests.remote.conftest import start_server
+    from agentgym.remote.launch import launch
 
     pytest.importorskip("websockets")
-    servers = [start_server(ENV)]
+    servers = [launch(ENV)]
     url = servers[0].url
 
     def make_remote() -> gym.Env:
@@ -195,8 +195,8 @@ def test_an_env_server_killed_mid_rollout_fails_only_the_episodes_in_flight(engi
                        env_id="agentgym/Remote-v0", num_workers=2, episodes_per_call=2)
 
     def crash_and_restart() -> None:
-        servers[0].kill()
-        servers.append(start_server(ENV, port=servers[0].port))
+        servers[0].stop(signal.SIGKILL)
+        servers.append(launch(ENV, port=servers[0].port))
 
     try:
         col.worker_pids()
@@ -214,4 +214,4 @@ def test_an_env_server_killed_mid_rollout_fails_only_the_episodes_in_flight(engi
     finally:
         col.close()
         for s in servers:
-            s.kill()
+            s.stop(signal.SIGKILL)
