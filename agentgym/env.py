@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -31,7 +32,7 @@ from agentgym.tokenizers import Tokenizer, as_tokenizer
 from agentgym.tools import Tool, ToolResult
 from agentgym.trajectory import Trajectory, Turn
 
-__all__ = ["DEFAULT_SHAPING", "PROMPT_STYLES", "Task", "ToolEnv", "token_space"]
+__all__ = ["DEFAULT_SHAPING", "PROMPT_STYLES", "Task", "ToolEnv", "harmony_preamble", "token_space"]
 
 # ToolEnv's own shaped terms: *process* terms, paid only as a bonus on a correct outcome
 # (outcome * max(0, sum of weight * count)), never on a failed or unfinished episode, so that
@@ -87,6 +88,20 @@ def _compact_signature(tool: Tool) -> str:
     req = set(tool.parameters.get("required", []))
     args = ", ".join(f"{k}{'' if k in req else '?'}: {v.get('type', 'any')}" for k, v in props.items())
     return f"{tool.name}({args})"
+
+
+def harmony_preamble(instructions: str, tools: Sequence[Any], reasoning_effort: str) -> list[Message]:
+    """The system and developer messages of a ``prompt="harmony"`` episode.
+
+    ``tools``: objects with ``name``/``description``/``parameters``. agentgym's chat server
+    renders a chat request's system message and tools with this same function, so a
+    conversation played through :class:`agentgym.chat.ChatWrapper` gets the env's exact tokens.
+    """
+    system = SYSTEM_PROMPT.format(effort=reasoning_effort) + (TOOLS_LINE if tools else "")
+    dev = "# Instructions\n\n" + instructions
+    if tools:
+        dev += "\n\n" + render_tool_signatures(tools)
+    return [Message("system", system), Message("developer", dev)]
 
 
 def token_space(vocab_size: int) -> gym.spaces.Sequence:
@@ -170,6 +185,11 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
     @property
     def env_id(self) -> str:
         return self.spec.id if self.spec is not None else self.default_id
+
+    @property
+    def episode_tools(self) -> list[Tool]:
+        """The tools of the current episode (those the developer message lists); set by reset."""
+        return list(self._tools.values())
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
@@ -284,11 +304,7 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
             dev = self.instructions + "".join(f"\nTool: functions.{_compact_signature(t)}" for t in tools)
             messages = (Message("developer", dev),)
         else:
-            system = SYSTEM_PROMPT.format(effort=self.reasoning_effort) + (TOOLS_LINE if tools else "")
-            dev = "# Instructions\n\n" + self.instructions
-            if tools:
-                dev += "\n\n" + render_tool_signatures(tools)
-            messages = (Message("system", system), Message("developer", dev))
+            messages = tuple(harmony_preamble(self.instructions, tools, self.reasoning_effort))
         key = tuple(m.content for m in messages)
         prefix = self._prefix_cache.get(key)
         if prefix is None:

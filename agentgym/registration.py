@@ -28,6 +28,9 @@ BUILTIN: dict[str, str] = {
     "agentgym/CodeFix-v0": "agentgym.environments.codefix.env:CodeFixEnv",
     "agentgym/WebAPI-v0": "agentgym.environments.webapi.env:WebAPIEnv",
 }
+# Clients of the environments above rather than environments of their own: registered for
+# gym.make, left out of registered_ids(). Remote-v0: an env served by `agentgym serve`.
+ADAPTERS: dict[str, str] = {"agentgym/Remote-v0": "agentgym.remote.client:RemoteEnv"}
 
 _REGISTERED: dict[str, str] = {}  # every id registered through agentgym.register, in order
 
@@ -60,10 +63,11 @@ def register(id: str, entry_point: str, **kwargs: Any) -> None:
 
 
 def registered_ids() -> list[str]:
-    """Every id registered through agentgym (the built-ins and your own), sorted."""
-    return sorted(_REGISTERED)
+    """Every environment id registered through agentgym (the built-ins and your own), sorted;
+    adapters such as Remote-v0 are left out."""
+    return sorted(k for k in _REGISTERED if k not in ADAPTERS)
 
 
 def _register_builtin() -> None:
-    for env_id, entry in BUILTIN.items():
+    for env_id, entry in {**BUILTIN, **ADAPTERS}.items():
         register(env_id, entry)
