@@ -31,15 +31,8 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
-from agentgym.environments.math.expr import (
-    ExprError,
-    Node,
-    TooLarge,
-    eval_fp,
-    eval_mp,
-    eval_mp_span,
-    mp_context,
-)
+from agentgym.environments.math.expr import ExprError, Node, TooLarge
+from agentgym.environments.math.values import eval_fp, eval_mp, eval_mp_span, mp_context
 
 __all__ = ["decide"]
 

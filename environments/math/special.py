@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from agentgym.environments.math.expr import MAX_BITS, ExprError, NotRational, TooLarge
+from agentgym.environments.math.expr import MAX_BITS, ExprError, TooLarge
+from agentgym.environments.math.values import NotRational
 
 __all__ = ["MAX_FACTORIAL", "binom", "factorial", "factorial2", "log_base", "root"]
 

@@ -6,7 +6,7 @@ microsecond fast paths (identical text, equal nodes, exact rational arithmetic) 
 inconclusive, so a policy that writes the reference answer never gets here.
 
 1. **Guard.** Each side is evaluated with a private 15-digit mpmath context at the fixed
-   points (:func:`.expr.eval_mp`), lazily, one point at a time: a value beyond
+   points (:func:`.values.eval_mp`), lazily, one point at a time: a value beyond
    ``10**MAX_EXP10`` raises :class:`.expr.TooLarge` *before* sympy sees the expression there
    (sympy's ``evalf`` raises its working precision without limit: ``sin(e^(e^(e^5)))``);
    points where a side is undefined are skipped.
@@ -54,18 +54,9 @@ from math import comb
 from typing import Any
 
 from agentgym.environments.math import poly
-from agentgym.environments.math.expr import (
-    MAX_BITS,
-    ExprError,
-    Node,
-    TooLarge,
-    apply_binop,
-    eval_mp,
-    eval_mp_real,
-    free_symbols,
-    mp_context,
-)
+from agentgym.environments.math.expr import MAX_BITS, ExprError, Node, TooLarge, free_symbols
 from agentgym.environments.math.numeric import decide
+from agentgym.environments.math.values import apply_binop, eval_mp, eval_mp_real, mp_context
 
 __all__ = ["MAX_EXPAND_TERMS", "POINTS", "equal", "radicals", "sum_nesting", "sympy_safe", "to_sympy"]
 

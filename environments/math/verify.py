@@ -43,12 +43,8 @@ from agentgym.environments.math.expr import (
     MAX_DEPTH,
     ExprError,
     Node,
-    NotRational,
     TooLarge,
-    eval_exact,
-    eval_mp,
     free_symbols,
-    mp_context,
     parse,
     to_str,
 )
@@ -61,6 +57,7 @@ from agentgym.environments.math.latex import (
     to_plain,
 )
 from agentgym.environments.math.symbolic import equal as symbolic_equal
+from agentgym.environments.math.values import NotRational, eval_exact, eval_mp, mp_context
 
 __all__ = ["MAX_INPUT", "Verdict", "verify"]
 
