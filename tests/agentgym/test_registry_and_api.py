@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import gymnasium as gym
 import numpy as np
@@ -79,6 +80,18 @@ def test_text_wrapper_speaks_strings_over_the_token_api() -> None:
     assert term and r == 1.0
     # the record is still the token stream
     assert env.unwrapped.trajectory.num_policy_tokens > 0
+
+
+@pytest.fixture(autouse=True)
+def _forget_test_ids() -> Iterator[None]:
+    """Ids a test registers are removed again: registered_ids() is global state other tests read."""
+    from agentgym import registration
+
+    before = set(gym.registry)
+    yield
+    for env_id in set(gym.registry) - before:
+        del gym.registry[env_id]
+        registration._REGISTERED.pop(env_id, None)
 
 
 def test_register_accepts_a_users_own_namespace() -> None:
