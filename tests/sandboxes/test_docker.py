@@ -256,10 +256,13 @@ def test_a_container_start_that_times_out_is_sandbox_unavailable(monkeypatch: py
     assert pool._live == set()  # type: ignore[attr-defined]
 
 
-def test_the_shared_pool_refuses_options_it_was_not_made_with() -> None:
+def test_the_shared_pool_refuses_options_it_was_not_made_with(monkeypatch: pytest.MonkeyPatch) -> None:
     from agentgym.errors import ConfigError
     from agentgym.sandboxes import docker_backend
 
+    # A shared pool of our own for this test (an earlier test may have made the real one).
+    monkeypatch.setattr(docker_backend, "_default", None)
+    monkeypatch.setattr(docker_backend, "_default_options", {})
     pool = docker_backend.default_pool(size=0)
     try:
         assert docker_backend.default_pool() is pool  # no options: whatever it was made with
