@@ -74,7 +74,12 @@ class PoolStepError(AgentGymError):
             f"{len(errors)} of {total} environments raised (first: env {first[0]}: "
             f"{type(first[1]).__name__}: {first[1]}); the {len(results)} others' results are in "
             ".results, the exceptions in .errors")
-        self.results, self.errors = results, errors
+        self.results, self.errors, self.total = results, errors, total
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exceptions pickle as cls(*args); this one is rebuilt from its parts (Ray ships it
+        # from a worker process to the driver).
+        return (type(self), (self.results, self.errors, self.total))
 
 
 class DatasetError(AgentGymError):

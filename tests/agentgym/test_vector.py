@@ -43,3 +43,16 @@ def test_one_env_raising_keeps_the_results_of_the_others() -> None:
         # and the failed env can still be stepped
         r = pool.step({2: np.array(pool.envs[2].codec.final_ids(pool.envs[2].task.answer))})
         assert r[2].reward == 1.0
+
+
+def test_the_pool_error_survives_pickling() -> None:
+    # Ray ships a worker's exception to the driver by pickling it
+    import pickle
+
+    with EnvPool(Fragile, n=2) as pool:
+        pool.reset(seeds=range(2))
+        with pytest.raises(PoolStepError) as err:
+            pool.step({i: np.array(e.codec.final_ids("boom" if i else e.task.answer)) for i, e in enumerate(pool.envs)})
+    back = pickle.loads(pickle.dumps(err.value))
+    assert type(back) is PoolStepError and str(back) == str(err.value)
+    assert list(back.results) == [0] and isinstance(back.errors[1], RuntimeError) and back.total == 2
