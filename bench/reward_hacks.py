@@ -17,6 +17,7 @@ import re
 import statistics
 import time
 from collections import Counter
+from typing import Any
 
 import gymnasium as gym
 
@@ -34,7 +35,8 @@ def webapi_done() -> None:
             tasks, paid = split_tasks(split), Counter[float]()
             for t in tasks:
                 env.reset(options={"task_id": t.id})
-                _, r, *_ = env.step(env.unwrapped.codec.final_ids("Done."))
+                u: Any = env.unwrapped
+                _, r, *_ = env.step(u.codec.final_ids("Done."))
                 if r != 0:
                     paid[round(float(r), 3)] += 1
             print(f"WebAPI-v0 {mode:6} {split:5}: {len(tasks)} tasks, 'Done.' at once earned nonzero on "
