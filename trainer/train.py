@@ -40,6 +40,7 @@ from agentgym.trainer.metrics import (
     truncate_metrics,
 )
 from agentgym.trainer.ppo import gae, group_advantages, kl_estimate, masked_mean, ppo_policy_loss, value_loss
+from agentgym.trainer.ray_rollout import drop_failed
 from agentgym.trainer.rollout import Collector, group_seeds
 
 __all__ = ["Setup", "Trainer", "build_setup", "check_finite"]
@@ -107,20 +108,29 @@ class Setup:
         self.engine = engine
         self.engine.sync_weights(self.model)
 
+        tokenizer = self.tokenizer  # captured alone, so make_env pickles for Ray workers
+
         def make_env() -> Any:
-            return gym.make(cfg.env.id, tokenizer=self.tokenizer, reward_mode=cfg.env.reward_mode,
+            return gym.make(cfg.env.id, tokenizer=tokenizer, reward_mode=cfg.env.reward_mode,
                             max_turns=cfg.env.max_turns, max_tokens=cfg.env.max_tokens,
                             max_action_tokens=cfg.env.max_action_tokens, prompt=cfg.env.prompt,
                             **cfg.env.kwargs)
 
         self.make_env = make_env
         d = cfg.derived()
-        self.collector = Collector.from_factory(make_env, d["episodes_per_step"], engine,
-                                                max_new_tokens=cfg.env.max_action_tokens,
-                                                max_workers=cfg.rollout.max_workers)
-        self.eval_collector = Collector.from_factory(make_env, cfg.log.eval_episodes, engine,
-                                                     max_new_tokens=cfg.env.max_action_tokens,
-                                                     max_workers=cfg.rollout.max_workers)
+        self.collector: Any
+        self.eval_collector: Any
+        if cfg.rollout.backend == "ray":  # rollout workers as Ray actors (ray_rollout.py)
+            from agentgym.trainer.ray_rollout import RayCollector
+
+            self.collector = self.eval_collector = RayCollector.from_config(cfg, make_env, self.model, self.pad_id)
+        else:
+            self.collector = Collector.from_factory(make_env, d["episodes_per_step"], engine,
+                                                    max_new_tokens=cfg.env.max_action_tokens,
+                                                    max_workers=cfg.rollout.max_workers)
+            self.eval_collector = Collector.from_factory(make_env, cfg.log.eval_episodes, engine,
+                                                         max_new_tokens=cfg.env.max_action_tokens,
+                                                         max_workers=cfg.rollout.max_workers)
         from agentgym.trainer.config import config_to_dict
 
         self.config_dict = config_to_dict(cfg)
@@ -251,6 +261,9 @@ class Trainer:
         trajs, rstats = s.collector.collect(seeds, temperature=cfg.rollout.temperature,
                                             sample_seed=cfg.seed * 7919 + step * 131,
                                             options=options)
+        levels = ([o[cfg.curriculum.option] for o, t in zip(options, trajs) if "failed" not in t.meta]
+                  if self.curriculum.enabled else [])
+        trajs, groups, failed = drop_failed(trajs, groups)  # episodes lost with a Ray worker
         if cfg.log.save_trajectories:
             from agentgym.trajectory import write_jsonl
 
@@ -258,10 +271,9 @@ class Trainer:
         batch = make_batch(trajs, groups, pad_id=s.pad_id).to(s.device)
         t_rollout = time.perf_counter() - t_start
         metrics: dict[str, Any] = episode_stats(trajs)
-        metrics.update(gen_s=rstats.gen_seconds, env_s=rstats.env_seconds)
+        metrics.update(gen_s=rstats.gen_seconds, env_s=rstats.env_seconds, episodes_failed=failed)
         if self.curriculum.enabled:
-            self.curriculum.update(step + 1, [o[cfg.curriculum.option] for o in options],
-                                   [float(episode_success(t)) for t in trajs])
+            self.curriculum.update(step + 1, levels, [float(episode_success(t)) for t in trajs])
             metrics.update(self.curriculum.metrics())
 
         # Old log-probs: from the differentiated pass itself when exactly on-policy.
@@ -402,6 +414,7 @@ class Trainer:
         for prefix, temperature in runs:
             trajs = collect_fixed(s.eval_collector, n, temperature=temperature, sample_seed=12345,
                                   options=cfg.env.eval_options, seed_base=EVAL_SEED_BASE)
+            trajs, _, _ = drop_failed(trajs, list(range(len(trajs))))  # lost with a Ray worker
             m.update(eval_record(trajs, temperature, prefix))
         self.log.log("eval", self.step, m)
         return m
