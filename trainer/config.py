@@ -212,6 +212,10 @@ class SFTConfig:
     """``guesser``: fraction of episodes answered at once with a guess instead of the tools."""
     guess_right: float = 0.0
     """``guesser``: probability that a guess is right (else one digit is off)."""
+    oracle_steps: int = 0
+    """The first ``oracle_steps`` steps imitate the oracle, the rest ``teacher``: the tool loop
+    is learned from perfect demos, then a short imitation of the imperfect teacher makes
+    skipping the tool the policy's habit (0 = ``teacher`` from the start)."""
 
 
 @dataclass
@@ -310,7 +314,7 @@ class TrainConfig:
         for key, v in positive.items():
             if not v > 0:
                 raise ConfigError(f"{key}: expected a positive number, got {v!r}")
-        nonneg = {"ppo.steps": self.ppo.steps, "sft.steps": self.sft.steps,
+        nonneg = {"ppo.steps": self.ppo.steps, "sft.steps": self.sft.steps, "sft.oracle_steps": self.sft.oracle_steps,
                   "log.eval_episodes_final": self.log.eval_episodes_final,
                   "ppo.kl_coef": self.ppo.kl_coef, "ppo.entropy_coef": self.ppo.entropy_coef,
                   "rollout.temperature": self.rollout.temperature,

@@ -161,7 +161,7 @@ def run_sft(cfg: Any, setup: Any, log: Any) -> dict[str, float]:
     from agentgym.trainer.metrics import Progress
 
     sc = cfg.sft
-    oracle = make_teacher(cfg.env.id, sc)
+    teacher, oracle = make_teacher(cfg.env.id, sc), find_oracle(cfg.env.id)
     env = setup.make_env()
     opt = torch.optim.AdamW(setup.model.parameters(), lr=sc.lr, weight_decay=0.0)
 
@@ -180,7 +180,8 @@ def run_sft(cfg: Any, setup: Any, log: Any) -> dict[str, float]:
         for i in range(sc.steps):
             t0 = time.perf_counter()
             seeds = [sc.seed + i * sc.batch_size + j for j in range(sc.batch_size)]
-            trajs = demonstrations(env, oracle, seeds, cfg.env.train_options)
+            trajs = demonstrations(env, oracle if i < sc.oracle_steps else teacher, seeds,
+                                   cfg.env.train_options)
             stats = sft_step(setup.model, opt, trajs, pad_id=setup.pad_id,
                              max_grad_norm=sc.max_grad_norm, device=setup.device)
             sched.step()
