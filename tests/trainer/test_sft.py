@@ -11,8 +11,8 @@ import torch
 import agentgym  # noqa: F401
 from agentgym.errors import ConfigError
 from agentgym.trainer.batch import make_batch
-from agentgym.trainer.model import build_tiny_gptoss
 from agentgym.trainer.config import SFTConfig
+from agentgym.trainer.model import build_tiny_gptoss
 from agentgym.trainer.sft import (
     _length_buckets,
     demonstrations,
