@@ -77,8 +77,9 @@ def _draw_evals(ax: Any, rows: list[dict[str, Any]]) -> int:
     for prefix, label, which in EVAL_SERIES:
         xs, ys, lo, hi = _eval_points(rows, prefix, which)
         if xs:
-            n = next((r.get(prefix + "episodes") for r in rows if r["phase"] == "eval"
-                      and r.get(prefix + "episodes")), None)
+            ns = sorted({int(r[prefix + "episodes"]) for r in rows if r["phase"] == "eval"
+                         and (r.get("stage") == "init") == (which == "init") and r.get(prefix + "episodes")})
+            n = "/".join(map(str, ns))  # e.g. "64/256": fewer tasks in between, more at the ends
             ax.errorbar(xs, ys, yerr=[lo, hi], capsize=3, marker="x" if which == "init" else "o",
                         markersize=5, linestyle="none" if which == "init" else "-",
                         label=label + (f" (fixed tasks, n={n})" if n and which != "init" else ""))

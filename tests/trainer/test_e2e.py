@@ -50,7 +50,7 @@ RECIPE = [  # the imperfect warm start and PPO (sparse outcome reward, KL to the
     "seed=0", "threads=1", "env.reward_mode=sparse", "env.max_turns=2", "env.max_action_tokens=80",
     "env.prompt=compact", "env.train_options={}", "env.eval_options={}",
     "sft.steps=120", "sft.batch_size=16", "sft.lr=3e-3", "sft.schedule=constant", "sft.warmup_steps=5",
-    "sft.oracle_steps=100", "sft.teacher=guesser", "sft.skip_tool=0.9", "sft.guess_right=0",
+    "sft.teacher=guesser", "sft.skip_tool=0.7", "sft.guess_right=0",
     "ppo.steps=12", "ppo.lr=1e-3", "ppo.warmup_steps=1", "ppo.kl_coef=0.05",
     "rollout.tasks_per_step=4", "rollout.samples_per_task=8", "rollout.temperature=1.0",
     "log.eval_every=6", "log.eval_episodes=16", "log.checkpoint_every=0", "log.progress=false",
