@@ -122,14 +122,17 @@ class ScriptedPolicy:
 
 
 class OraclePolicy(ScriptedPolicy):
-    """The env's oracle from ``agentgym.oracles.ORACLES``, or ``oracle="module:function"``."""
+    """The env's oracle from ``agentgym.oracles.ORACLES``, or ``oracle`` (``"module:function"`` or
+    a callable ``env -> action ids``) for an env that is not in that table."""
 
     name = "oracle"
 
-    def __init__(self, oracle: str | None = None) -> None:
+    def __init__(self, oracle: str | Callable[[Any], np.ndarray] | None = None) -> None:
         self._custom: Callable[[Any], np.ndarray] | None = None
-        self._spec = oracle
-        if oracle is not None:
+        self._spec = oracle if isinstance(oracle, str) or oracle is None else getattr(oracle, "__qualname__", "?")
+        if callable(oracle):
+            self._custom = oracle
+        elif oracle is not None:
             module, _, fn = oracle.partition(":")
             if not fn:
                 raise ConfigError(f"oracle must be 'module:function', got {oracle!r}")

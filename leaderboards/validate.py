@@ -153,7 +153,8 @@ def _same(a: Trajectory, b: Trajectory) -> bool:
 
 
 def validate_env(env_id: str, kwargs: dict[str, Any] | None = None, *, max_tasks: int | None = None,
-                 workers: int = 4, oracle: str | None = None, seed: int = 0) -> ValidationReport:
+                 workers: int = 4, oracle: str | Callable[[Any], Any] | None = None, seed: int = 0
+                 ) -> ValidationReport:
     """Run every check on ``env_id`` built with ``kwargs``; see the module docstring."""
     kwargs = dict(kwargs or {})
     report = ValidationReport(env_id, kwargs)
@@ -169,7 +170,7 @@ def validate_env(env_id: str, kwargs: dict[str, Any] | None = None, *, max_tasks
 
 
 def _run_checks(report: ValidationReport, runner: _Runner, probe: Any, *, max_tasks: int | None,
-                oracle: str | None, seed: int) -> None:
+                oracle: str | Callable[[Any], Any] | None, seed: int) -> None:
     from gymnasium.utils.env_checker import check_env
 
     opts = task_list(probe, max_tasks)
