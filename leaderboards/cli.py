@@ -151,6 +151,8 @@ def leaderboard_main(argv: list[str] | None = None) -> int:
 
 
 def validate_main(argv: list[str] | None = None) -> int:
+    from gymnasium import error as gym_error
+
     from agentgym.leaderboards.validate import VARIANTS, validate_env
 
     ap = argparse.ArgumentParser(prog="agentgym validate", description="Check that environments may be on a "
@@ -173,7 +175,7 @@ def validate_main(argv: list[str] | None = None) -> int:
                                       oracle=args.oracle)
                 print(report.format(), flush=True)
                 failed += not report.ok
-    except AgentGymError as e:
+    except (AgentGymError, gym_error.Error) as e:  # gymnasium's: an unknown id ("did you mean ...")
         print(f"agentgym validate: error: {e}", file=sys.stderr)
         return 2
     return 1 if failed else 0

@@ -30,7 +30,8 @@ def wilson(p: float, n: float, z: float = Z95) -> tuple[float, float]:
     d = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / d
     half = z * math.sqrt(max(p * (1 - p), 0.0) / n + z * z / (4 * n * n)) / d
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    lo, hi = max(0.0, centre - half), min(1.0, centre + half)
+    return (0.0 if p <= 0 else lo, 1.0 if p >= 1 else hi)  # exact at the ends, not 1 - 1e-16
 
 
 def pass_hat_k(successes: Sequence[int], trials: Sequence[int], k: int) -> float:

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-MUST_RUN_IN_CI = ("docker", "bwrap")
+MUST_RUN_IN_CI = ("docker", "bwrap", "browser")
 
 
 def _in_ci() -> bool:

@@ -71,7 +71,8 @@
     const col = cols.find((c) => c.key === state.sortKey) || cols[3];
     rows.sort((a, b) => {
       const x = col.value(a), y = col.value(b);
-      return (x < y ? -1 : x > y ? 1 : a._rank - b._rank) * state.sortDir;
+      const c = x < y ? -1 : x > y ? 1 : 0;
+      return c ? c * state.sortDir : a._rank - b._rank;  // ties keep the board's order
     });
     const head = el("tr", {}, cols.map((c) => el("th", {
       scope: "col", "data-key": c.key,

@@ -56,8 +56,24 @@ def write_lines(path: Path, lines: list[dict[str, Any]]) -> Path:
     return path
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _webapi_server() -> Iterator[None]:
+@pytest.fixture(scope="session")
+def docker_ready() -> None:
+    """Skip without a Docker engine and the sandbox image (CI turns the skip of a ``docker`` test
+    into a failure: tests/conftest.py)."""
+    from agentgym.errors import SandboxUnavailable
+    from agentgym.sandboxes import image
+    from agentgym.sandboxes.docker_backend import docker_client
+
+    try:
+        docker_client().images.get(image.image_tag())
+    except SandboxUnavailable as e:
+        pytest.skip(f"docker backend unavailable: {e}")
+    except Exception as e:  # the image is missing: `agentgym sandbox build` (scripts/setup-system.sh)
+        pytest.skip(f"sandbox image {image.image_tag()} unavailable: {e}")
+
+
+@pytest.fixture(scope="session")
+def webapi_server() -> Iterator[None]:
     """One WebAPI env held open for the session keeps the shared server up: every verify and
     eval in these tests would otherwise start and stop it (~3 s each)."""
     import gymnasium as gym
@@ -71,7 +87,7 @@ def _webapi_server() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def small_suite(tmp_path_factory: pytest.TempPathFactory) -> Suite:
+def small_suite(tmp_path_factory: pytest.TempPathFactory, webapi_server: None) -> Suite:
     return write_suite(tmp_path_factory.mktemp("suites"), SMALL)
 
 
