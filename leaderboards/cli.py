@@ -158,13 +158,20 @@ def validate_main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="agentgym validate", description="Check that environments may be on a "
                                  "leaderboard: oracle 1, do-nothing and just-answer 0 (sparse), same seed same "
                                  "tokens, no state shared between episodes.")
-    ap.add_argument("env_ids", nargs="+", metavar="ENV_ID")
+    ap.add_argument("env_ids", nargs="*", metavar="ENV_ID")
+    ap.add_argument("--all", action="store_true", help="every registered agentgym env (but Remote-v0, a client)")
     ap.add_argument("--env-arg", action="append", metavar="KEY=VALUE",
                     help="gym.make keyword (repeatable); default: every split of the built-in envs")
     ap.add_argument("--max-tasks", type=int, default=None, help="an even sample of at most this many tasks")
     ap.add_argument("--oracle", help="module:function giving the oracle's next action (default: agentgym.oracles)")
     ap.add_argument("--workers", type=int, default=4)
     args = ap.parse_args(argv)
+    if args.all:
+        import agentgym
+
+        args.env_ids += [i for i in agentgym.registered_ids() if not i.endswith("/Remote-v0")]
+    if not args.env_ids:
+        ap.error("name at least one ENV_ID, or pass --all")
     failed = 0
     try:
         env_kwargs = parse_kv(args.env_arg, "--env-arg")

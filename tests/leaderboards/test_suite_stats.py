@@ -113,3 +113,14 @@ def test_policy_registry() -> None:
     with pytest.raises(ConfigError, match="does not take these arguments"):
         make_policy("oracle", bogus=1)
     assert make_policy("just-answer", {"temperature": 1.0}).describe()["answer"] == "Done."
+
+
+def test_leaderboard_modules_do_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, agentgym.leaderboards.verify, agentgym.leaderboards.evaluate, agentgym.leaderboards.board, "
+            "agentgym.leaderboards.validate, agentgym.leaderboards.cli, agentgym.leaderboards.policies; "
+            "print(sorted(m for m in ('torch', 'transformers', 'vllm') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
