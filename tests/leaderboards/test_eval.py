@@ -63,8 +63,11 @@ def test_killed_run_resumes_to_the_same_submission(tmp_path: Path, math_suite: S
            "--suite", suite_file, "--policy", "hf", "--policy-arg", f"model={model_dir}", "--workers", "2",
            "--no-progress"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    whole = tmp_path / "whole.jsonl"
-    subprocess.run([*cmd, "--out", str(whole)], check=True, env=env, timeout=600, capture_output=True)
+    whole = tmp_path / "whole.jsonl"  # uninterrupted, in this process (same policy, same thread count)
+    policy_args = {"model": str(model_dir)}
+    pol = make_policy("hf", {"temperature": 1.0}, **policy_args)
+    assert run_suite(math_suite, pol, whole, name=pol.name, policy_name="hf", policy_args=policy_args, workers=2,
+                     progress=False) is not None
 
     killed = tmp_path / "killed.jsonl"
     part = partial_path(killed)

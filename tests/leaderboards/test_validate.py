@@ -27,7 +27,7 @@ def test_every_registered_env_passes(env_id: str, request: pytest.FixtureRequest
     if env_id in NEEDS_DOCKER:
         request.getfixturevalue("docker_ready")
     for kwargs in VARIANTS.get(env_id, [{}]):
-        report = validate_env(env_id, kwargs, max_tasks=6 if env_id in NEEDS_DOCKER else 12, workers=2)
+        report = validate_env(env_id, kwargs, max_tasks=4 if env_id in NEEDS_DOCKER else 12, workers=2)
         assert report.ok, report.format()
 
 
