@@ -1,6 +1,6 @@
 """Suite-wide rules.
 
-Under CI (CI=true) a skipped test marked ``docker`` or ``bwrap`` is reported as a failure:
+Under CI (CI=true) a skipped test marked ``docker``, ``bwrap`` or ``scale`` is reported as a failure:
 the sandbox tests must really run there, and a missing engine or image must not pass quietly.
 GPU tests skip cleanly without CUDA everywhere.
 """
@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-MUST_RUN_IN_CI = ("docker", "bwrap", "browser")
+MUST_RUN_IN_CI = ("docker", "bwrap", "scale", "browser")
 
 
 def _in_ci() -> bool:
