@@ -44,6 +44,8 @@ from agentgym.trajectory import Trajectory
 __all__ = ["Replayed", "VerifyReport", "summarize", "verify_submission"]
 
 MAX_LISTED = 20  # missing episodes listed one by one before "... and N more"
+PER_EPISODE = 6  # differences reported per episode (the first ones; later ones usually follow from them)
+SHOWN = 40  # problems printed by VerifyReport.format (all are in report.problems / --json)
 
 
 @dataclass
@@ -66,13 +68,17 @@ class VerifyReport:
     cost: dict[str, Any] = field(default_factory=dict)  # recomputed token totals (+ claimed wall time)
     episodes: list[Replayed] = field(default_factory=list)
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)  # diagnoses that explain many problems at once
 
     def format(self) -> str:
         head = f"{self.path}: " + ("VERIFIED" if self.ok else f"REJECTED ({len(self.problems)} problems)")
         lines = [head]
         if self.suite is not None:
             lines.append(f"  suite {self.suite.ref}, {len(self.episodes)} episodes replayed in {self.seconds:.1f} s")
-        lines += [f"  - {p}" for p in self.problems]
+        lines += [f"  note: {n}" for n in self.notes]
+        lines += [f"  - {p}" for p in self.problems[:SHOWN]]
+        if len(self.problems) > SHOWN:
+            lines.append(f"  ... and {len(self.problems) - SHOWN} more problems (--json lists them all)")
         if self.scores:
             k = self.suite.trials if self.suite else 1
             lines.append(f"  {'env':28s} {'score':>7s} {'95% interval':>17s} {'pass^' + str(k):>8s} {'episodes':>9s}")
@@ -248,7 +254,10 @@ def _replay_one(envs: _Envs, spec: EpisodeSpec, line: int, obj: dict[str, Any]
         truth, probs = replay(env, record, seed=spec.seed, options=spec.options)
     except AgentGymError as e:
         return None, [f"{where}: the replay failed: {type(e).__name__}: {e}"]
-    probs += compare(record, truth, envs.tokenizer)
+    diffs = compare(record, truth, envs.tokenizer)
+    if len(diffs) > PER_EPISODE:
+        diffs = diffs[:PER_EPISODE] + [f"... and {len(diffs) - PER_EPISODE} more differences in this episode"]
+    probs += diffs
     score = episode_score(truth)
     if obj["score"] != score:
         probs.append(f"score: recorded {obj['score']}, replay gives {score}")
@@ -331,6 +340,23 @@ def verify_submission(path: str | Path, *, suite: Suite | None = None, workers: 
     report.cost = {k: sum(c[k] for c in costs) for k in ("input_tokens", "output_tokens", "turns")}
     report.cost["wall_s"] = round(sum(float(r.record["cost"]["wall_s"]) for r in report.episodes), 3)
     _check_footer(raw, report, len(raw.episodes))
+    _diagnose(report)
     report.ok = not report.problems
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _diagnose(report: VerifyReport) -> None:
+    """One note for what usually explains many problems: prompts that differ from the replay's."""
+    import agentgym
+
+    changed = [r for r in report.episodes
+               if r.record["trajectory"]["tokens"][:r.truth.prompt_len] != r.truth.tokens[:r.truth.prompt_len]]
+    if not changed:
+        return
+    made = report.header.get("submission", {}).get("agentgym_version", "?")
+    report.notes.append(
+        f"{len(changed)} of {len(report.episodes)} episodes differ from the replay already in their prompt, "
+        f"before any action: either the prompts were edited, or the environments now behave differently from "
+        f"when the submission was made (agentgym {made}; this is {agentgym.__version__}). Submissions must be "
+        "re-run with agentgym-eval when an environment changes.")

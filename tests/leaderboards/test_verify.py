@@ -135,6 +135,10 @@ def test_altered_prompt_and_policy_mask(tmp_path: Path, oracle_submission: Path,
     p = _tampered(tmp_path, oracle_submission, edit)
     _rejected(p, small_suite, f"line 2: {MATH0}: tokens differ first in the prompt (token 5)",
               f"line 10: {WEB0}: policy_mask differs at turn 0's observation")
+    report = verify_submission(p, suite=small_suite, workers=2)
+    assert report.notes and report.notes[0].startswith("1 of 12 episodes differ from the replay already in their "
+                                                       "prompt")
+    assert "note: 1 of 12 episodes" in report.format()
 
 
 def test_dropped_turn_and_broken_structure(tmp_path: Path, oracle_submission: Path, small_suite: Suite) -> None:
