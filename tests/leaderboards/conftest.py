@@ -15,7 +15,7 @@ from agentgym.leaderboards.policies import make_policy
 from agentgym.leaderboards.suite import Suite, load_suite, suite_hash
 
 # Math (no services) and WebAPI (a real HTTP server: tool calls with observations to tamper with).
-SMALL = {
+SMALL: dict[str, Any] = {
     "name": "small",
     "description": "a test suite",
     "trials": 2,
