@@ -89,7 +89,11 @@ def _cell(s: dict[str, Any]) -> str:
 
 
 def _md(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """Submitted text as inert Markdown: no table breaks, links, images or HTML from a submission."""
+    out = str(text).replace("\n", " ")
+    for ch in "\\|[]()<>`*_!":
+        out = out.replace(ch, "\\" + ch)
+    return out
 
 
 def render_markdown(suites: list[Suite], entries: list[Entry]) -> str:
@@ -106,7 +110,7 @@ def render_markdown(suites: list[Suite], entries: list[Entry]) -> str:
         rows = [e for e in entries if e.suite.name == suite.name]
         k = suite.trials
         envs = [e.id for e in suite.envs]
-        out += [f"## Suite `{suite.ref}`", "", _md(suite.description).strip(), ""]
+        out += [f"## Suite `{suite.ref}`", "", " ".join(suite.description.split()), ""]
         if not rows:
             out += ["No verified submissions yet.", ""]
             continue
