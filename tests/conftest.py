@@ -1,7 +1,8 @@
 """Suite-wide rules.
 
-Under CI (CI=true) a skipped test marked ``docker``, ``bwrap`` or ``scale`` is reported as a failure:
-the sandbox tests must really run there, and a missing engine or image must not pass quietly.
+Under CI (CI=true) a skipped test marked ``docker``, ``bwrap``, ``postgres`` or ``scale`` is
+reported as a failure: the sandbox, PostgreSQL and Ray tests must really run there, and a missing
+engine, image or server must not pass quietly.
 GPU tests skip cleanly without CUDA everywhere.
 """
 
@@ -11,7 +12,7 @@ import os
 
 import pytest
 
-MUST_RUN_IN_CI = ("docker", "bwrap", "scale", "browser")
+MUST_RUN_IN_CI = ("docker", "bwrap", "postgres", "scale", "browser")
 
 
 def _in_ci() -> bool:
