@@ -3,6 +3,8 @@
     python -m agentgym.leaderboards.baselines                      # every suite, its default baselines
     python -m agentgym.leaderboards.baselines --suites calc --only oracle,do-nothing
     python -m agentgym.leaderboards.baselines --train              # train the quickstart first if needed
+    # after a change to the quickstart recipe: train into a fresh run dir, then evaluate it
+    python -m agentgym.leaderboards.baselines --suites calc --only quickstart --train --quickstart-run runs/qs-new
 
 Submissions in the repository are verified in CI, so they must be regenerated whenever an
 environment's behaviour (or the suite) changes; this writes them to
@@ -10,7 +12,8 @@ environment's behaviour (or the suite) changes; this writes them to
 exact; the quickstart model samples with per-episode seeds on one CPU thread, so the same weights
 give the same episodes. The quickstart weights come from ``--quickstart-run`` (default
 ``runs/cpu-quickstart``, written by ``agentgym-train --config cpu-quickstart``); ``--train`` runs
-that recipe first when the run has no checkpoint.
+that recipe first when the run has no checkpoint (an existing checkpoint is used as it is). Without
+weights the quickstart baseline is refused before any file is touched.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ BASELINES: dict[str, tuple[str, dict[str, Any], str]] = {
     "do-nothing": ("do-nothing", {}, "never calls a tool nor answers: the floor"),
     "quickstart": ("hf", {"model": "{run}", "threads": 1},
                    "the tiny GPT-OSS (~1M parameters, byte tokenizer) trained by the CPU quickstart on "
-                   "MathCalc-v0 with the compact prompt; this suite uses the harmony prompt and other tasks"),
+                   "MathCalc-v0 with the compact prompt (the calc suite's task; core uses the harmony prompt and "
+                   "other tasks)"),
 }
 
 # The baselines each suite gets by default. The quickstart model on `core` is left out: its
@@ -52,10 +56,10 @@ def run_baseline(name: str, *, suite_name: str = "core", root: Path = DEFAULT_RO
     policy_name, args, notes = BASELINES[name]
     args = {k: (v.format(run=run) if isinstance(v, str) else v) for k, v in args.items()}
     out = root / "submissions" / suite.name / f"{name}.jsonl.gz"
+    t0 = time.perf_counter()
+    policy = make_policy(policy_name, {"temperature": suite.temperature}, **args)  # fails before any file is touched
     if not partial_path(out).exists():
         out.unlink(missing_ok=True)  # a fresh run (an interrupted one is resumed instead)
-    t0 = time.perf_counter()
-    policy = make_policy(policy_name, {"temperature": suite.temperature}, **args)
     path = run_suite(suite, policy, out, name=name, policy_name=policy_name, policy_args=args, workers=workers,
                      progress=progress, notes=notes,
                      command=["python", "-m", "agentgym.leaderboards.baselines", "--only", name])
@@ -63,10 +67,14 @@ def run_baseline(name: str, *, suite_name: str = "core", root: Path = DEFAULT_RO
     return path, time.perf_counter() - t0
 
 
-def _train(run: str) -> None:
+def _has_checkpoint(run: str) -> bool:
     from agentgym.trainer.checkpoint import latest_checkpoint
 
-    if latest_checkpoint(run) is not None:
+    return Path(run).is_dir() and latest_checkpoint(run) is not None
+
+
+def _train(run: str) -> None:
+    if _has_checkpoint(run):
         return
     cmd = [sys.executable, "-m", "agentgym.trainer.cli", "--config", "cpu-quickstart", f"log.run_dir={run}"]
     print("training the quickstart:", " ".join(cmd), flush=True)
@@ -90,8 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     unknown = {n for names in plan.values() for n in names} - set(BASELINES)
     if unknown:
         ap.error(f"unknown baselines {sorted(unknown)}; known: {list(BASELINES)}")
-    if args.train and any("quickstart" in names for names in plan.values()):
-        _train(args.quickstart_run)
+    if any("quickstart" in names for names in plan.values()):
+        if args.train:
+            _train(args.quickstart_run)
+        elif not _has_checkpoint(args.quickstart_run):
+            ap.error(f"the quickstart baseline needs a trained model in {args.quickstart_run} and it has no "
+                     "checkpoint: add --train (runs the cpu-quickstart recipe there, ~10 min on 2 cores), point "
+                     "--quickstart-run at a run dir, or leave it out with --only oracle,do-nothing")
     for suite, names in plan.items():
         for name in names:
             path, seconds = run_baseline(name, suite_name=suite, run=args.quickstart_run, workers=args.workers,
