@@ -139,7 +139,9 @@ def _transcripts(entry: Entry) -> dict[str, Any]:
     for r in sorted(entry.report.episodes, key=lambda r: r.line):
         env_id = r.spec.env.id
         head, tr = episode_transcript(codec, r.truth, shared.get(env_id))
-        shared.setdefault(env_id, head)
+        if env_id not in shared:  # the env's first episode sets what is shared, and is folded like the rest
+            shared[env_id] = head
+            head, tr = episode_transcript(codec, r.truth, head)
         if not tr["shared_prefix"] and head != shared[env_id]:
             tr["prompt"] = head + tr["prompt"]
         episodes.append({"env": env_id, "task": r.spec.task, "trial": r.spec.trial, "options": r.spec.options,

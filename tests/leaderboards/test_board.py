@@ -156,6 +156,10 @@ def test_page_in_headless_chromium(board_root: Path, browser: Any) -> None:
         assert needle in text, f"{needle!r} not in the transcript:\n{text[:2000]}"
     assert browser.find_elements(By.CSS_SELECTOR, "#transcript .msg.tool-call")
     assert browser.find_elements(By.CSS_SELECTOR, "#transcript .msg.tool-result")
+    # The long system/developer prompt is folded, also in the env's first episode.
+    folded = browser.find_element(By.CSS_SELECTOR, "#transcript details")
+    assert folded.get_attribute("open") is None and "system and developer messages" in folded.text
+    assert "Store policy" not in text
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "leaderboard-transcript.png"
     browser.save_screenshot(str(shot))
