@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-MUST_RUN_IN_CI = ("docker", "bwrap", "postgres", "scale")
+MUST_RUN_IN_CI = ("docker", "bwrap", "postgres", "scale", "browser")
 
 
 def _in_ci() -> bool:
