@@ -25,6 +25,8 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import importlib.util
+import json
 import os
 import threading
 from collections.abc import Sequence
@@ -76,12 +78,13 @@ def o200k_base_file() -> Path:
     with _lock:
         if target.exists() and _sha256(target) == O200K_BASE_SHA256:
             return target
-        try:
-            import importlib.resources as resources
-
-            packed = (resources.files("bpe_openai") / "data" / "o200k_base.tiktoken.gz").read_bytes()
-        except (ImportError, FileNotFoundError) as e:
-            raise TokenizerError(f"the o200k_harmony tokenizer needs bpe-openai's o200k_base.tiktoken: {_HINT}") from e
+        # The file only: importing bpe_openai itself would load its 74 MB extension for nothing.
+        spec = importlib.util.find_spec("bpe_openai")
+        folders = list(spec.submodule_search_locations or []) if spec is not None else []
+        packed_path = Path(folders[0]) / "data" / "o200k_base.tiktoken.gz" if folders else None
+        if packed_path is None or not packed_path.exists():
+            raise TokenizerError(f"the o200k_harmony tokenizer needs bpe-openai's o200k_base.tiktoken: {_HINT}")
+        packed = packed_path.read_bytes()
         data = gzip.decompress(packed)
         digest = hashlib.sha256(data).hexdigest()
         if digest != O200K_BASE_SHA256:
@@ -191,22 +194,18 @@ class HarmonyTokenizer:
             raise TokenizerError(f"{token!r} is not a special token of {self.name}; expected e.g. '<|call|>'")
         return int(self.enc.encode(token, allowed_special={token})[0])
 
-    def to_hf(self) -> Any:
-        """The same tokenizer as a transformers ``PreTrainedTokenizerFast``."""
-        from tokenizers import Tokenizer as RawTokenizer
-        from transformers import PreTrainedTokenizerFast
-
-        return PreTrainedTokenizerFast(
-            tokenizer_object=RawTokenizer.from_str(_hf_tokenizer_json()),
-            bos_token="<|startoftext|>", eos_token="<|return|>", pad_token="<|endoftext|>",
-            model_max_length=131072,
-        )
-
     def save_pretrained(self, directory: str | os.PathLike[str]) -> Path:
-        """Write Hugging Face tokenizer files into ``directory`` (e.g. a model folder)."""
+        """Write Hugging Face tokenizer files into ``directory`` (e.g. a model folder), as GPT-OSS's
+        own: ``tokenizer.json`` (byte-level BPE, o200k pre-tokenizer, specials 199998-201087),
+        ``tokenizer_config.json`` (PreTrainedTokenizerFast; bos/eos/pad) and
+        ``special_tokens_map.json``. ``AutoTokenizer.from_pretrained(directory)`` and vLLM load them."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
-        self.to_hf().save_pretrained(str(out))
+        (out / "tokenizer.json").write_text(_hf_tokenizer_json())
+        specials = {"bos_token": "<|startoftext|>", "eos_token": "<|return|>", "pad_token": "<|endoftext|>"}
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 131072, **specials}
+        (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+        (out / "special_tokens_map.json").write_text(json.dumps(specials, indent=2) + "\n")
         return out
 
     def __repr__(self) -> str:

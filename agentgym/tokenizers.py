@@ -21,6 +21,8 @@ turns special-token strings into special ids.
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
 from collections.abc import Callable, Sequence
 from functools import lru_cache
@@ -205,6 +207,10 @@ def as_tokenizer(obj: Any = None) -> Tokenizer:
     if isinstance(obj, str) and obj in TOKENIZERS:
         return TOKENIZERS[obj]()
     if isinstance(obj, str):
+        close = difflib.get_close_matches(obj, TOKENIZERS, n=1)
+        if close and not os.path.exists(obj):  # a typo of a name, not a path or a hub id
+            raise TokenizerError(f"unknown tokenizer {obj!r}; did you mean {close[0]!r}? "
+                                 f"Known names: {sorted(TOKENIZERS)}, or pass a path / hub id")
         try:
             from transformers import AutoTokenizer
         except ImportError as e:
