@@ -1,0 +1,77 @@
+"""Code that runs *inside* vLLM's worker process, for the ``vllm`` engine.
+
+vLLM mixes :class:`AgentgymWorkerExtension` into its ``Worker`` (``worker_extension_cls``,
+the hook vLLM provides for RL weight updates), so the trainer process calls these methods by
+name with ``LLM.collective_rpc`` and only strings and lists cross the process boundary: the
+weights themselves travel as a safetensors checkpoint on disk (``save_pretrained`` layout).
+
+vLLM's own loader reads the checkpoint (name mapping, fused QKV and expert weights, CPU
+repacking) and refuses one that does not initialise every parameter; the result is copied
+into the live model in place, and a tensor without a counterpart comes back as *missing*,
+so a partial sync is an error in the trainer process instead of an engine silently sampling
+from stale weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["AgentgymWorkerExtension"]
+
+
+class AgentgymWorkerExtension:
+    """Methods added to vLLM's ``Worker`` (``self`` is the worker)."""
+
+    def agentgym_reload(self, path: str) -> dict[str, Any]:
+        """Load the checkpoint at ``path`` into the running model, in place.
+
+        vLLM's loader builds a fresh copy of the model from ``path`` exactly as at start-up
+        (name mapping, fused QKV and experts, CPU prepacking, strict check that every
+        parameter was in the checkpoint), then every parameter and buffer is copied into the
+        live model's storage, which the attention backends and the MoE kernels reference, and
+        the CPU linear layers take the copy's packed GEMM weights. (vLLM 0.32's own in-place
+        ``reload_weights`` left the prepacked CPU expert weights and the attention sinks stale:
+        measured |dlogp| up to 0.66 after a sync; copying tensors alone left the packed linear
+        weights stale.)
+        """
+        import copy
+
+        import torch
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader import get_model_loader
+
+        worker: Any = self
+        live = worker.model_runner.get_model()
+        config = copy.copy(worker.vllm_config)
+        config.model_config = copy.copy(config.model_config)
+        config.model_config.model = path
+        config.compilation_config = copy.copy(config.compilation_config)
+        config.compilation_config.static_forward_context = {}  # the copy's layers register here
+        with set_current_vllm_config(config):
+            fresh = get_model_loader(config.load_config).load_model(vllm_config=config,
+                                                                    model_config=config.model_config)
+        source = {**dict(fresh.named_parameters()), **dict(fresh.named_buffers())}
+        copied, mismatched = [], []
+        with torch.no_grad():
+            for name, tensor in [*live.named_parameters(), *live.named_buffers()]:
+                src = source.get(name)
+                if src is None or src.shape != tensor.shape or src.dtype != tensor.dtype:
+                    mismatched.append(name)
+                    continue
+                tensor.copy_(src)
+                copied.append(name)
+        # CPU linear layers multiply with a packed copy of their weight (a oneDNN handle or a
+        # prepacked tensor held by the ``cpu_linear`` closure), not with ``.weight``: take the
+        # fresh model's closures, which hold the new weights.
+        fresh_modules = dict(fresh.named_modules())
+        for name, module in live.named_modules():
+            packed = getattr(fresh_modules.get(name), "cpu_linear", None)
+            if packed is not None:
+                module.cpu_linear = packed
+        del fresh, source, fresh_modules
+        return {"copied": copied, "missing": mismatched}
+
+    def agentgym_parameter_names(self) -> list[str]:
+        """The engine model's parameter names (its own, fused layout)."""
+        worker: Any = self
+        return [name for name, _ in worker.model_runner.get_model().named_parameters()]
