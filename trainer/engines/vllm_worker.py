@@ -71,6 +71,37 @@ class AgentgymWorkerExtension:
         del fresh, source, fresh_modules
         return {"copied": copied, "missing": mismatched}
 
+    def agentgym_capture_routing(self, on: bool) -> int:
+        """Start (``on``) or stop recording each MoE router's top-k experts; returns the layer count.
+
+        GPT-OSS's ``MLPBlock.router`` returns the router logits ``(tokens, experts)`` of every
+        forward step; the top ``num_experts_per_tok`` are the experts vLLM routes to.
+        """
+        worker: Any = self
+        state = worker.__dict__.setdefault("_agentgym_routing", {"handles": [], "rows": {}})
+        for h in state["handles"]:
+            h.remove()
+        state["handles"], state["rows"] = [], {}
+        if not on:
+            return 0
+        model = worker.model_runner.get_model()
+        k = int(worker.model_runner.model_config.hf_config.num_experts_per_tok)
+        layers = [m for name, m in model.named_modules() if name.endswith("mlp.router")]
+        for i, module in enumerate(layers):
+            def hook(_m: Any, _inp: Any, out: Any, i: int = i) -> None:
+                logits = out[0] if isinstance(out, tuple) else out
+                state["rows"].setdefault(i, []).extend(logits.float().topk(k, dim=-1).indices.tolist())
+            state["handles"].append(module.register_forward_hook(hook))
+        return len(layers)
+
+    def agentgym_take_routing(self) -> list[list[list[int]]]:
+        """The experts recorded since the last call, per layer: ``[layer][token][k]``."""
+        worker: Any = self
+        state = worker.__dict__.setdefault("_agentgym_routing", {"handles": [], "rows": {}})
+        rows = state["rows"]
+        state["rows"] = {}
+        return [rows.get(i, []) for i in range(len(state["handles"]))]
+
     def agentgym_parameter_names(self) -> list[str]:
         """The engine model's parameter names (its own, fused layout)."""
         worker: Any = self
