@@ -18,6 +18,7 @@ the sampled tokens and returns only the tokens the environment appends.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -30,7 +31,7 @@ from agentgym.tokenizers import Tokenizer, as_tokenizer
 from agentgym.tools import Tool, ToolResult
 from agentgym.trajectory import Trajectory, Turn
 
-__all__ = ["DEFAULT_SHAPING", "PROMPT_STYLES", "Task", "ToolEnv", "token_space"]
+__all__ = ["DEFAULT_SHAPING", "PROMPT_STYLES", "Task", "ToolEnv", "harmony_preamble", "token_space"]
 
 # Shaped-mode weights of the terms ToolEnv computes itself. Environments add their own
 # terms (progress, pass-rate delta) through ToolResult.components. Sparse mode pays only
@@ -78,6 +79,20 @@ def _compact_signature(tool: Tool) -> str:
     req = set(tool.parameters.get("required", []))
     args = ", ".join(f"{k}{'' if k in req else '?'}: {v.get('type', 'any')}" for k, v in props.items())
     return f"{tool.name}({args})"
+
+
+def harmony_preamble(instructions: str, tools: Sequence[Any], reasoning_effort: str) -> list[Message]:
+    """The system and developer messages of a ``prompt="harmony"`` episode.
+
+    ``tools``: objects with ``name``/``description``/``parameters``. agentgym's chat server
+    renders a chat request's system message and tools with this same function, so a
+    conversation played through :class:`agentgym.chat.ChatWrapper` gets the env's exact tokens.
+    """
+    system = SYSTEM_PROMPT.format(effort=reasoning_effort) + (TOOLS_LINE if tools else "")
+    dev = "# Instructions\n\n" + instructions
+    if tools:
+        dev += "\n\n" + render_tool_signatures(tools)
+    return [Message("system", system), Message("developer", dev)]
 
 
 def token_space(vocab_size: int) -> gym.spaces.Sequence:
@@ -160,6 +175,11 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
     @property
     def env_id(self) -> str:
         return self.spec.id if self.spec is not None else self.default_id
+
+    @property
+    def episode_tools(self) -> list[Tool]:
+        """The tools of the current episode (those the developer message lists); set by reset."""
+        return list(self._tools.values())
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
@@ -260,11 +280,7 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
             prefix = self.codec.render(Message("developer", dev))
             self._prefix_cache[key] = prefix
         if prefix is None:
-            system = SYSTEM_PROMPT.format(effort=self.reasoning_effort) + (TOOLS_LINE if tools else "")
-            dev = "# Instructions\n\n" + self.instructions
-            if tools:
-                dev += "\n\n" + render_tool_signatures(tools)
-            prefix = self.codec.render_many([Message("system", system), Message("developer", dev)])
+            prefix = self.codec.render_many(harmony_preamble(self.instructions, tools, self.reasoning_effort))
             self._prefix_cache[key] = prefix
         return prefix + self.codec.render_prompt([Message("user", user)])
 

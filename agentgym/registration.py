@@ -24,6 +24,9 @@ BUILTIN: dict[str, str] = {
     "agentgym/CodeFix-v0": "agentgym.environments.codefix.env:CodeFixEnv",
     "agentgym/WebAPI-v0": "agentgym.environments.webapi.env:WebAPIEnv",
 }
+# Clients of the environments above rather than environments of their own: registered for
+# gym.make, left out of registered_ids(). Remote-v0: an env served by `agentgym serve`.
+ADAPTERS: dict[str, str] = {"agentgym/Remote-v0": "agentgym.remote.client:RemoteEnv"}
 
 
 def register(id: str, entry_point: str, **kwargs: Any) -> None:
@@ -37,9 +40,9 @@ def register(id: str, entry_point: str, **kwargs: Any) -> None:
 
 
 def registered_ids() -> list[str]:
-    return sorted(k for k in gym.registry if k.startswith(NAMESPACE + "/"))
+    return sorted(k for k in gym.registry if k.startswith(NAMESPACE + "/") and k not in ADAPTERS)
 
 
 def _register_builtin() -> None:
-    for env_id, entry in BUILTIN.items():
+    for env_id, entry in {**BUILTIN, **ADAPTERS}.items():
         register(env_id, entry)

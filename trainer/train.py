@@ -30,6 +30,7 @@ from agentgym.trainer.correction import correction_weights, mismatch_stats
 from agentgym.trainer.logprobs import ForwardOut
 from agentgym.trainer.metrics import MetricsLogger, Progress, episode_stats, read_metrics, truncate_metrics
 from agentgym.trainer.ppo import gae, group_advantages, kl_estimate, masked_mean, ppo_policy_loss, value_loss
+from agentgym.trainer.ray_rollout import drop_failed
 from agentgym.trainer.rollout import Collector, group_seeds
 
 __all__ = ["Setup", "Trainer", "build_setup", "check_finite"]
@@ -97,20 +98,29 @@ class Setup:
         self.engine = engine
         self.engine.sync_weights(self.model)
 
+        tokenizer = self.tokenizer  # captured alone, so make_env pickles for Ray workers
+
         def make_env() -> Any:
-            return gym.make(cfg.env.id, tokenizer=self.tokenizer, reward_mode=cfg.env.reward_mode,
+            return gym.make(cfg.env.id, tokenizer=tokenizer, reward_mode=cfg.env.reward_mode,
                             max_turns=cfg.env.max_turns, max_tokens=cfg.env.max_tokens,
                             max_action_tokens=cfg.env.max_action_tokens, prompt=cfg.env.prompt,
                             **cfg.env.kwargs)
 
         self.make_env = make_env
         d = cfg.derived()
-        self.collector = Collector.from_factory(make_env, d["episodes_per_step"], engine,
-                                                max_new_tokens=cfg.env.max_action_tokens,
-                                                max_workers=cfg.rollout.max_workers)
-        self.eval_collector = Collector.from_factory(make_env, cfg.log.eval_episodes, engine,
-                                                     max_new_tokens=cfg.env.max_action_tokens,
-                                                     max_workers=cfg.rollout.max_workers)
+        self.collector: Any
+        self.eval_collector: Any
+        if cfg.rollout.backend == "ray":  # rollout workers as Ray actors (ray_rollout.py)
+            from agentgym.trainer.ray_rollout import RayCollector
+
+            self.collector = self.eval_collector = RayCollector.from_config(cfg, make_env, self.model, self.pad_id)
+        else:
+            self.collector = Collector.from_factory(make_env, d["episodes_per_step"], engine,
+                                                    max_new_tokens=cfg.env.max_action_tokens,
+                                                    max_workers=cfg.rollout.max_workers)
+            self.eval_collector = Collector.from_factory(make_env, cfg.log.eval_episodes, engine,
+                                                         max_new_tokens=cfg.env.max_action_tokens,
+                                                         max_workers=cfg.rollout.max_workers)
         from agentgym.trainer.config import config_to_dict
 
         self.config_dict = config_to_dict(cfg)
@@ -231,6 +241,7 @@ class Trainer:
         trajs, rstats = s.collector.collect(seeds, temperature=cfg.rollout.temperature,
                                             sample_seed=cfg.seed * 7919 + step * 131,
                                             options=cfg.env.train_options)
+        trajs, groups, failed = drop_failed(trajs, groups)  # episodes lost with a Ray worker
         if cfg.log.save_trajectories:
             from agentgym.trajectory import write_jsonl
 
@@ -238,7 +249,7 @@ class Trainer:
         batch = make_batch(trajs, groups, pad_id=s.pad_id).to(s.device)
         t_rollout = time.perf_counter() - t_start
         metrics: dict[str, Any] = episode_stats(trajs)
-        metrics.update(gen_s=rstats.gen_seconds, env_s=rstats.env_seconds)
+        metrics.update(gen_s=rstats.gen_seconds, env_s=rstats.env_seconds, episodes_failed=failed)
 
         # Old log-probs: from the differentiated pass itself when exactly on-policy.
         exact = cfg.ppo.epochs == 1 and cfg.ppo.minibatches == 1
@@ -371,6 +382,7 @@ class Trainer:
         seeds = [EVAL_SEED_BASE + i for i in range(cfg.log.eval_episodes)]
         trajs, _ = s.eval_collector.collect(seeds, temperature=cfg.log.eval_temperature,
                                             sample_seed=12345, options=cfg.env.eval_options)
+        trajs, _, _ = drop_failed(trajs, seeds)
         m = episode_stats(trajs)
         self.log.log("eval", self.step, {"stage": stage, **m})
         return m

@@ -46,7 +46,7 @@ def test_register_rejects_ids_outside_the_namespace() -> None:
 
 def test_public_surface_is_pinned() -> None:
     assert set(agentgym.__all__) == {
-        "AgentGymError", "ByteTokenizer", "CheckpointError", "ConfigError", "DatasetError", "EnvPool",
+        "AgentGymError", "ByteTokenizer", "ChatWrapper", "CheckpointError", "ConfigError", "DatasetError", "EnvPool",
         "EnvStateError", "HFTokenizer", "HarmonyCodec", "Message", "NonFiniteError", "ParsedAction",
         "SandboxError", "SandboxStateError", "SandboxUnavailable", "ServiceError", "StepResult",
         "SubmissionError", "Task", "TextWrapper", "TokenizerError", "Tool", "ToolCall", "ToolEnv",
