@@ -52,7 +52,9 @@ class AgentgymWorkerExtension:
                                                                     model_config=config.model_config)
         source = {**dict(fresh.named_parameters()), **dict(fresh.named_buffers())}
         copied, mismatched = [], []
-        with torch.no_grad():
+        # inference_mode: tensors vLLM created lazily inside its forward passes are inference
+        # tensors, which may only be written to in inference mode.
+        with torch.inference_mode():
             for name, tensor in [*live.named_parameters(), *live.named_buffers()]:
                 src = source.get(name)
                 if src is None or src.shape != tensor.shape or src.dtype != tensor.dtype:
