@@ -21,11 +21,11 @@ __all__ = ["render_tool_signatures", "schema_to_typescript"]
 
 
 def _lines(text: str) -> list[str]:
-    """Rust's ``str::lines``: split on ``\\n``, drop one trailing ``\\r`` per line and a final empty line."""
+    """Rust's ``str::lines``: split at ``\n`` or ``\r\n`` (a bare ``\r`` stays), no final empty line."""
     parts = text.split("\n")
-    if parts and parts[-1] == "":
-        parts.pop()
-    return [p[:-1] if p.endswith("\r") else p for p in parts]
+    last = parts.pop()  # not followed by "\n": keeps a trailing "\r"
+    lines = [p[:-1] if p.endswith("\r") else p for p in parts]
+    return [*lines, last] if last else lines
 
 
 def _json(value: Any) -> str:
@@ -53,7 +53,7 @@ def _nullable(schema: Any, type_str: str) -> str:
 
 
 def _variant_default(variant: Any) -> list[str]:
-    """A oneOf variant's trailing ``default: ...`` comment (quoted string, or JSON)."""
+    """A top-level oneOf variant's trailing ``default: ...`` (quoted plain string, else JSON)."""
     if not isinstance(variant, dict) or "default" not in variant:
         return []
     d = variant["default"]
@@ -96,7 +96,8 @@ def _property_one_of(key: str, prop: dict[str, Any], variants: list[Any], option
         vdesc = _str(variant, "description")
         if not (i == 0 and desc_above) and vdesc is not None and vdesc != desc:
             trailing.append(vdesc)
-        trailing += _variant_default(variant)
+        if (vd := _property_default(variant)) is not None:  # here enum strings go unquoted
+            trailing.append(vd)
         if trailing:
             out += " // " + " ".join(trailing)
         out += "\n"
