@@ -88,6 +88,7 @@ class Setup:
             kw = dict(cfg.rollout.engine_kwargs)
             if cfg.rollout.engine in ("hf", "vllm"):  # vllm starts from a checkpoint of this model
                 kw.setdefault("model", self.model)
+            if cfg.rollout.engine == "hf":
                 kw.setdefault("pad_id", self.pad_id)
             if cfg.rollout.engine == "hf" and cfg.rollout.prefix_cache:
                 from agentgym.trainer.rollout import make_prefix_engine
