@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentgym.errors import ConfigError, ServiceError, TrainerError
+from agentgym.errors import ConfigError, PoolStepError, ServiceError, TrainerError
 from agentgym.trainer.rollout import RolloutStats
 from agentgym.trajectory import Trajectory
 
@@ -346,10 +346,14 @@ class RayCollector:
                         probes[self.workers[w].pid.remote()] = w
                     continue
                 except RayTaskError as e:
-                    if not isinstance(e.cause, ServiceError):
+                    cause = e.cause
+                    if isinstance(cause, PoolStepError) and all(
+                            isinstance(x, ServiceError) for x in cause.errors.values()):
+                        cause = next(iter(cause.errors.values()))  # the pool's envs lost their server
+                    if not isinstance(cause, ServiceError):
                         raise  # a bug, not a fault: never masked (the remote traceback is in it)
                     faults.env_failures += 1
-                    lose(unit, idx, f"env service failed on worker {w}: {str(e.cause).splitlines()[0][:200]}")
+                    lose(unit, idx, f"env service failed on worker {w}: {str(cause).splitlines()[0][:200]}")
                 else:
                     for i, t in zip(idx, trajs):
                         out[i] = t

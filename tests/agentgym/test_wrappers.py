@@ -120,7 +120,8 @@ def test_non_string_action_is_rejected_without_raising() -> None:
     env = TextWrapper(EchoEnv(reward_mode="shaped"))
     env.reset(seed=2)
     obs, r, term, trunc, info = env.step(12345)  # type: ignore[arg-type]
-    assert obs == "" and not term and not trunc and "bad_action" in info["error"] and r < 0
+    assert obs == "" and not term and not trunc and "bad_action" in info["error"]
+    assert r == 0.0 and info["reward_components"]["malformed"] == 1.0  # penalised on a correct outcome only
     assert env.unwrapped.trajectory.turns[-1].action_start == env.unwrapped.trajectory.turns[-1].action_end
     _, r, term, _, info = env.step(f"<|channel|>final<|message|>{_word(env).upper()}<|return|>".encode())
     assert term and info["error"] is None

@@ -126,7 +126,8 @@ def test_reasoning_without_an_answer_gets_the_envs_notice() -> None:
     chat = ChatWrapper(EchoEnv(reward_mode="shaped"))
     _, info = chat.reset(seed=2)
     new, reward, term, trunc, _ = chat.step({"role": "assistant", "content": None, "reasoning_content": "hmm"})
-    assert not term and not trunc and reward < 0 and len(new) == 1 and new[0]["role"] == "user"
+    # malformed: counted, penalised on a correct outcome only (issue 10's reward invariant)
+    assert not term and not trunc and reward == 0.0 and len(new) == 1 and new[0]["role"] == "user"
     assert new[0]["content"].startswith("[agentgym]") and chat.inner.counts["malformed"] == 1
     specs = tool_specs(info["tools"])
     assert render_conversation(chat.codec, chat.messages, specs, "low") == chat.inner.trajectory.tokens
