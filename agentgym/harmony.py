@@ -172,6 +172,8 @@ class HarmonyCodec:
     def parse(self, ids: Sequence[int], role: str = "assistant") -> ParsedAction:
         """Parse what a policy sampled after the generation prompt ``<|start|>{role}``.
 
+        ``role=""``: ``ids`` follow a bare ``<|start|>``, so the header names the role.
+
         Never raises on content: problems are reported in ``ParsedAction.errors``.
         """
         out = ParsedAction()
@@ -181,7 +183,8 @@ class HarmonyCodec:
         items = self._items(ids)
         state = "header"  # header -> content -> between -> header ...
         header = ""  # header text, with <|channel|> and <|constrain|> spelled out
-        header_role: str | None = role  # None: the role is the first word of the header
+        # "" (or None): the role is the first word of the header, as after a bare <|start|>
+        header_role: str | None = role or None
         head: tuple[str, str | None, str | None, str | None] = (role, None, None, None)
         content: list[str] = []
         for item in items:
