@@ -38,6 +38,7 @@ import os
 import shutil
 import tempfile
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,8 @@ class VLLMEngine:
     ) -> None:
         self._own_dir = sync_dir is None
         self.sync_dir = Path(sync_dir or tempfile.mkdtemp(prefix="agentgym-vllm-sync-"))
+        # Our checkpoints go with the engine, also when nobody calls close() (a process exiting).
+        self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.sync_dir), True) if self._own_dir else None
         if isinstance(model, torch.nn.Module):  # start from a checkpoint of the trainer's model
             from agentgym.trainer.engines.openai_http import write_checkpoint
 
@@ -262,8 +265,8 @@ class VLLMEngine:
 
     # ------------------------------------------------------------------ lifecycle
     def _remove_sync_dir(self) -> None:
-        if self._own_dir:
-            shutil.rmtree(self.sync_dir, ignore_errors=True)
+        if self._cleanup is not None:
+            self._cleanup()
 
     def child_pids(self) -> list[int]:
         """vLLM's processes (engine core, workers) started by this engine that are still alive."""
