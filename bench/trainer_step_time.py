@@ -1,0 +1,120 @@
+"""Wall time of one PPO step of the CPU quickstart, this checkout against a git revision.
+
+Both sides run the same measurement in their own subprocess, interleaved (A B A B ...), so
+the machine's load hits both alike; the script prints each side's median step time, its
+update time (the learner part) and the ratio. The baseline revision is checked out into a
+temporary git worktree and imported through ``PYTHONPATH`` (a symlink tree that maps the
+repository's folders onto the ``agentgym`` namespace, as the editable install does).
+
+    python bench/trainer_step_time.py --against c982f5d            # before/after of the learner
+    python bench/trainer_step_time.py --against c982f5d --rounds 3 --steps 3
+
+One measurement = ``cpu-quickstart`` without warm start (``sft.steps=0``), one torch thread,
+``--steps`` PPO steps of 32 episodes (4 tasks x 8 samples), the first one dropped (warm-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+NAMESPACE = {"agentgym": "agentgym", "environments": "environments", "sandboxes": "sandboxes",
+             "trainer": "trainer", "leaderboards": "leaderboards"}
+
+
+def measure(steps: int, overrides: list[str]) -> dict[str, float]:
+    """Run in the child: ``steps`` PPO steps, timings of all but the first."""
+    import torch
+
+    from agentgym.trainer.config import load_config
+    from agentgym.trainer.train import Trainer
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as run_dir:
+        cfg = load_config("cpu-quickstart", ["sft.steps=0", "log.eval_every=0", "log.progress=false",
+                                             "log.plots=false", "log.tensorboard=false",
+                                             "log.checkpoint_every=0", f"log.run_dir={run_dir}",
+                                             *overrides])
+        trainer = Trainer(cfg)
+        rows = [trainer.train_step(i) for i in range(steps)]
+        trainer.s.close()
+    rows = rows[1:]
+    return {"t_step": statistics.median(r["t_step"] for r in rows),
+            "t_update": statistics.median(r["t_update"] for r in rows),
+            "t_rollout": statistics.median(r["t_rollout"] for r in rows),
+            "reward_mean": rows[-1]["reward_mean"]}
+
+
+def namespace_tree(checkout: Path, into: Path) -> Path:
+    """A folder whose ``agentgym`` package is ``checkout`` laid out as the installed namespace."""
+    pkg = into / "agentgym"
+    pkg.mkdir(parents=True)
+    for item in (checkout / "agentgym").iterdir():
+        (pkg / item.name).symlink_to(item)
+    for sub, folder in NAMESPACE.items():
+        if sub != "agentgym" and (checkout / folder).exists():
+            (pkg / sub).symlink_to(checkout / folder)
+    return into
+
+
+def run_child(pythonpath: Path | None, steps: int, overrides: list[str]) -> dict[str, float]:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    out = subprocess.run([sys.executable, __file__, "--child", "--steps", str(steps), *overrides],
+                         env=env, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"child failed ({pythonpath or 'this checkout'}):\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--against", default=None, help="git revision to compare with (omit: this checkout only)")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds per side")
+    ap.add_argument("--steps", type=int, default=3, help="PPO steps per measurement (first dropped)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("overrides", nargs="*", help="extra config overrides (KEY=VALUE)")
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.steps, args.overrides)))
+        return
+    print(f"load average {os.getloadavg()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        base_path = None
+        if args.against:
+            wt = Path(tmp) / "base"
+            subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(wt), args.against],
+                           check=True, capture_output=True)
+            base_path = namespace_tree(wt, Path(tmp) / "path")
+        try:
+            res: dict[str, list[dict[str, float]]] = {"this": [], "base": []}
+            for r in range(args.rounds):
+                res["this"].append(run_child(None, args.steps, args.overrides))
+                print(f"round {r + 1} this checkout: {res['this'][-1]}", flush=True)
+                if base_path is not None:
+                    res["base"].append(run_child(base_path, args.steps, args.overrides))
+                    print(f"round {r + 1} {args.against}: {res['base'][-1]}", flush=True)
+        finally:
+            if args.against:
+                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(wt)],
+                               check=False, capture_output=True)
+    print(f"load average {os.getloadavg()}")
+    for key in ("t_step", "t_update", "t_rollout"):
+        this = statistics.median(x[key] for x in res["this"])
+        line = f"{key:10s} this checkout {this:7.3f} s"
+        if res["base"]:
+            base = statistics.median(x[key] for x in res["base"])
+            line += f" | {args.against} {base:7.3f} s | ratio this/base {this / base:.3f}"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
