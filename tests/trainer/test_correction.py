@@ -42,7 +42,7 @@ def test_token_mis() -> None:
 
 
 def test_seq_mis() -> None:
-    # prods 1.5 and 1.8: with [lo, hi] = [1/1.6, 1.6] row 1 is dropped, row 0 keeps w = prod
+    # prods 1.5 and 1.8: above C = 1.6 row 1 is dropped, row 0 keeps w = prod
     expected = torch.tensor([[1.5, 1.5, 1.5, 0.0], [0.0, 0.0, 0.0, 0.0]])
     torch.testing.assert_close(w("seq_mis", threshold=1.6), expected)
     # explicit bounds: [1.6, 2.0] keeps only row 1

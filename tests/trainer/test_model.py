@@ -124,17 +124,55 @@ def test_memory_hungry_expert_path_is_replaced(tiny: torch.nn.Module) -> None:
     assert tiny.config._experts_implementation == "eager"
 
 
-def test_chunked_head_gives_same_logprobs_and_grads(tiny: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> None:
-    import agentgym.trainer.logprobs as lp
-
+def test_chunked_head_gives_same_logprobs_and_grads(tiny: torch.nn.Module) -> None:
     ids = torch.randint(0, 263, (2, 33), generator=torch.Generator().manual_seed(4))
     full = policy_forward(tiny, ids)
     full.logprobs.sum().backward()
     g_full = tiny.lm_head.weight.grad.clone()
     tiny.zero_grad()
-    monkeypatch.setattr(lp, "_CHUNK_ELEMENTS", 2 * VOCAB * 5)  # chunks of 5 time steps
-    chunked = policy_forward(tiny, ids)
-    chunked.logprobs.sum().backward()
+    rows: list[int] = []
+    hook = tiny.lm_head.register_forward_hook(lambda _m, inp, _o: rows.append(inp[0].shape[0]))
+    try:
+        chunked = policy_forward(tiny, ids, head_chunk=VOCAB * 5)  # chunks of 5 rows
+        chunked.logprobs.sum().backward()
+    finally:
+        hook.remove()
+    assert max(rows) == 5  # the head never saw more than 5 rows of logits at once (fwd + recompute)
     torch.testing.assert_close(chunked.logprobs, full.logprobs, rtol=0, atol=1e-6)
     torch.testing.assert_close(tiny.lm_head.weight.grad, g_full, rtol=1e-5, atol=1e-6)
     tiny.zero_grad()
+
+
+def test_score_mask_computes_the_head_only_where_asked(tiny: torch.nn.Module) -> None:
+    ids = torch.randint(0, 263, (3, 30), generator=torch.Generator().manual_seed(5))
+    mask = torch.zeros_like(ids)
+    mask[:, 10:16] = 1
+    mask[1, 20:25] = 1
+    full = policy_forward(tiny, ids)
+    (full.logprobs * mask).sum().backward()
+    g_full = [p.grad.clone() for p in tiny.parameters() if p.grad is not None]
+    tiny.zero_grad()
+    rows: list[int] = []
+    hook = tiny.lm_head.register_forward_hook(lambda _m, inp, _o: rows.append(inp[0].shape[0]))
+    try:
+        part = policy_forward(tiny, ids, score_mask=mask)
+    finally:
+        hook.remove()
+    assert rows == [int(mask.sum())]  # 23 rows through the head instead of 3 x 29
+    torch.testing.assert_close(part.logprobs, full.logprobs * mask, rtol=0, atol=1e-6)
+    torch.testing.assert_close(part.entropy, full.entropy * mask, rtol=0, atol=1e-6)
+    part.logprobs.sum().backward()
+    g_part = [p.grad.clone() for p in tiny.parameters() if p.grad is not None]
+    tiny.zero_grad()
+    for a, b in zip(g_full, g_part, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_entropy_has_no_gradient_unless_it_is_in_the_loss(tiny: torch.nn.Module) -> None:
+    ids = torch.randint(0, 263, (2, 12), generator=torch.Generator().manual_seed(6))
+    plain = policy_forward(tiny, ids)
+    assert plain.logprobs.requires_grad and not plain.entropy.requires_grad
+    with_grad = policy_forward(tiny, ids, entropy_grad=True)
+    assert with_grad.entropy.requires_grad
+    torch.testing.assert_close(plain.entropy, with_grad.entropy.detach(), rtol=0, atol=0)
+    assert torch.all(policy_forward(tiny, ids, with_entropy=False).entropy == 0)
