@@ -1,7 +1,8 @@
 """Suite-wide rules.
 
-Under CI (CI=true) a skipped test marked ``docker`` or ``bwrap`` is reported as a failure:
-the sandbox tests must really run there, and a missing engine or image must not pass quietly.
+Under CI (CI=true) a skipped test marked ``docker``, ``bwrap`` or ``distributed`` is reported
+as a failure: the sandbox and torchrun tests must really run there, and a missing engine,
+image or launcher must not pass quietly.
 GPU tests skip cleanly without CUDA everywhere.
 """
 
@@ -11,7 +12,7 @@ import os
 
 import pytest
 
-MUST_RUN_IN_CI = ("docker", "bwrap")
+MUST_RUN_IN_CI = ("docker", "bwrap", "distributed")
 
 
 def _in_ci() -> bool:

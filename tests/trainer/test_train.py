@@ -182,3 +182,24 @@ def test_a_real_update_has_ratio_one_and_no_clipping_from_the_trainers_loss_path
     assert m["ratio_max"] > 1.0 or m["ratio_min"] < 1.0  # epoch 2 saw the updated weights
     assert any(not torch.equal(p, b) for p, b in zip(t.s.model.parameters(), before))
     t.s.close()
+
+
+@pytest.mark.parametrize("advantage", ["group", "gae"])
+def test_micro_batched_update_equals_the_single_batch_update(tmp_path: Path, advantage: str) -> None:
+    """Same step with the whole batch in one forward/backward and cut into micro-batches of
+    at most 400 padded tokens: same losses and the same accumulated gradient."""
+    grads, stats = {}, {}
+    for budget in (0, 400):
+        cfg = load_config("cpu-quickstart", [*SMALL, *ONE_TASK, f"log.run_dir={tmp_path / str(budget)}",
+                                             f"ppo.advantage={advantage}", f"ppo.micro_batch_tokens={budget}",
+                                             "ppo.kl_coef=0.1", "rollout.samples_per_task=3"])
+        t = Trainer(cfg)
+        stats[budget] = t.train_step(0)
+        grads[budget] = torch.cat([p.grad.flatten() for p in t.s.params])
+        t.s.close()
+    assert stats[400]["reward_mean"] == stats[0]["reward_mean"]  # same episodes
+    for key in ("loss", "pg_loss", "entropy", "kl_ref", "grad_norm", "mismatch_k3"):
+        assert stats[400][key] == pytest.approx(stats[0][key], rel=1e-5, abs=1e-7), key
+    if advantage == "gae":
+        assert stats[400]["value_loss"] == pytest.approx(stats[0]["value_loss"], rel=1e-5)
+    torch.testing.assert_close(grads[400], grads[0], rtol=1e-4, atol=1e-7)
