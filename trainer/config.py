@@ -67,6 +67,9 @@ class ModelConfig:
     """``tiny`` (a local tiny GPT-OSS on the byte tokenizer) or a local path / hub id."""
     tiny: dict[str, Any] = field(default_factory=dict)
     """Overrides for the tiny GPT-OSS config (hidden_size, num_hidden_layers, ...)."""
+    tokenizer: str = "auto"
+    """``auto`` (agentgym's byte tokenizer for ``tiny``, else the model's own), ``byte``, or a
+    local path / hub id of a Hugging Face tokenizer."""
     init_from: str | None = None
     """Start from these weights instead (a run dir, a checkpoint dir or a model dir); every
     parameter must match by name and shape (missing or unexpected keys are an error)."""

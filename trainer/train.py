@@ -122,7 +122,8 @@ class Setup:
 
         m = self.cfg.model
         meta = self.dist is not None if meta is None else meta
-        tok: Any = ByteTokenizer() if m.name == "tiny" else as_tokenizer(m.name)
+        tok_name = ("byte" if m.name == "tiny" else m.name) if m.tokenizer == "auto" else m.tokenizer
+        tok: Any = ByteTokenizer() if tok_name == "byte" else as_tokenizer(tok_name)
         if meta:
             model = D.policy_skeleton(m.name, tok.vocab_size, m.tiny, attn_implementation=m.attn_implementation,
                                       device=self.device)

@@ -61,12 +61,17 @@ def _episodes(tmp: Path) -> Path:
 
 
 def test_two_processes_make_the_single_process_update(tmp_path: Path) -> None:
-    """Same episodes, same initial weights: 1 plain process vs 2 FSDP2 ranks (each with one
+    """Same episodes, same initial weights (an MXFP4 checkpoint, dequantized on load: rank 0
+    reads it and broadcasts the shards): 1 plain process vs 2 FSDP2 ranks (each with one
     task's episodes). Two optimizer steps (epochs=2: the no-grad old pass too), KL to a
     sharded reference, entropy bonus, micro-batches: same losses, gradients and weights."""
+    from agentgym.trainer.model import build_tiny_gptoss, load_policy
+    from agentgym.trainer.mxfp4 import save_mxfp4
+
     eps = _episodes(tmp_path)
+    save_mxfp4(build_tiny_gptoss(264, seed=7), tmp_path / "mxfp4")  # loaded dequantized by both
     over = [*BASE, "ppo.epochs=2", "ppo.kl_coef=0.1", "ppo.entropy_coef=0.01", "ppo.lr=1e-3",
-            "ppo.micro_batch_tokens=600"]
+            "ppo.micro_batch_tokens=600", f"model.name={tmp_path / 'mxfp4'}", "model.tokenizer=byte"]
     single = subprocess.run([sys.executable, str(WORKER), str(eps), str(tmp_path / "one"), *over],
                             env=_env(), capture_output=True, text=True, timeout=600)
     assert single.returncode == 0, single.stderr[-5000:]
@@ -79,15 +84,16 @@ def test_two_processes_make_the_single_process_update(tmp_path: Path) -> None:
     assert one["metrics"]["ratio_max_first"] == 1.0 and two["metrics"]["ratio_max_first"] == 1.0
     for name, g in one["grads"].items():
         torch.testing.assert_close(two["grads"][name], g, rtol=1e-4, atol=1e-7, msg=name)
-    moved = 0.0
+    # weights: AdamW divides by |g| + eps, which amplifies the float noise of near-zero
+    # gradients; measured: 9 of 1.06M weights differ by more than 1e-6 (max 4.2e-6 = lr / 240)
+    close = total = 0
     for name, w in one["weights"].items():
-        torch.testing.assert_close(two["weights"][name], w, rtol=0, atol=1e-6, msg=name)
-    init = load_config("cpu-quickstart", BASE)  # and the update really moved the weights
-    from agentgym.trainer.model import build_tiny_gptoss
-
-    start = build_tiny_gptoss(264, seed=init.seed).state_dict()
-    moved = max(float((one["weights"][k] - start[k]).abs().max()) for k in start)
-    assert moved > 1e-4
+        torch.testing.assert_close(two["weights"][name], w, rtol=0, atol=1e-5, msg=name)
+        close += int(((two["weights"][name] - w).abs() <= 1e-6).sum())
+        total += w.numel()
+    assert close / total > 0.9999
+    start = load_policy(str(tmp_path / "mxfp4")).state_dict()  # the update really moved them
+    assert max(float((one["weights"][k] - start[k]).abs().max()) for k in start) > 1e-4
 
 
 def test_layout_splits_tasks_over_rollout_groups_and_rows_over_tensor_parallel_ranks() -> None:

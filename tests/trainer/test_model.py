@@ -176,3 +176,50 @@ def test_entropy_has_no_gradient_unless_it_is_in_the_loss(tiny: torch.nn.Module)
     assert with_grad.entropy.requires_grad
     torch.testing.assert_close(plain.entropy, with_grad.entropy.detach(), rtol=0, atol=0)
     assert torch.all(policy_forward(tiny, ids, with_entropy=False).entropy == 0)
+
+
+def test_mxfp4_format_round_trips_exactly() -> None:
+    from agentgym.trainer.mxfp4 import FP4_VALUES, dequantize, quantize
+
+    w = torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(0)) * 0.02
+    blocks, scales = quantize(w)
+    assert blocks.shape == (3, 5, 2, 16) and scales.shape == (3, 5, 2) and blocks.dtype == torch.uint8
+    back = dequantize(blocks, scales, dtype=torch.float32)
+    assert float((back - w).norm() / w.norm()) < 0.2  # 4-bit values: ~10% error
+    again = dequantize(*quantize(back), dtype=torch.float32)
+    assert torch.equal(again, back)  # representable values are fixed points
+    # every value is an FP4 value times its block's power of two
+    unit = back.reshape(3, 5, 2, 32) / torch.exp2(scales.float() - 127).unsqueeze(-1)
+    assert set(unit.flatten().tolist()) <= {abs(v) * s for v in FP4_VALUES for s in (1, -1)}
+
+
+def test_mxfp4_checkpoint_loads_dequantized_for_training(tmp_path: Path) -> None:
+    """A tiny GPT-OSS saved like openai/gpt-oss-20b (MXFP4 experts) loads as plain bf16-shaped
+    experts holding exactly the dequantized values, and trains."""
+    from safetensors.torch import load_file
+
+    from agentgym.trainer.mxfp4 import dequantize, is_mxfp4, quantize, save_mxfp4
+
+    model = build_tiny_gptoss(VOCAB, seed=3)
+    save_mxfp4(model, tmp_path / "mx")
+    assert is_mxfp4(tmp_path / "mx")
+    stored = load_file(str(tmp_path / "mx" / "model.safetensors"))
+    assert stored["model.layers.0.mlp.experts.gate_up_proj_blocks"].dtype == torch.uint8
+    assert "model.layers.0.mlp.experts.gate_up_proj" not in stored
+    loaded = load_policy(str(tmp_path / "mx"))
+    for i, layer in enumerate(loaded.model.layers):
+        for name in ("gate_up_proj", "down_proj"):
+            orig = getattr(model.model.layers[i].mlp.experts, name).detach()
+            want = dequantize(*quantize(orig.transpose(-1, -2)), dtype=torch.float32).transpose(-1, -2)
+            assert torch.equal(getattr(layer.mlp.experts, name).float(), want), (i, name)
+    q = loaded.model.layers[0].self_attn.q_proj.weight
+    assert torch.equal(q, model.model.layers[0].self_attn.q_proj.weight.bfloat16().float())
+    out = policy_forward(loaded, torch.randint(0, 263, (2, 16)))
+    out.logprobs.sum().backward()
+    assert loaded.model.layers[0].mlp.experts.gate_up_proj.grad is not None
+    # saving it writes what is trained (bf16 experts), not a re-quantized copy
+    from agentgym.trainer.checkpoint import save_model
+
+    save_model(loaded, tmp_path / "again")
+    assert not is_mxfp4(tmp_path / "again")
+    assert "model.layers.0.mlp.experts.gate_up_proj" in load_file(str(tmp_path / "again" / "model.safetensors"))
