@@ -82,7 +82,7 @@ def load_kwargs(config: Any) -> dict[str, Any]:
     method = q.get("quant_method") if isinstance(q, dict) else getattr(q, "quant_method", None)
     if str(getattr(method, "value", method) or "").lower() != "mxfp4":
         return {}
-    from transformers import Mxfp4Config
+    from transformers import Mxfp4Config  # type: ignore[attr-defined]
 
     return {"quantization_config": Mxfp4Config(dequantize=True)}
 
@@ -92,11 +92,11 @@ def forget_quantization(model: torch.nn.Module) -> torch.nn.Module:
     otherwise re-quantize the experts on every ``save_pretrained`` (checkpoints, the KL
     reference and the engine's starting weights must hold the bf16 weights being trained)."""
     if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer = None  # type: ignore[assignment]
+        setattr(model, "hf_quantizer", None)  # noqa: B010
     if getattr(model, "_weight_conversions", None) is not None:
         # transformers 5 records the load-time conversions (blocks+scales -> weight) and reverts
         # them in save_pretrained; None makes it save like a model built from scratch
-        model._weight_conversions = None
+        setattr(model, "_weight_conversions", None)  # noqa: B010
     config = getattr(model, "config", None)
     if config is not None and hasattr(config, "quantization_config"):
         del config.quantization_config
