@@ -101,6 +101,10 @@ class RolloutConfig:
     """Threads stepping environments concurrently."""
     prefix_cache: bool = True
     """hf engine: prefill the prompt prefix all episodes share once (same samples, faster)."""
+    sleep_level: int = 0
+    """A colocated engine's memory during the learner update: 0 = keeps it; 1 = sleeps (vLLM:
+    KV cache freed, weights offloaded to CPU); 2 = sleeps and drops its weights (the weight
+    sync refills them). Woken before each sync. Needs engine_kwargs.enable_sleep_mode."""
 
 
 @dataclass
@@ -304,6 +308,7 @@ class TrainConfig:
                   "log.eval_every": self.log.eval_every, "log.checkpoint_every": self.log.checkpoint_every,
                   "ppo.max_grad_norm": self.ppo.max_grad_norm, "threads": self.threads,
                   "ppo.micro_batch_tokens": self.ppo.micro_batch_tokens,
+                  "rollout.sleep_level": self.rollout.sleep_level,
                   "distributed.nproc": self.distributed.nproc}
         for key, v in nonneg.items():
             if v < 0:
@@ -321,6 +326,8 @@ class TrainConfig:
         if self.ppo.advantage == "group" and self.rollout.samples_per_task < 2:
             raise ConfigError("ppo.advantage=group needs rollout.samples_per_task >= 2 (a group "
                               f"baseline over one sample is zero), got {self.rollout.samples_per_task}")
+        if self.rollout.sleep_level > 2:
+            raise ConfigError(f"rollout.sleep_level: expected 0, 1 or 2, got {self.rollout.sleep_level}")
         if len(self.correction.geo_band) != 2:
             raise ConfigError(f"correction.geo_band: expected [lo, hi], got {self.correction.geo_band}")
 

@@ -92,7 +92,11 @@ class Setup:
         self.ref_model: torch.nn.Module | None = None
         if engine is None:
             engine = self._make_engine(self._engine_copy() if self.dist is not None else self.model)
+        if cfg.rollout.sleep_level and not (hasattr(engine, "sleep") and hasattr(engine, "wake_up")):
+            raise ConfigError(f"rollout.sleep_level={cfg.rollout.sleep_level}: the {cfg.rollout.engine} "
+                              "engine cannot sleep (no sleep/wake_up); set rollout.sleep_level=0")
         self.engine = engine
+        self.engine_asleep = False
         self.sync_engine()
 
         def make_env() -> Any:
@@ -173,8 +177,17 @@ class Setup:
             check_engine_checkpoint(str(kw["model"]))
         return make_engine(cfg.rollout.engine, **kw)
 
+    def engine_sleep(self) -> None:
+        """Free the engine's GPU memory for the update (``rollout.sleep_level``)."""
+        if self.cfg.rollout.sleep_level:
+            self.engine.sleep(level=self.cfg.rollout.sleep_level)
+            self.engine_asleep = True
+
     def sync_engine(self) -> None:
-        """Push the current weights (in the compute dtype) to the rollout engine."""
+        """Wake the engine if it sleeps, then push the current weights (in the compute dtype)."""
+        if self.engine_asleep:
+            self.engine.wake_up()
+            self.engine_asleep = False
         if self.dist is None:
             self.engine.sync_weights(self.model)
         else:
@@ -337,6 +350,7 @@ class Trainer:
 
         t0 = time.perf_counter()
         norm = self._update_score_stats if cfg.ppo.normalize_rewards else None
+        s.engine_sleep()
         metrics.update(ppo_update(s, cfg, batch, step, reward_std=norm))
         s.sync_engine()
         metrics.update(t_rollout=t_rollout, t_update=time.perf_counter() - t0,
