@@ -77,10 +77,10 @@ class _Stats:
 
 
 def _forward(s: Any, model: torch.nn.Module, b: Batch, *, temperature: float, values: bool,
-             entropy_grad: bool = False) -> Any:
+             entropy: bool = True, entropy_grad: bool = False) -> Any:
     with s.compute():
-        return prefix_forward(model, b, temperature=temperature,
-                              value_head=s.value_head if values else None, entropy_grad=entropy_grad)
+        return prefix_forward(model, b, temperature=temperature, value_head=s.value_head if values else None,
+                              with_entropy=entropy, entropy_grad=entropy_grad)
 
 
 @torch.no_grad()
@@ -91,7 +91,7 @@ def _no_grad_pass(s: Any, model: torch.nn.Module, b: Batch, plan: list[torch.Ten
     vals = torch.zeros_like(b.behaviour_logp) if values else None
     for rows in plan:
         sub = b.select(rows)
-        out = _forward(s, model, sub, temperature=temperature, values=values)
+        out = _forward(s, model, sub, temperature=temperature, values=values, entropy=False)
         w = sub.input_ids.shape[1]
         logp[rows, :w] = out.logprobs.float()
         if vals is not None and out.values is not None:
@@ -238,7 +238,7 @@ def ppo_update(s: Any, cfg: Any, b: Batch, step: int,
     for key in ("ratio_min", "ratio_max", "clip_frac"):
         out_stats[f"{key}_first"] = acc[key][0]
     out_stats["ratio_max"], out_stats["ratio_min"] = max(acc["ratio_max"]), min(acc["ratio_min"])
-    out_stats.update(metrics)
+    out_stats.update(metrics, micro_batches=float(len(everything)))
     old_all, beh_all, mask_all, w_all = (all_gather_rows(x) for x in (old_full, b.behaviour_logp, mask, w_full))
     out_stats.update({f"mismatch_{k}": v for k, v in mismatch_stats(
         old_all, beh_all, mask_all, w_all, threshold=c.threshold).items()})

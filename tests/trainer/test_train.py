@@ -203,3 +203,47 @@ def test_micro_batched_update_equals_the_single_batch_update(tmp_path: Path, adv
     if advantage == "gae":
         assert stats[400]["value_loss"] == pytest.approx(stats[0]["value_loss"], rel=1e-5)
     torch.testing.assert_close(grads[400], grads[0], rtol=1e-4, atol=1e-7)
+
+
+def test_bf16_compute_update_tracks_the_fp32_update(tmp_path: Path) -> None:
+    """model.dtype=bfloat16 keeps float32 master weights and AdamW state and computes in bf16:
+    on the same episodes its update follows the float32 run's, and at the 20B recipe's lr of
+    1e-6 it moves the weights, which bf16 parameters would mostly not (round-off)."""
+    from agentgym.trainer.batch import make_batch
+    from agentgym.trainer.rollout import group_seeds
+    from agentgym.trainer.update import ppo_update
+
+    runs = {}
+    batch = None
+    for dtype in ("float32", "bfloat16"):
+        cfg = load_config("cpu-quickstart", [*SMALL, *ONE_TASK, f"log.run_dir={tmp_path / dtype}",
+                                             f"model.dtype={dtype}", "ppo.lr=1e-6", "ppo.kl_coef=0.1",
+                                             "ppo.warmup_steps=1", "rollout.samples_per_task=4"])
+        t = Trainer(cfg)
+        assert all(p.dtype == torch.float32 for p in t.s.params)  # master weights
+        if batch is None:
+            seeds, groups = group_seeds(1_000_000, 2, 4)
+            trajs, _ = t.s.collector.collect(seeds, temperature=1.0, sample_seed=3, options={})
+            for i, tr in enumerate(trajs):
+                tr.turns[-1].reward += 0.1 * i
+            batch = make_batch(trajs, groups, pad_id=t.s.pad_id)
+        before = torch.cat([p.detach().flatten() for p in t.s.params])
+        m = ppo_update(t.s, cfg, batch, 0)
+        after = torch.cat([p.detach().flatten() for p in t.s.params])
+        assert all(st["exp_avg"].dtype == torch.float32 for st in t.s.optimizer.state.values())
+        runs[dtype] = (m, after - before, torch.cat([p.grad.flatten() for p in t.s.params]), t)
+    (m32, d32, g32, _), (m16, d16, g16, t16) = runs["float32"], runs["bfloat16"]
+    cos = torch.nn.functional.cosine_similarity
+    assert float(cos(g16, g32, dim=0)) > 0.99  # same gradient up to bf16 rounding
+    assert float(cos(d16, d32, dim=0)) > 0.9  # and the same step (Adam ~ lr * sign(g))
+    assert m16["entropy"] == pytest.approx(m32["entropy"], rel=1e-2)
+    assert m16["mismatch_abs_dlogp_mean"] < 0.05  # bf16 trainer vs the fp32-sampled episodes
+    moved16 = float((d16 != 0).float().mean())
+    assert moved16 > 0.5  # the float32 master copy takes the 1e-6 steps
+    # the same step applied to bf16 parameters is mostly rounded away
+    params = torch.cat([p.detach().flatten() for p in t16.s.params]) - d16
+    lost = float(((params.bfloat16() + d16.bfloat16()).float() == params.bfloat16().float())[d16 != 0]
+                 .float().mean())
+    assert lost > 0.8
+    for _, _, _, t in runs.values():
+        t.s.close()
