@@ -2,8 +2,8 @@
 
 Both sides run the same measurement in their own subprocess, interleaved (A B A B ...), so
 the machine's load hits both alike; the script prints each side's median step time, its
-update time (the learner part) and the ratio. The baseline revision is checked out into a
-temporary git worktree and imported through ``PYTHONPATH`` (a symlink tree that maps the
+update time (the learner part) and the ratio. The baseline revision is unpacked into a
+temporary folder (``git archive``) and imported through ``PYTHONPATH`` (a symlink tree that maps the
 repository's folders onto the ``agentgym`` namespace, as the editable install does).
 
     python bench/trainer_step_time.py --against c982f5d            # before/after of the learner
@@ -89,23 +89,20 @@ def main() -> None:
     print(f"load average {os.getloadavg()}")
     with tempfile.TemporaryDirectory() as tmp:
         base_path = None
-        if args.against:
+        if args.against:  # the revision's files, unpacked (no git worktree, nothing to clean up)
             wt = Path(tmp) / "base"
-            subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(wt), args.against],
-                           check=True, capture_output=True)
+            wt.mkdir()
+            archive = subprocess.run(["git", "-C", str(REPO), "archive", args.against],
+                                     check=True, capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(wt)], input=archive, check=True)
             base_path = namespace_tree(wt, Path(tmp) / "path")
-        try:
-            res: dict[str, list[dict[str, float]]] = {"this": [], "base": []}
-            for r in range(args.rounds):
-                res["this"].append(run_child(None, args.steps, args.overrides))
-                print(f"round {r + 1} this checkout: {res['this'][-1]}", flush=True)
-                if base_path is not None:
-                    res["base"].append(run_child(base_path, args.steps, args.overrides))
-                    print(f"round {r + 1} {args.against}: {res['base'][-1]}", flush=True)
-        finally:
-            if args.against:
-                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(wt)],
-                               check=False, capture_output=True)
+        res: dict[str, list[dict[str, float]]] = {"this": [], "base": []}
+        for r in range(args.rounds):
+            res["this"].append(run_child(None, args.steps, args.overrides))
+            print(f"round {r + 1} this checkout: {res['this'][-1]}", flush=True)
+            if base_path is not None:
+                res["base"].append(run_child(base_path, args.steps, args.overrides))
+                print(f"round {r + 1} {args.against}: {res['base'][-1]}", flush=True)
     print(f"load average {os.getloadavg()}")
     for key in ("t_step", "t_update", "t_rollout"):
         this = statistics.median(x[key] for x in res["this"])
