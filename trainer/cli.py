@@ -14,6 +14,7 @@ never a traceback; training failures (non-finite values, checkpoint problems) ex
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -122,10 +123,15 @@ def _run(argv: list[str]) -> int:
         return 2 if plan.problems else 0
     from agentgym.trainer.train import Trainer
 
-    summary = Trainer(cfg, resume=bool(resume)).run()
+    from agentgym.trainer.distributed import shutdown
+
+    try:
+        summary = Trainer(cfg, resume=bool(resume)).run()
+    finally:
+        shutdown()
     names = {"init": "untrained", "warm_start": "after warm start", "ppo": "after PPO"}
     stages = summary["eval_stages"]
-    if stages:
+    if stages and os.environ.get("RANK", "0") == "0":  # under torchrun: rank 0 speaks
         print("eval reward " + " -> ".join(
             f"{e['reward_mean']:.3f} {names[k]} (success {e['success']:.2f})"
             for k, e in sorted(stages.items(), key=lambda kv: list(names).index(kv[0])))

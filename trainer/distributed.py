@@ -49,6 +49,7 @@ __all__ = [
     "load_full_state",
     "materialize",
     "policy_skeleton",
+    "shutdown",
     "shard_module",
     "shard_policy",
     "tp_rows",
@@ -110,6 +111,15 @@ def init_distributed(*, backend: str, device: str, rollout_tp: int, timeout_s: f
     if not dist.is_initialized():
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
     return DistInfo(rank=rank, world=world, local_rank=local, device=dev, rollout_tp=rollout_tp)
+
+
+def shutdown() -> None:
+    """Leave the process group (end of a torchrun run); nothing to do otherwise."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def is_sharded(module: nn.Module | None) -> bool:

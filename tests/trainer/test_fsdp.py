@@ -106,9 +106,9 @@ def test_layout_splits_tasks_over_rollout_groups_and_rows_over_tensor_parallel_r
 
 
 def test_sharded_checkpoint_resumes_on_another_process_count(tmp_path: Path) -> None:
-    """2 ranks train 2 steps (sharded checkpoints, KL reference); the run then continues
-    for a step on 1 torchrun rank, and a copy of it in a plain process: both load the 2-rank
-    checkpoint (DCP reshards) and make the same third step."""
+    """2 ranks warm-start and train 2 steps (evaluations, sharded checkpoints, the KL
+    reference); the run then continues for a step on 1 torchrun rank, and a copy of it in a
+    plain process: both load the 2-rank checkpoint (DCP reshards) and make the same third step."""
     import json
     import shutil
 
@@ -117,12 +117,13 @@ def test_sharded_checkpoint_resumes_on_another_process_count(tmp_path: Path) -> 
 
     run = tmp_path / "run"
     train = ["--config", "cpu-quickstart", *BASE, "log.checkpoint_every=1", "ppo.kl_coef=0.1",
-             "ppo.entropy_coef=0.01", "ppo.lr=1e-2"]
+             "ppo.entropy_coef=0.01", "ppo.lr=1e-2", "sft.steps=1", "sft.batch_size=4", "log.eval_every=2"]
     torchrun(2, "-m", "agentgym.trainer.cli", *train, f"log.run_dir={run}", "ppo.steps=2")
     ckpt = latest_checkpoint(run)
     assert ckpt is not None and ckpt.name == "step-000002" and (ckpt / "sharded").is_dir()
     assert json.loads((ckpt / "state.json").read_text())["world_size"] == 2
-    assert (run / "reference" / "model.safetensors").exists()
+    assert (run / "reference" / "model.safetensors").exists() and (run / "warm_start").is_dir()
+    assert [r["stage"] for r in read_metrics(run, "eval")] == ["init", "warm_start", "ppo"]
     plain = tmp_path / "plain"
     shutil.copytree(run, plain)
     torchrun(1, "-m", "agentgym.trainer.cli", "--resume", str(run), "ppo.steps=3")
