@@ -72,12 +72,13 @@ def main() -> None:
         batch = None
         for lr in args.lrs:
             ref = run("fp32", lr, args.updates, batch, tmp)
+            ref["grad"], ref["delta"] = ref["grad"].double(), ref["delta"].double()  # type: ignore[union-attr]
             batch = ref["batch"]
             print(f"\nlr {lr:g}, {args.updates} updates on the same 16 episodes")
             print("run                        | grad cos | change cos | |change| / fp32's | weights moved")
             for name in ("fp32", "bf16 compute + fp32 master", "bf16 params"):
                 r = ref if name == "fp32" else run(name, lr, args.updates, batch, tmp)
-                g, d = r["grad"], r["delta"]
+                g, d = r["grad"].double(), r["delta"].double()  # type: ignore[union-attr]
                 print(f"{name:26s} | {float(cos(g, ref['grad'], dim=0)):8.4f} | "  # type: ignore[arg-type]
                       f"{float(cos(d, ref['delta'], dim=0)):10.4f} | "  # type: ignore[arg-type]
                       f"{float(d.norm() / ref['delta'].norm()):17.3f} | "  # type: ignore[union-attr, attr-defined]

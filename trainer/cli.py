@@ -121,9 +121,8 @@ def _run(argv: list[str]) -> int:
         plan = make_plan(cfg)
         print(plan.report())
         return 2 if plan.problems else 0
-    from agentgym.trainer.train import Trainer
-
     from agentgym.trainer.distributed import shutdown
+    from agentgym.trainer.train import Trainer
 
     try:
         summary = Trainer(cfg, resume=bool(resume)).run()
