@@ -94,6 +94,14 @@ def test_two_processes_make_the_single_process_update(tmp_path: Path) -> None:
     assert close / total > 0.9999
     start = load_policy(str(tmp_path / "mxfp4")).state_dict()  # the update really moved them
     assert max(float((one["weights"][k] - start[k]).abs().max()) for k in start) > 1e-4
+    # FSDP2 mixed precision: bf16 compute, float32 master weights; the update tracks fp32's
+    torchrun(2, str(WORKER), str(eps), str(tmp_path / "bf16"), *over, "model.dtype=bfloat16")
+    bf16 = torch.load(tmp_path / "bf16" / "result.pt", weights_only=False)
+    assert all(w.dtype == torch.float32 for w in bf16["weights"].values())
+    flat = [torch.cat([r["grads"][n].double().flatten() for n in one["grads"]]) for r in (one, bf16)]
+    assert float(torch.nn.functional.cosine_similarity(flat[0], flat[1], dim=0)) > 0.99
+    delta = [torch.cat([(r["weights"][k] - start[k]).double().flatten() for k in start]) for r in (one, bf16)]
+    assert float(torch.nn.functional.cosine_similarity(delta[0], delta[1], dim=0)) > 0.9
 
 
 def test_layout_splits_tasks_over_rollout_groups_and_rows_over_tensor_parallel_ranks() -> None:
