@@ -217,9 +217,8 @@ def ppo_update(s: Any, cfg: Any, b: Batch, step: int,
                 st.add("loss", loss.item())
                 for key in ("ratio_mean", "clip_frac", "approx_kl"):
                     st.add(key, ps[key] * n)
-                if n:
-                    st.top("ratio_max", ps["ratio_max"])
-                    st.top("neg_ratio_min", -ps["ratio_min"])
+                st.top("ratio_max", ps["ratio_max"] if n else -math.inf)  # same keys on every rank
+                st.top("neg_ratio_min", -ps["ratio_min"] if n else -math.inf)
             params = [q for q in s.params if q.grad is not None]
             gn = torch.nn.utils.clip_grad_norm_(params, p.max_grad_norm or math.inf)
             gn = gn.full_tensor() if hasattr(gn, "full_tensor") else gn
@@ -229,8 +228,9 @@ def ppo_update(s: Any, cfg: Any, b: Batch, step: int,
             r = st.reduce()
             for key in ("ratio_mean", "clip_frac", "approx_kl"):
                 r[key] = r[key] / max(n_tok, 1.0)
-            r["ratio_min"] = -r.pop("neg_ratio_min", -1.0)
-            r.setdefault("ratio_max", 1.0)
+            r["ratio_min"] = -r.pop("neg_ratio_min")
+            for key in ("ratio_min", "ratio_max"):  # no policy token at all: report 1
+                r[key] = r[key] if math.isfinite(r[key]) else 1.0
             r.update(grad_norm=float(gn), adam_step_rms=adam_step_rms(s.optimizer))
             for key, v in r.items():
                 acc.setdefault(key, []).append(float(v))
