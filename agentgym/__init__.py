@@ -12,6 +12,7 @@ environment module: ``gym.make`` imports the one it needs.
 
 from __future__ import annotations
 
+from agentgym.chat import ChatWrapper
 from agentgym.env import Task, ToolEnv
 from agentgym.errors import (
     AgentGymError,
@@ -41,6 +42,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AgentGymError",
     "ByteTokenizer",
+    "ChatWrapper",
     "CheckpointError",
     "ConfigError",
     "DatasetError",

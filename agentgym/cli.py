@@ -3,6 +3,7 @@
     agentgym list                       registered environments
     agentgym sandbox build|clean|status the code-execution sandbox image and containers
     agentgym demo [ENV_ID ...]          run the scripted oracle policies and print per-env results
+    agentgym serve ENV_ID               serve an environment over WebSocket/HTTP (agentgym/Remote-v0)
 """
 
 from __future__ import annotations
@@ -44,6 +45,25 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    import agentgym
+    from agentgym.remote.server import serve
+    from agentgym.remote.sessions import SessionManager, parse_env_kwarg
+    from agentgym.remote.wire import SAFE_KWARGS, Limits
+
+    if args.env_id not in agentgym.registered_ids():
+        print(f"{args.env_id!r} is not a registered environment; known: {', '.join(agentgym.registered_ids())}",
+              file=sys.stderr)
+        return 2
+    limits = Limits(max_sessions=args.max_sessions, max_message_bytes=args.max_message_bytes,
+                    idle_timeout_s=args.idle_timeout, detach_grace_s=args.detach_grace)
+    manager = SessionManager(args.env_id, limits=limits, tokenizer=args.tokenizer,
+                             env_kwargs=dict(parse_env_kwarg(kv) for kv in args.env_kwarg),
+                             allow_kwargs=SAFE_KWARGS | set(args.allow_kwarg))
+    serve(manager, host=args.host, port=args.port, log_level=args.log_level, parent_pid=args.parent_pid)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["sandbox"]:
@@ -59,6 +79,23 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("env_ids", nargs="*")
     demo.add_argument("--episodes", type=int, default=100)
     demo.set_defaults(fn=_demo)
+    srv = sub.add_parser("serve", help="serve an environment over WebSocket/HTTP (client: agentgym/Remote-v0)")
+    srv.add_argument("env_id", help="a registered id, e.g. agentgym/MathCalc-v0")
+    srv.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
+    srv.add_argument("--port", type=int, default=8700, help="TCP port; 0 picks a free one")
+    srv.add_argument("--max-sessions", type=int, default=256, help="env instances held at once")
+    srv.add_argument("--max-message-bytes", type=int, default=1 << 20, help="largest request accepted")
+    srv.add_argument("--idle-timeout", type=float, default=300.0, help="close HTTP sessions idle this long (s)")
+    srv.add_argument("--detach-grace", type=float, default=30.0,
+                     help="keep a WebSocket session this long after its connection dropped (s)")
+    srv.add_argument("--tokenizer", default=None, help="tokenizer path (default: agentgym's byte tokenizer)")
+    srv.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=JSON",
+                     help="constructor argument fixed by the server (repeatable), e.g. sandbox=\"docker\"")
+    srv.add_argument("--allow-kwarg", action="append", default=[], metavar="KEY",
+                     help="let clients set this constructor argument too (repeatable)")
+    srv.add_argument("--parent-pid", type=int, default=None, help="exit when this process dies")
+    srv.add_argument("--log-level", default="warning")
+    srv.set_defaults(fn=_serve)
     args = parser.parse_args(argv)
     return int(args.fn(args))
 

@@ -18,6 +18,8 @@ the sampled tokens and returns only the tokens the environment appends.
 from __future__ import annotations
 
 import enum
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -30,15 +32,18 @@ from agentgym.tokenizers import Tokenizer, as_tokenizer
 from agentgym.tools import Tool, ToolResult
 from agentgym.trajectory import Trajectory, Turn
 
-__all__ = ["DEFAULT_SHAPING", "PROMPT_STYLES", "Task", "ToolEnv", "token_space"]
+__all__ = ["DEFAULT_SHAPING", "PROMPT_STYLES", "Task", "ToolEnv", "harmony_preamble", "token_space"]
 
-# Shaped-mode weights of the terms ToolEnv computes itself. Environments add their own
-# terms (progress, pass-rate delta) through ToolResult.components. Sparse mode pays only
+# ToolEnv's own shaped terms: *process* terms, paid only as a bonus on a correct outcome
+# (outcome * max(0, sum of weight * count)), never on a failed or unfinished episode, so that
+# no penalty makes an attempt earn less than doing nothing. Environments add their own
+# *progress* terms through ToolResult.components (declared in extra_shaping), paid as they
+# are reported, with the episode's total kept at zero or more. Sparse mode pays only
 # "outcome"; every term is always reported in info["reward_components"].
 DEFAULT_SHAPING: dict[str, float] = {
-    "format": 0.1,  # a well-formed final message (parsed with no errors)
+    "format": 0.1,  # the action that ended the episode (final answer, submit) parsed with no errors
     "malformed": -0.1,  # per action that failed to parse or called a tool badly
-    "turn": -0.01,  # per turn: a small price on wasted turns
+    "turn": -0.01,  # per turn: among correct episodes, the shorter one earns more
 }
 
 SYSTEM_PROMPT = (
@@ -51,9 +56,11 @@ TOOLS_LINE = "\nCalls to these tools must go to the commentary channel: 'functio
 # How reset() renders the prompt before the user message.
 PROMPT_STYLES: dict[str, str] = {
     "harmony": "GPT-OSS's system message + a developer message with instructions and the "
-               "TypeScript tool namespace (~600 byte tokens); what real GPT-OSS checkpoints expect",
+               "TypeScript tool namespace (612 byte tokens for MathCalc-v0); what real GPT-OSS "
+               "checkpoints expect",
     "compact": "one developer message: the instructions and one line per tool, name(args) "
-               "(~150 byte tokens); for tiny models trained from scratch on the byte tokenizer",
+               "(159 byte tokens for MathCalc-v0); for tiny models trained from scratch on the "
+               "byte tokenizer",
 }
 
 
@@ -63,6 +70,9 @@ class Task:
     prompt: str  # the user message
     answer: Any = None  # whatever score_final needs
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+_PREFIX_CACHE_SIZE = 64  # distinct prompt prefixes kept per env (most envs have one)
 
 
 class _State(enum.Enum):
@@ -78,6 +88,20 @@ def _compact_signature(tool: Tool) -> str:
     req = set(tool.parameters.get("required", []))
     args = ", ".join(f"{k}{'' if k in req else '?'}: {v.get('type', 'any')}" for k, v in props.items())
     return f"{tool.name}({args})"
+
+
+def harmony_preamble(instructions: str, tools: Sequence[Any], reasoning_effort: str) -> list[Message]:
+    """The system and developer messages of a ``prompt="harmony"`` episode.
+
+    ``tools``: objects with ``name``/``description``/``parameters``. agentgym's chat server
+    renders a chat request's system message and tools with this same function, so a
+    conversation played through :class:`agentgym.chat.ChatWrapper` gets the env's exact tokens.
+    """
+    system = SYSTEM_PROMPT.format(effort=reasoning_effort) + (TOOLS_LINE if tools else "")
+    dev = "# Instructions\n\n" + instructions
+    if tools:
+        dev += "\n\n" + render_tool_signatures(tools)
+    return [Message("system", system), Message("developer", dev)]
 
 
 def token_space(vocab_size: int) -> gym.spaces.Sequence:
@@ -134,6 +158,7 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         self.task: Task | None = None
         self.trajectory: Trajectory | None = None
         self.counts: dict[str, int] = {}
+        self._sums: dict[str, float] = {}  # the episode's reward components so far, summed
 
     # ------------------------------------------------------------------ subclass API
     def sample_task(self, rng: np.random.Generator, options: dict[str, Any]) -> Task:
@@ -161,6 +186,11 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
     def env_id(self) -> str:
         return self.spec.id if self.spec is not None else self.default_id
 
+    @property
+    def episode_tools(self) -> list[Tool]:
+        """The tools of the current episode (those the developer message lists); set by reset."""
+        return list(self._tools.values())
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
         if self._state is _State.CLOSED:
@@ -180,6 +210,7 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         self.trajectory.append(prompt, policy=False)
         self.trajectory.prompt_len = len(prompt)
         self.counts = {"turns": 0, "malformed": 0, "tool_calls": 0, "tool_errors": 0}
+        self._sums = {}
         self._state = _State.RUNNING
         return np.asarray(prompt, dtype=np.int64), {"task_id": self.task.id, "prompt": self.task.prompt}
 
@@ -190,7 +221,11 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
                 if self._state is not _State.CLOSED else f"{self.env_id} is closed")
         traj = self.trajectory
         assert traj is not None and self.task is not None
-        self.counts["turns"] += 1
+        # The turn is built on the side and committed at the end: if the env raises (a bug in
+        # score_final, an undeclared reward term), the record holds none of the turn. Side
+        # effects a tool already had in the world (a file written, a row inserted) stay.
+        counts = dict(self.counts)
+        counts["turns"] += 1
         comps: dict[str, float] = {"outcome": 0.0, "turn": 1.0}
         info: dict[str, Any] = {"text": "", "tool_call": None, "tool_result": None, "error": None}
         ids, reject = self._validate(action)
@@ -201,41 +236,50 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
             # Nothing is appended: ids that are not tokens cannot be trained on or replayed.
             info["error"] = reject
             comps["malformed"] = 1.0
+            counts["malformed"] += 1
+            ids = []
             obs: list[int] = []
         else:
             clipped = len(ids) > self.max_action_tokens
             if clipped:
                 ids = ids[: self.max_action_tokens]
-            traj.append(ids, policy=True)
             parsed = self.codec.parse(ids)
             info["text"] = self.tokenizer.decode(ids)
-            result, tool_name = self._dispatch(parsed, info, comps)
+            result, tool_name = self._dispatch(parsed, info, comps, counts)
             if clipped:
                 info["error"] = f"action_too_long: more than {self.max_action_tokens} tokens"
                 truncated = True
             if result.terminal:
                 terminated = True
                 comps["outcome"] = float(result.outcome or 0.0)
+                if parsed.ok:  # the action that ended the episode (answer or submit) was clean Harmony
+                    comps["format"] = 1.0
                 obs = []
             else:
                 obs = self._observation(ids, result, tool_name)
             info["tool_result"] = {"content": result.content, "ok": result.ok, "error": result.error}
             for k, v in result.components.items():
                 comps[k] = comps.get(k, 0.0) + v
-        action_end = len(traj.tokens)
+        self._check_components(comps)
+        action_end = start + len(ids)
         if not terminated and not truncated:
-            truncated = (self.counts["turns"] >= self.max_turns
+            truncated = (counts["turns"] >= self.max_turns
                          or action_end + len(obs) >= self.max_tokens or self.budget_exhausted())
         if truncated and not terminated:
             obs = []  # nothing more will be sampled: no dangling generation prompt
+        sums = {k: self._sums.get(k, 0.0) + v for k, v in comps.items()}
+        sums.update({k: v for k, v in self._sums.items() if k not in sums})
+        reward = self._reward(comps, sums, last=terminated or truncated)
+        # Commit: nothing below raises.
+        traj.append(ids, policy=True)
         traj.append(obs, policy=False)
-        reward = self._reward(comps)
         traj.turns.append(Turn(start, action_end, len(traj.tokens), reward, comps, tool_name,
                                info["error"] if isinstance(info["error"], str) else None))
+        self.counts, self._sums = counts, sums
         if terminated or truncated:
             traj.terminated, traj.truncated = terminated, truncated
             self._state = _State.DONE
-        info.update(reward_components=comps, counts=dict(self.counts), turn=self.counts["turns"])
+        info.update(reward_components=comps, counts=dict(counts), turn=counts["turns"])
         return np.asarray(obs, dtype=np.int64), reward, terminated, truncated, info
 
     def render(self) -> str | None:
@@ -253,18 +297,20 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
     # ------------------------------------------------------------------ internals
     def _prompt_ids(self, user: str) -> list[int]:
         tools = list(self._tools.values())
-        key = tuple(t.name for t in tools)
-        prefix = self._prefix_cache.get(key)
-        if prefix is None and self.prompt_style == "compact":
+        # The cache is keyed on the exact text it tokenizes, so an env whose instructions or
+        # tool descriptions change per task gets each episode's own prefix.
+        messages: tuple[Message, ...]
+        if self.prompt_style == "compact":
             dev = self.instructions + "".join(f"\nTool: functions.{_compact_signature(t)}" for t in tools)
-            prefix = self.codec.render(Message("developer", dev))
-            self._prefix_cache[key] = prefix
+            messages = (Message("developer", dev),)
+        else:
+            messages = tuple(harmony_preamble(self.instructions, tools, self.reasoning_effort))
+        key = tuple(m.content for m in messages)
+        prefix = self._prefix_cache.get(key)
         if prefix is None:
-            system = SYSTEM_PROMPT.format(effort=self.reasoning_effort) + (TOOLS_LINE if tools else "")
-            dev = "# Instructions\n\n" + self.instructions
-            if tools:
-                dev += "\n\n" + render_tool_signatures(tools)
-            prefix = self.codec.render_many([Message("system", system), Message("developer", dev)])
+            prefix = self.codec.render_many(messages)
+            if len(self._prefix_cache) >= _PREFIX_CACHE_SIZE:
+                del self._prefix_cache[next(iter(self._prefix_cache))]  # oldest first
             self._prefix_cache[key] = prefix
         return prefix + self.codec.render_prompt([Message("user", user)])
 
@@ -282,39 +328,46 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
             return [], f"out_of_vocab: ids must be in [0, {self.tokenizer.vocab_size})"
         return arr.tolist(), None
 
-    def _dispatch(self, parsed: ParsedAction, info: dict[str, Any], comps: dict[str, float]
-                  ) -> tuple[ToolResult, str | None]:
+    def _dispatch(self, parsed: ParsedAction, info: dict[str, Any], comps: dict[str, float],
+                  counts: dict[str, int]) -> tuple[ToolResult, str | None]:
         errors = [str(e) for e in parsed.errors]
         if errors:
             info["error"] = "; ".join(errors)
+
+        def malformed() -> None:
+            comps["malformed"] = 1.0
+            counts["malformed"] += 1
+
         call = parsed.tool_call
         if call is not None:
             info["tool_call"] = {"name": call.name, "arguments": call.arguments}
             tool = self._tools.get(call.name)
             if tool is None:
-                comps["malformed"] = 1.0
-                self.counts["malformed"] += 1
+                malformed()
                 known = ", ".join(sorted(self._tools)) or "none"
                 return ToolResult.failure("unknown_tool", f"no tool named {call.name!r}; tools: {known}"), call.name
             if call.arguments is None:
-                comps["malformed"] = 1.0
-                self.counts["malformed"] += 1
+                malformed()
                 return ToolResult.failure("bad_json", errors[-1] if errors else "bad arguments"), call.name
-            self.counts["tool_calls"] += 1
+            if errors:  # wrong stop token, text after the stop...: the call runs, and is penalised
+                malformed()
+            counts["tool_calls"] += 1
             result = tool(call.arguments)
             if not result.ok:
-                self.counts["tool_errors"] += 1
-                if result.error == "bad_arguments":
-                    comps["malformed"] = 1.0
-                    self.counts["malformed"] += 1
+                counts["tool_errors"] += 1
+                if result.error == "bad_arguments" and not errors:
+                    malformed()
             return result, call.name
         if parsed.final is not None:
             result = self.score_final(parsed.final)
-            if parsed.ok:
-                comps["format"] = 1.0
+            if not result.terminal:
+                raise ConfigError(
+                    f"{type(self).__name__}.score_final returned terminal=False; a final answer ends the "
+                    "episode: return ToolResult(..., terminal=True, outcome=...)")
+            if not parsed.ok:
+                malformed()
             return result, None
-        comps["malformed"] = 1.0
-        self.counts["malformed"] += 1
+        malformed()
         reason = "; ".join(errors) or "no tool call and no final answer"
         return ToolResult.failure("unparsed", reason), None
 
@@ -327,12 +380,34 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         notice = Message("user", f"[agentgym] {result.content}\nReply with a tool call or a final answer.")
         return prefix + self.codec.render_prompt([notice])
 
-    def _reward(self, comps: dict[str, float]) -> float:
+    def _check_components(self, comps: dict[str, float]) -> None:
         undeclared = set(comps) - set(self.shaping) - {"outcome"}
         if undeclared:  # a bug in the env, not in the policy: every term needs a declared weight
             raise ConfigError(
                 f"{type(self).__name__} reported reward components {sorted(undeclared)} with no weight; "
                 f"declare them in {type(self).__name__}.extra_shaping (known: {sorted(self.shaping)})")
+
+    def _reward(self, comps: dict[str, float], sums: dict[str, float], *, last: bool) -> float:
+        """This turn's reward; ``sums`` are the episode's components including this turn.
+
+        Sparse: the outcome. Shaped: the env's progress terms as they are reported, and on the
+        episode's last turn the outcome, a top-up that keeps the episode's progress total at
+        zero or more, and ToolEnv's process terms as a bonus on a correct outcome only
+        (``outcome * max(0, format - turns - malformed)``, weighted). So an episode that does
+        nothing earns 0, and no penalty can push an attempt below it (see the README).
+        """
+        outcome = comps["outcome"]
         if self.reward_mode == "sparse":
-            return comps["outcome"]
-        return comps["outcome"] + sum(self.shaping[k] * v for k, v in comps.items() if k != "outcome")
+            return outcome
+        w = self.shaping
+        if not all(math.isfinite(v) for v in w.values()):
+            # A NaN/inf weight is passed through to every turn rather than floored away, so that
+            # consumers (the trainer's finite check) refuse it loudly instead of training on it.
+            return outcome + sum(w[k] * v for k, v in comps.items() if k != "outcome")
+        progress = [k for k in w if k not in DEFAULT_SHAPING]
+        reward = sum((w[k] * comps.get(k, 0.0) for k in progress), 0.0)
+        if last:
+            reward += max(0.0, -sum((w[k] * sums.get(k, 0.0) for k in progress), 0.0))
+            process = sum(w[k] * sums.get(k, 0.0) for k in DEFAULT_SHAPING)
+            reward += outcome + outcome * max(0.0, process)
+        return reward

@@ -6,6 +6,7 @@ Everything agentgym raises on purpose derives from ``AgentGymError``::
     ├── ConfigError             bad argument, config key or value (also a ValueError)
     ├── TokenizerError          tokenizer lacks the Harmony special tokens, or ids out of range
     ├── EnvStateError           step before reset, step after the episode ended, use after close
+    ├── PoolStepError           some environments of an EnvPool raised; the others' results kept
     ├── DatasetError            a user dataset (JSONL) that cannot be read
     ├── SandboxError            code execution backends
     │   ├── SandboxUnavailable  engine not reachable, image missing, backend not installed
@@ -23,6 +24,8 @@ Messages say what was expected, what arrived, and how to fix it.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AgentGymError",
     "CheckpointError",
@@ -30,6 +33,7 @@ __all__ = [
     "DatasetError",
     "EnvStateError",
     "NonFiniteError",
+    "PoolStepError",
     "SandboxError",
     "SandboxStateError",
     "SandboxUnavailable",
@@ -54,6 +58,28 @@ class TokenizerError(AgentGymError):
 
 class EnvStateError(AgentGymError):
     """An environment method was called in the wrong state (step before reset, after close)."""
+
+
+class PoolStepError(AgentGymError):
+    """Some environments of an :class:`~agentgym.EnvPool` raised during ``step`` or ``reset``.
+
+    ``results`` maps the index of every environment that succeeded to its result (their turns
+    are recorded and must not be lost); ``errors`` maps each failed index to its exception (a
+    failed ``step`` records nothing of its turn, so that env can be stepped again).
+    """
+
+    def __init__(self, results: dict[int, Any], errors: dict[int, BaseException], total: int) -> None:
+        first = next(iter(errors.items()))
+        super().__init__(
+            f"{len(errors)} of {total} environments raised (first: env {first[0]}: "
+            f"{type(first[1]).__name__}: {first[1]}); the {len(results)} others' results are in "
+            ".results, the exceptions in .errors")
+        self.results, self.errors, self.total = results, errors, total
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exceptions pickle as cls(*args); this one is rebuilt from its parts (Ray ships it
+        # from a worker process to the driver).
+        return (type(self), (self.results, self.errors, self.total))
 
 
 class DatasetError(AgentGymError):

@@ -50,7 +50,7 @@ class Tool:
     name: str
     description: str
     parameters: dict[str, Any]  # a JSON schema of type "object"
-    fn: Callable[..., ToolResult | str]
+    fn: Callable[..., ToolResult | str | Any]  # str, ToolResult, or a JSON value (shown as JSON)
     max_output_chars: int = 16_000  # longer results are cut, with a note, before tokenizing
 
     def __post_init__(self) -> None:
@@ -86,7 +86,30 @@ class Tool:
             result = self.fn(**arguments)
         except Exception as e:  # the tool's own bug or a hostile input: report, don't crash
             return ToolResult.failure("tool_exception", f"{type(e).__name__}: {_clip(str(e), 2000)}")
-        return ToolResult(result) if isinstance(result, str) else result
+        return _as_result(result)
+
+
+def _as_result(value: Any) -> ToolResult:
+    """What a tool function returned, as a ToolResult: JSON values are rendered as JSON text;
+    anything else is the tool's bug, reported to the model rather than raised into ``step``."""
+    if isinstance(value, ToolResult):
+        return value
+    if isinstance(value, str):
+        return ToolResult(value)
+    if value is None or isinstance(value, (dict, list, tuple, int, float, bool)):
+        try:
+            return ToolResult(json.dumps(value, ensure_ascii=False, allow_nan=False, default=_refuse))
+        except (TypeError, ValueError, RecursionError) as e:
+            why = f"{type(e).__name__}: {_clip(str(e), 300)}"
+    else:
+        why = f"got {type(value).__name__}"
+    return ToolResult.failure("bad_tool_result",
+                              f"the tool returned a value it cannot show ({why}); expected str or ToolResult "
+                              "(or a JSON value). This is a bug in the tool, not in the call.")
+
+
+def _refuse(obj: Any) -> Any:
+    raise TypeError(f"{type(obj).__name__} is not JSON")
 
 
 def _clip(text: str, n: int) -> str:

@@ -12,12 +12,14 @@ uses: reset a batch, then repeatedly step whichever environments have an action 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
+from agentgym.errors import ConfigError, PoolStepError
 
 __all__ = ["EnvPool", "StepResult"]
 
@@ -42,7 +44,7 @@ class EnvPool:
                  max_workers: int | None = None) -> None:
         if callable(envs):
             if n is None:
-                raise ValueError("EnvPool(factory, n=...) needs n when given a factory")
+                raise ConfigError("EnvPool(factory, n=...) needs n when given a factory")
             envs = [envs() for _ in range(n)]
         self.envs = list(envs)
         self._pool = ThreadPoolExecutor(max_workers or min(64, len(self.envs)),
@@ -53,22 +55,46 @@ class EnvPool:
 
     def reset(self, seeds: Iterable[int | None] | None = None,
               options: dict[str, Any] | None = None) -> list[tuple[np.ndarray, dict[str, Any]]]:
+        """Reset every environment, concurrently: one seed per environment (or none at all)."""
         seeds = list(seeds) if seeds is not None else [None] * len(self.envs)
-        futs = [self._pool.submit(e.reset, seed=s, options=options) for e, s in zip(self.envs, seeds)]
-        return [f.result() for f in futs]
+        if len(seeds) != len(self.envs):
+            raise ConfigError(f"reset got {len(seeds)} seeds for {len(self.envs)} environments; pass one "
+                              "seed per environment, or use reset_one(i, seed) for a single one")
+        done, errors = self._gather({i: self._pool.submit(e.reset, seed=s, options=options)
+                                     for i, (e, s) in enumerate(zip(self.envs, seeds))})
+        if errors:
+            raise PoolStepError(done, errors, len(self.envs)) from next(iter(errors.values()))
+        return [done[i] for i in range(len(self.envs))]
 
     def reset_one(self, i: int, seed: int | None = None, options: dict[str, Any] | None = None
                   ) -> tuple[np.ndarray, dict[str, Any]]:
         return self.envs[i].reset(seed=seed, options=options)
 
     def step(self, actions: Mapping[int, Any]) -> dict[int, StepResult]:
-        """Step the environments named in ``actions`` concurrently."""
-        futs = {i: self._pool.submit(self.envs[i].step, a) for i, a in actions.items()}
-        out = {}
+        """Step the environments named in ``actions`` concurrently.
+
+        If some raise, the others' steps still count: :class:`PoolStepError` carries their
+        results (``.results``) and the exceptions (``.errors``).
+        """
+        done, errors = self._gather({i: self._pool.submit(self.envs[i].step, a) for i, a in actions.items()})
+        results = {i: StepResult(obs, float(reward), terminated, truncated, info)
+                   for i, (obs, reward, terminated, truncated, info) in done.items()}
+        if errors:
+            raise PoolStepError(results, errors, len(actions)) from next(iter(errors.values()))
+        return results
+
+    @staticmethod
+    def _gather(futs: dict[int, Future[Any]]) -> tuple[dict[int, Any], dict[int, BaseException]]:
+        """Wait for every future: (results of those that returned, exceptions of those that raised)."""
+        results: dict[int, Any] = {}
+        errors: dict[int, BaseException] = {}
         for i, f in futs.items():
-            obs, reward, terminated, truncated, info = f.result()
-            out[i] = StepResult(obs, float(reward), terminated, truncated, info)
-        return out
+            exc = f.exception()
+            if exc is None:
+                results[i] = f.result()
+            else:
+                errors[i] = exc
+        return results, errors
 
     def close(self) -> None:
         for e in self.envs:

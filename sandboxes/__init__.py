@@ -17,7 +17,7 @@ import difflib
 from typing import TYPE_CHECKING, Any
 
 from agentgym.errors import ConfigError
-from agentgym.sandboxes.base import ExecResult, Sandbox, SandboxState
+from agentgym.sandboxes.base import ExecResult, Sandbox, SandboxState, check_options
 
 if TYPE_CHECKING:
     from agentgym.sandboxes.docker_backend import SandboxPool
@@ -35,8 +35,10 @@ BACKENDS: dict[str, str] = {
 def make_sandbox(backend: str = "docker", **options: Any) -> Sandbox:
     """Build a sandbox of the named backend (``"docker"``, ``"bwrap"`` or ``"unsafe-local"``).
 
-    Options are passed to the backend (for docker: ``pool=``, ``image=``, ``mem_limit=``, ...;
-    see each backend's docstring). Raises ``SandboxUnavailable`` when the backend cannot run.
+    Options are passed to the backend (for docker: ``pool=``, ``pool_size=``, ``image=``,
+    ``mem_limit_bytes=``, ...; see each backend's docstring); a name the backend does not take
+    is a ``ConfigError`` naming the closest one. Raises ``SandboxUnavailable`` when the
+    backend cannot run.
     """
     if backend not in BACKENDS:
         close = difflib.get_close_matches(str(backend), list(BACKENDS), n=1)
@@ -46,6 +48,11 @@ def make_sandbox(backend: str = "docker", **options: Any) -> Sandbox:
 
     module, attr = BACKENDS[backend].split(":")
     factory = getattr(importlib.import_module(module), attr)
+    if backend != "docker":  # docker checks its own (pool options go through DockerOptions)
+        import inspect
+
+        params = inspect.signature(factory).parameters.values()
+        check_options(backend, options, [p.name for p in params if p.kind is p.KEYWORD_ONLY])
     sandbox: Sandbox = factory(**options)
     return sandbox
 

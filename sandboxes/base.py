@@ -16,10 +16,13 @@ unless named). Build one with :func:`agentgym.sandboxes.make_sandbox`.
 from __future__ import annotations
 
 import abc
+import difflib
 import enum
 import posixpath
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 from agentgym.errors import ConfigError, SandboxStateError
 
@@ -29,6 +32,7 @@ __all__ = [
     "ExecResult",
     "Sandbox",
     "SandboxState",
+    "check_options",
     "check_relpath",
 ]
 
@@ -67,6 +71,17 @@ class SandboxState(enum.Enum):
 
     OPEN = "open"
     CLOSED = "closed"
+
+
+def check_options(backend: str, options: dict[str, Any], known: Iterable[str]) -> None:
+    """Refuse option names a backend does not take, naming the closest known one."""
+    known = sorted(known)
+    for name in options:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown option {name!r} for the {backend} sandbox{hint} "
+                              f"Known options: {', '.join(known)}")
 
 
 def check_relpath(path: str) -> str:

@@ -44,8 +44,10 @@ def bwrap_available() -> str | None:
     exe = shutil.which("bwrap")
     if exe is None:
         return "bubblewrap is not installed; `apt-get install bubblewrap`"
-    probe = subprocess.run([exe, "--unshare-all", "--ro-bind", "/", "/", "true"],
-                           capture_output=True, text=True)
+    # Bind only the system dirs: binding all of / recursively races with mounts that come and
+    # go meanwhile (another user's container overlays) and fails at random.
+    binds = [a for d in _HOST_DIRS for a in ("--ro-bind-try", d, d)]
+    probe = subprocess.run([exe, "--unshare-all", *binds, "true"], capture_output=True, text=True)
     if probe.returncode != 0:
         return (f"bwrap cannot create namespaces here ({probe.stderr.strip()}); enable "
                 "unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1)")

@@ -116,6 +116,10 @@ def _raise_remote(resp: dict[str, Any], path: str = "") -> None:
         raise FileNotFoundError(f"no regular file in the sandbox work dir at {path!r} ({msg})")
     if kind == "IsADirectoryError":
         raise IsADirectoryError(f"{path!r} is a directory in the sandbox work dir")
+    if kind == "PermissionError":  # a planted symlink on the way: never followed
+        raise PermissionError(msg)
+    if kind == "NotADirectoryError":
+        raise NotADirectoryError(msg)
     raise SandboxError(f"sandbox runner failed: {kind}: {msg}")
 
 

@@ -16,6 +16,7 @@ label and removed when the next pool starts (or by ``agentgym sandbox clean``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import threading
@@ -24,9 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym.errors import SandboxError, SandboxStateError, SandboxUnavailable
+from agentgym.errors import ConfigError, SandboxError, SandboxStateError, SandboxUnavailable
 from agentgym.sandboxes.attach import AttachTransport
-from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT
+from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT, check_options
 from agentgym.sandboxes.client import RunnerClient, RunnerSandbox
 from agentgym.sandboxes.image import RUNNER_CMD, SANDBOX_UID, WORKDIR, image_tag
 from agentgym.sandboxes.orphans import LABEL, OWNER_LABEL, owner_id, remove_orphans
@@ -49,6 +50,9 @@ def docker_client() -> Any:
     where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     try:
         client = docker.from_env(timeout=120)
+        # requests would scan os.environ for proxies on every call (pointless on a unix socket);
+        # a pool thread doing that while another thread changes the environment gets KeyError.
+        client.api.trust_env = False
         client.ping()
     except Exception as exc:
         raise SandboxUnavailable(
@@ -83,6 +87,9 @@ class DockerOptions:
     """bytes kept of each of stdout and stderr"""
 
 
+OPTION_NAMES = tuple(f.name for f in dataclasses.fields(DockerOptions))
+
+
 @dataclass
 class _Warm:
     container: Any
@@ -98,6 +105,7 @@ class SandboxPool:
 
     def __init__(self, size: int = 2, *, client: Any = None, cleanup_orphans: bool = True,
                  **options: Any) -> None:
+        check_options("docker", options, OPTION_NAMES)
         self.options = DockerOptions(**options)
         self.size = max(0, int(size))
         self.client = client or docker_client()
@@ -169,6 +177,10 @@ class SandboxPool:
         container = self.client.containers.get(created["Id"])
         with self._lock:
             self._live.add(container.id)
+            closed = self._closed
+        if closed:  # close() ran while the container was being created: it is not ours to start
+            self._remove(container.id)
+            raise SandboxStateError("this SandboxPool was closed while a sandbox was starting")
         try:
             sock = container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             container.start()
@@ -176,22 +188,27 @@ class SandboxPool:
             pong = conn.call({"op": "ping"}, _START_TIMEOUT_S)
             if not pong.get("ok") or pong.get("pid") != 1:
                 raise SandboxError(f"runner in {container.short_id} answered {pong!r} to ping")
-        except BaseException:
+        except BaseException as exc:
             self._remove(container.id)
+            if self._closed:  # close() removed it under us: say so, not the engine's 409/404
+                raise SandboxStateError("this SandboxPool was closed while a sandbox was starting") from exc
             raise
         return _Warm(container, conn)
 
     def _fill_one(self) -> None:
-        if self._closed:
-            return
+        with self._lock:
+            if self._closed:
+                return
         try:
             warm: _Warm | BaseException = self._create()
         except BaseException as exc:  # handed to the next acquire() to raise
             warm = exc
-        if self._closed and isinstance(warm, _Warm):
+        with self._lock:
+            if not self._closed:
+                self._ready.put(warm)
+                return
+        if isinstance(warm, _Warm):
             self.discard(warm)
-            return
-        self._ready.put(warm)
 
     def _remove(self, cid: str) -> None:
         try:
@@ -204,26 +221,43 @@ class SandboxPool:
     def discard(self, warm: _Warm) -> None:
         """Throw a used container away, in the background."""
         warm.conn.close()
-        if not self._closed:
-            try:
-                self._executor.submit(self._remove, warm.container.id)
-                return
-            except RuntimeError:  # interpreter shutting down: no new threads
-                pass
+        with self._lock:
+            if not self._closed:
+                try:
+                    self._executor.submit(self._remove, warm.container.id)
+                    return
+                except RuntimeError:  # interpreter shutting down: no new threads
+                    pass
         self._remove(warm.container.id)
+
+    def _submit_fill(self) -> None:
+        """Start a replacement in the background (the caller holds the lock; pool open)."""
+        try:
+            self._executor.submit(self._fill_one)
+        except RuntimeError:  # interpreter shutting down: acquire() starts one itself
+            pass
 
     def take(self) -> _Warm:
         """A started, pinged container; a replacement starts in the background."""
-        if self._closed:
-            raise SandboxStateError("this SandboxPool is closed; create a new one")
-        try:
-            item = self._ready.get_nowait()
-            self._executor.submit(self._fill_one)
-        except queue.Empty:
+        with self._lock:
+            if self._closed:
+                raise SandboxStateError("this SandboxPool is closed; create a new one")
+            try:
+                item: _Warm | BaseException | None = self._ready.get_nowait()
+            except queue.Empty:
+                item = None
+            if self.size > 0:
+                self._submit_fill()
+        if item is None:
             if self.size == 0:
                 return self._create()
-            self._executor.submit(self._fill_one)
-            item = self._ready.get(timeout=_START_TIMEOUT_S * 2)
+            wait = _START_TIMEOUT_S * 2
+            try:
+                item = self._ready.get(timeout=wait)
+            except queue.Empty:
+                raise SandboxUnavailable(
+                    f"no sandbox container was ready within {wait:.0f} s (the engine is overloaded or "
+                    "stuck: check `docker ps` and the engine's log), or use a larger pool") from None
         if isinstance(item, BaseException):
             raise SandboxUnavailable(f"could not start a sandbox container: {item}") from item
         return item
@@ -235,9 +269,10 @@ class SandboxPool:
 
     def close(self) -> None:
         """Stop refilling and remove every container this pool started. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         self._executor.shutdown(wait=True, cancel_futures=True)
         while True:
             try:
@@ -271,11 +306,7 @@ def _remove_ids(client: Any, ids: set[str]) -> None:
 def _release(pool: SandboxPool, holder: dict[str, _Warm]) -> None:
     warm = holder.pop("warm", None)
     if warm is not None:
-        if pool._closed:
-            warm.conn.close()
-            pool._remove(warm.container.id)
-        else:
-            pool.discard(warm)
+        pool.discard(warm)  # removes it at once when the pool is closed
 
 
 class DockerSandbox(RunnerSandbox):
@@ -316,6 +347,7 @@ class DockerSandbox(RunnerSandbox):
 
 
 _default: SandboxPool | None = None
+_default_options: dict[str, Any] = {}
 _default_lock = threading.Lock()
 
 
@@ -323,27 +355,44 @@ def default_pool(**options: Any) -> SandboxPool:
     """The process-wide pool used by ``make_sandbox("docker")`` (created on first use).
 
     Its size is ``$AGENTGYM_SANDBOX_POOL_SIZE`` (default 2): set it to about the number of
-    episodes that reset together (e.g. 8 for 8 concurrent episodes).
+    episodes that reset together (e.g. 8 for 8 concurrent episodes). Options (``size`` and
+    :class:`DockerOptions` fields) apply when the pool is created; asking for other options
+    while it exists is a ``ConfigError`` (close it first, or build your own ``SandboxPool``).
     """
-    global _default
+    global _default, _default_options
     with _default_lock:
         if _default is None or _default._closed:
+            check_options("docker", {k: v for k, v in options.items() if k != "size"}, OPTION_NAMES)
             options.setdefault("size", int(os.environ.get("AGENTGYM_SANDBOX_POOL_SIZE", "2")))
             _default = SandboxPool(**options)
+            _default_options = dict(options)
+        elif options and any(_default_options.get(k, _DEFAULTS.get(k)) != v for k, v in options.items()):
+            raise ConfigError(
+                f"the shared docker sandbox pool already exists with {_default_options}; it cannot "
+                f"take {options} now. Close it first (default_pool().close()), or build your own "
+                "SandboxPool(size, **options) / make_sandbox('docker', **options) for other settings")
         return _default
 
 
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(DockerOptions)}
+
+
 def make_docker_sandbox(*, pool: SandboxPool | None = None, **options: Any) -> DockerSandbox:
-    """``make_sandbox("docker", ...)``: from ``pool``, from a pool built with ``options``
-    (``pool_size`` warm containers, default 1), or, with no options, from the shared pool."""
+    """``make_sandbox("docker", ...)``: from ``pool``, from a private pool built with
+    ``options`` (:class:`DockerOptions` fields; it starts this sandbox's container and keeps
+    ``pool_size`` more warm for its resets, default 0), or, with no options, from the shared
+    pool (:func:`default_pool`)."""
     if pool is None:
+        check_options("docker", options, (*OPTION_NAMES, "pool_size"))
         size = options.pop("pool_size", None)
         if options or size is not None:
-            pool = SandboxPool(size=1 if size is None else size, **options)
+            pool = SandboxPool(size=0 if size is None else size, **options)
             sb = pool.acquire()
             sb._owns_pool = True  # a private pool lives as long as its sandbox
             weakref.finalize(sb, pool.close)
             return sb
         pool = default_pool()
+    elif options:
+        raise ConfigError(f"pass either pool= or options, not both: the pool's options apply "
+                          f"(got {sorted(options)})")
     return pool.acquire()
-

@@ -129,6 +129,10 @@ def _finish_rootfs(root: Path) -> None:
     with open(etc / "group", "a") as f:
         f.write(f"sandbox:x:{SANDBOX_UID}:\n")
     (root / WORKDIR.lstrip("/")).mkdir(mode=0o755, exist_ok=True)
+    # No resolver: the sandbox has no network, and the build host's nameserver address is
+    # none of its business (glibc then tries 127.0.0.1, the sandbox's own empty loopback).
+    (etc / "resolv.conf").unlink(missing_ok=True)
+    (etc / "resolv.conf").write_text("")
     opt = root / "opt" / "agentgym"
     opt.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(runner_module.__file__, opt / "runner.py")

@@ -252,33 +252,89 @@ def execute(req: dict, workdir: str) -> dict:
 
 
 # --------------------------------------------------------------------------- files
-def _inside(workdir: str, rel: str) -> str:
-    path = os.path.normpath(os.path.join(workdir, rel))
-    if path != workdir and not path.startswith(workdir.rstrip("/") + "/"):
+# Paths from the host are resolved inside the work dir one component at a time, each opened
+# relative to its parent's descriptor with O_NOFOLLOW: a symlink the code planted (to /etc,
+# to /, to ".") is never followed, whatever it points at and whatever the host's lexical
+# checks saw. A symlink as the *last* component of a write is replaced by the new file, like
+# any other non-regular file there; anywhere else, the request fails with PermissionError.
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _parts(rel: str) -> list:
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if rel.startswith("/") or ".." in parts:
         raise PermissionError(f"{rel!r} is outside the work dir")
-    return path
+    return parts
+
+
+def _open_dir(workdir: str, parts: list, rel: str, create: bool = False) -> int:
+    """A descriptor of the directory ``workdir/parts...``, never through a symlink."""
+    fd = os.open(workdir, _DIR_FLAGS)
+    try:
+        for i, name in enumerate(parts):
+            try:
+                nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise FileNotFoundError(f"no directory {'/'.join(parts[:i + 1])!r} in the work dir") from None
+                os.mkdir(name, 0o755, dir_fd=fd)
+                nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:  # ELOOP: a symlink; ENOTDIR: a file where a directory is needed
+                where = "/".join(parts[:i + 1])
+                if stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                    raise PermissionError(f"{rel!r}: {where!r} is a symlink; the sandbox's file helpers "
+                                          "never follow symlinks") from exc
+                raise NotADirectoryError(f"{rel!r}: {where!r} is not a directory") from exc
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _write(req: dict, workdir: str) -> dict:
     for rel, data in req["files"].items():
-        path = _inside(workdir, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        # Whatever the code left at this path (a FIFO would block open() forever, a symlink
-        # would redirect the write) is replaced by a plain new file.
+        parts = _parts(rel)
+        if not parts:
+            raise IsADirectoryError(f"{rel!r} is the work dir itself")
+        dfd = _open_dir(workdir, parts[:-1], rel, create=True)
         try:
-            if not stat.S_ISREG(os.lstat(path).st_mode):
-                os.unlink(path)
-        except FileNotFoundError:
-            pass
-        with open(path, "wb") as f:
-            f.write(_unb64(data))
+            name = parts[-1]
+            # Whatever the code left at this path (a FIFO would block open() forever, a symlink
+            # would redirect the write) is replaced by a plain new file.
+            try:
+                mode = os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode
+                if stat.S_ISDIR(mode):
+                    raise IsADirectoryError(f"{rel!r} is a directory in the work dir")
+                if not stat.S_ISREG(mode):
+                    os.unlink(name, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o644, dir_fd=dfd)
+            with os.fdopen(fd, "wb") as f:
+                f.write(_unb64(data))
+        finally:
+            os.close(dfd)
     return {"ok": True}
 
 
 def _read_file(req: dict, workdir: str) -> dict:
     rel = req["path"]
-    # O_NONBLOCK: opening a FIFO the code planted must not hang the runner.
-    fd = os.open(_inside(workdir, rel), os.O_RDONLY | os.O_NONBLOCK)
+    parts = _parts(rel)
+    if not parts:
+        raise FileNotFoundError(f"{rel!r} is not a regular file")
+    dfd = _open_dir(workdir, parts[:-1], rel)
+    try:
+        # O_NONBLOCK: opening a FIFO the code planted must not hang the runner.
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise FileNotFoundError(f"{rel!r} is not a regular file (a symlink or special file)") from exc
+    finally:
+        os.close(dfd)
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise FileNotFoundError(f"{rel!r} is not a regular file")
@@ -286,18 +342,26 @@ def _read_file(req: dict, workdir: str) -> dict:
 
 
 def _list(req: dict, workdir: str) -> dict:
-    root = _inside(workdir, req.get("path", "."))
+    rel = req.get("path", ".")
+    try:
+        top = _open_dir(workdir, _parts(rel), rel)
+    except (FileNotFoundError, NotADirectoryError):
+        return {"ok": True, "files": []}
+    prefix = "/".join(_parts(rel))
     out = []
-    for dirpath, _dirs, names in os.walk(root):
-        for name in names:
-            full = os.path.join(dirpath, name)
-            try:
-                if stat.S_ISREG(os.lstat(full).st_mode):
-                    out.append(os.path.relpath(full, workdir))
-            except OSError:
-                continue
-        if len(out) >= MAX_LIST:
-            break
+    try:
+        # fwalk on descriptors, not following symlinks: a link to / is neither listed nor entered.
+        for dirpath, _dirs, names, dfd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+            for name in names:
+                try:
+                    if stat.S_ISREG(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode):
+                        out.append(os.path.normpath(os.path.join(prefix, dirpath, name)))
+                except OSError:
+                    continue
+            if len(out) >= MAX_LIST:
+                break
+    finally:
+        os.close(top)
     return {"ok": True, "files": sorted(out)[:MAX_LIST]}
 
 

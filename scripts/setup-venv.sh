@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv at the repo root and install agentgym with the CPU training and dev extras.
+# Create .venv at the repo root and install agentgym with the CPU training, scale (Ray,
+# websockets: remote envs and Ray collection are tested in CI) and dev extras.
 # torch is pinned first: `pip install torch==2.13.0` takes the CPU build; an unpinned torch
 # would pull a multi-GB CUDA build.
 set -euo pipefail
@@ -10,5 +11,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/pip install -q "torch==2.13.0"
-.venv/bin/pip install -q -e ".[train,dev]"
+.venv/bin/pip install -q -e ".[train,scale,dev]"
 .venv/bin/python -c "import agentgym, torch; print('agentgym', agentgym.__version__, '| torch', torch.__version__)"

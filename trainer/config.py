@@ -29,7 +29,7 @@ from agentgym.errors import ConfigError
 
 __all__ = [
     "CorrectionConfig", "DistributedConfig", "EnvConfig", "LogConfig", "ModelConfig", "PPOConfig",
-    "RECIPES_DIR",
+    "RECIPES_DIR", "RayConfig",
     "RolloutConfig", "SFTConfig", "TrainConfig", "config_from_dict", "config_help", "config_to_dict",
     "find_recipe",
     "load_config",
@@ -86,6 +86,34 @@ class ModelConfig:
 
 
 @dataclass
+class RayConfig:
+    address: str | None = None
+    """Ray cluster to join: null starts a local instance (or joins ``RAY_ADDRESS``), ``auto`` the
+    cluster this machine belongs to (``ray start --head`` / ``ray start --address``)."""
+    num_workers: int = 2
+    """Rollout workers (Ray actors), each with its own envs and engine client, spread over nodes."""
+    episodes_per_call: int = 4
+    """Episodes a worker runs per call: the unit that is lost (and retried or failed) if it dies."""
+    cpus_per_worker: float = 1.0
+    """CPUs Ray reserves per worker (fractions let more workers share a small machine)."""
+    gpus_per_worker: float = 0.0
+    """GPUs Ray reserves per worker (for an in-worker engine; 0 with a server engine)."""
+    retry: str = "auto"
+    """Episodes lost with a worker: ``auto`` retries replayable envs and fails the others,
+    ``always`` / ``never`` override (see ray_rollout.py for the rule)."""
+    replayable: list[str] = field(default_factory=list)
+    """More env ids whose lost episodes may be run again (no state outlives an episode)."""
+    max_attempts: int = 2
+    """Runs of one episode at most (the first one included) before it is reported failed."""
+    max_restarts: int = 3
+    """Restarts of each worker after it died; past that it is retired."""
+    call_timeout_s: float = 0.0
+    """Kill (and restart) a worker whose unit runs longer than this; 0 = no limit."""
+    init: dict[str, Any] = field(default_factory=dict)
+    """Extra ``ray.init`` arguments for a local instance (num_cpus, object_store_memory, ...)."""
+
+
+@dataclass
 class RolloutConfig:
     engine: str = "hf"
     """Rollout engine: ``hf`` (in process), ``openai-http`` (a server) or ``vllm``."""
@@ -105,6 +133,10 @@ class RolloutConfig:
     """A colocated engine's memory during the learner update: 0 = keeps it; 1 = sleeps (vLLM:
     KV cache freed, weights offloaded to CPU); 2 = sleeps and drops its weights (the weight
     sync refills them). Woken before each sync. Needs engine_kwargs.enable_sleep_mode."""
+    backend: str = "local"
+    """``local`` (envs on threads of this process) or ``ray`` (rollout workers as Ray actors)."""
+    ray: RayConfig = field(default_factory=RayConfig)
+    """Ray collection (rollout.backend=ray): workers, placement, fault handling."""
 
 
 @dataclass
@@ -272,6 +304,8 @@ class TrainConfig:
             "model.dtype": (self.model.dtype, ("float32", "bfloat16")),
             "sft.schedule": (self.sft.schedule, ("cosine", "constant")),
             "distributed.backend": (self.distributed.backend, ("auto", "nccl", "gloo")),
+            "rollout.backend": (self.rollout.backend, ("local", "ray")),
+            "rollout.ray.retry": (self.rollout.ray.retry, ("auto", "always", "never")),
         }
         clash = sorted(set(self.env.kwargs) & {"tokenizer", "reward_mode", "max_turns", "max_tokens",
                                                 "max_action_tokens", "prompt"})
@@ -298,7 +332,10 @@ class TrainConfig:
                     "correction.threshold": self.correction.threshold,
                     "log.eval_episodes": self.log.eval_episodes,
                     "distributed.rollout_tp": self.distributed.rollout_tp,
-                    "distributed.gpu_memory_gib": self.distributed.gpu_memory_gib}
+                    "distributed.gpu_memory_gib": self.distributed.gpu_memory_gib,
+                    "rollout.ray.num_workers": self.rollout.ray.num_workers,
+                    "rollout.ray.episodes_per_call": self.rollout.ray.episodes_per_call,
+                    "rollout.ray.max_attempts": self.rollout.ray.max_attempts}
         for key, v in positive.items():
             if not v > 0:
                 raise ConfigError(f"{key}: expected a positive number, got {v!r}")
@@ -309,7 +346,9 @@ class TrainConfig:
                   "ppo.max_grad_norm": self.ppo.max_grad_norm, "threads": self.threads,
                   "ppo.micro_batch_tokens": self.ppo.micro_batch_tokens,
                   "rollout.sleep_level": self.rollout.sleep_level,
-                  "distributed.nproc": self.distributed.nproc}
+                  "distributed.nproc": self.distributed.nproc,
+                  "rollout.ray.max_restarts": self.rollout.ray.max_restarts,
+                  "rollout.ray.call_timeout_s": self.rollout.ray.call_timeout_s}
         for key, v in nonneg.items():
             if v < 0:
                 raise ConfigError(f"{key}: expected >= 0, got {v!r}")

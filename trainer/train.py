@@ -39,6 +39,7 @@ from agentgym.trainer.checkpoint import (
 )
 from agentgym.trainer.config import TrainConfig
 from agentgym.trainer.metrics import MetricsLogger, Progress, episode_stats, read_metrics, truncate_metrics
+from agentgym.trainer.ray_rollout import drop_failed
 from agentgym.trainer.rollout import Collector, group_seeds
 from agentgym.trainer.update import check_finite, ppo_update
 
@@ -99,20 +100,32 @@ class Setup:
         self.engine_asleep = False
         self.sync_engine()
 
+        tokenizer = self.tokenizer  # captured alone, so make_env pickles for Ray workers
+
         def make_env() -> Any:
-            return gym.make(cfg.env.id, tokenizer=self.tokenizer, reward_mode=cfg.env.reward_mode,
+            return gym.make(cfg.env.id, tokenizer=tokenizer, reward_mode=cfg.env.reward_mode,
                             max_turns=cfg.env.max_turns, max_tokens=cfg.env.max_tokens,
                             max_action_tokens=cfg.env.max_action_tokens, prompt=cfg.env.prompt,
                             **cfg.env.kwargs)
 
         self.make_env = make_env
-        groups = self.dist.groups if self.dist is not None else 1
-        self.collector = Collector.from_factory(make_env, cfg.derived()["episodes_per_step"] // groups, self.engine,
-                                                max_new_tokens=cfg.env.max_action_tokens,
-                                                max_workers=cfg.rollout.max_workers)
-        self.eval_collector = Collector.from_factory(make_env, cfg.log.eval_episodes, self.engine,
-                                                     max_new_tokens=cfg.env.max_action_tokens,
-                                                     max_workers=cfg.rollout.max_workers)
+        self.collector: Any
+        self.eval_collector: Any
+        if cfg.rollout.backend == "ray":  # rollout workers as Ray actors (ray_rollout.py)
+            from agentgym.trainer.ray_rollout import RayCollector
+
+            if self.dist is not None:
+                raise ConfigError("rollout.backend=ray under torchrun is not supported: each rank "
+                                  "collects with its own engine; use rollout.backend=local")
+            self.collector = self.eval_collector = RayCollector.from_config(cfg, make_env, self.model, self.pad_id)
+        else:
+            groups = self.dist.groups if self.dist is not None else 1  # this rank's engine's share
+            self.collector = Collector.from_factory(make_env, cfg.derived()["episodes_per_step"] // groups,
+                                                    self.engine, max_new_tokens=cfg.env.max_action_tokens,
+                                                    max_workers=cfg.rollout.max_workers)
+            self.eval_collector = Collector.from_factory(make_env, cfg.log.eval_episodes, self.engine,
+                                                         max_new_tokens=cfg.env.max_action_tokens,
+                                                         max_workers=cfg.rollout.max_workers)
         from agentgym.trainer.config import config_to_dict
 
         self.config_dict = config_to_dict(cfg)
@@ -338,6 +351,7 @@ class Trainer:
                                                 options=cfg.env.train_options)
         keep = D.tp_rows(len(trajs), s.dist)  # ranks of one engine split its episodes
         trajs, groups = trajs[keep.start:keep.stop], [mine.start + g for g in groups[keep.start:keep.stop]]
+        trajs, groups, failed = drop_failed(trajs, groups)  # episodes lost with a Ray worker
         everyone = [t for part in D.all_gather_objects(trajs) for t in part]
         if cfg.log.save_trajectories and self.main:
             from agentgym.trajectory import write_jsonl
@@ -346,7 +360,8 @@ class Trainer:
         batch = make_batch(trajs, groups, pad_id=s.pad_id).to(s.device)
         t_rollout = time.perf_counter() - t_start
         metrics: dict[str, Any] = episode_stats(everyone)
-        metrics.update(gen_s=rstats.gen_seconds, env_s=rstats.env_seconds)
+        metrics.update(gen_s=rstats.gen_seconds, env_s=rstats.env_seconds,
+                       episodes_failed=D.all_reduce_sum(failed))
 
         t0 = time.perf_counter()
         norm = self._update_score_stats if cfg.ppo.normalize_rewards else None
@@ -378,6 +393,7 @@ class Trainer:
         with s.compute():
             trajs, _ = s.eval_collector.collect(seeds, temperature=cfg.log.eval_temperature,
                                                 sample_seed=12345 + mine.start, options=cfg.env.eval_options)
+        trajs, _, _ = drop_failed(trajs, seeds)
         if s.dist is not None and s.dist.tp_rank:
             trajs = []  # the other ranks of this engine hold the same episodes
         m = episode_stats([t for part in D.all_gather_objects(trajs) for t in part])

@@ -9,9 +9,11 @@ edits (``write_file``, ``edit``, ``apply_patch``), runs (``run_tests``, ``run_py
 calls ``submit``; a final-channel answer submits too. The hidden tests, which never enter
 the sandbox's disk, decide the outcome (see :mod:`.judge`).
 
-Rewards: sparse = 1 if every hidden test passes at submit, else 0. Shaped adds
-``pass_rate_delta`` (hidden-test pass rate at submit minus that of the buggy start;
-weight 1.0) to ToolEnv's ``format``, ``malformed`` and ``turn`` terms. Budgets:
+Rewards: sparse = 1 if every hidden test passes at submit, else 0. Shaped adds, on a correct
+outcome only, ToolEnv's ``format``, ``malformed`` and ``turn`` terms. ``pass_rate_delta``
+(hidden-test pass rate at submit minus that of the buggy start, exactly 0 when solution.py is
+submitted unchanged) is always reported but has weight 0 by default: a constant-return program
+earns it (see the README); with a weight, a negative total is floored at 0. Budgets:
 ``max_turns`` (16), ``max_tokens`` (16384), and ``sandbox_seconds`` (60) of agent command
 time per episode; when any is used up the episode is truncated.
 """
@@ -56,7 +58,10 @@ def sandbox_factory(spec: SandboxSpec) -> Callable[[], Sandbox]:
 
 class CodeFixEnv(ToolEnv):
     default_id = "agentgym/CodeFix-v0"
-    extra_shaping = {"pass_rate_delta": 1.0}
+    # Reported, paid only if you opt in (shaping={"pass_rate_delta": 1.0}): partial credit by
+    # hidden-test counts pays degenerate programs (`return True` gains up to 0.8 on a task whose
+    # bug fails every unit; the best constant gains on 28% of sampled tasks), which is a hack.
+    extra_shaping = {"pass_rate_delta": 0.0}
     instructions = (
         "You fix bugs in Python code inside a sandbox. The work dir holds solution.py (the "
         "module to fix) and test_visible.py (a few of the tests). Read the code, find the bug, "

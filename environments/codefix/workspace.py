@@ -163,6 +163,12 @@ class Workspace:
     def run_python(self, code: str) -> ToolResult:
         return self._format(*self._exec(["python3", "-c", code]))
 
+    def _unchanged(self) -> bool:
+        try:
+            return self._read_text("solution.py") == self.task.buggy_source
+        except (ConfigError, SandboxError):  # replaced by a link, or the runner is gone: changed
+            return False
+
     def submit(self) -> ToolResult:
         t = self.task
         payload, nonce = judge_payload(t.judge_spec(), deadline=self.limits.judge_deadline)
@@ -172,7 +178,10 @@ class Workspace:
         except SandboxError as e:  # the sandbox died (e.g. killed for memory): a failed submit
             rep = JudgeReport(0, t.n_units, valid=False, problem=f"sandbox failed during submit: {e}")
         self.report = rep
-        delta = rep.pass_rate - t.start_pass_rate
+        # The buggy file itself scores its start pass rate by definition: submitting it unchanged
+        # gains exactly nothing, whatever a re-run of the judge would say (it measured the start
+        # at build time, under other limits).
+        delta = 0.0 if self._unchanged() else rep.pass_rate - t.start_pass_rate
         msg = (f"submitted: {rep.passed}/{rep.total} hidden tests passed" if rep.valid
                else f"submitted: {rep.problem}")
         return ToolResult(msg, terminal=True, outcome=1.0 if rep.all_passed else 0.0,
@@ -185,6 +194,8 @@ class Workspace:
                 try:
                     return fn(**kw)
                 except ConfigError as e:  # bad paths: '..', absolute, NUL
+                    return ToolResult.failure("bad_path", str(e))
+                except (PermissionError, NotADirectoryError) as e:  # through a planted symlink, or a file
                     return ToolResult.failure("bad_path", str(e))
             return wrapped
 

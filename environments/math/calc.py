@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.environments.math.env import MathEnv
-from agentgym.environments.math.expr import ExprError, NotRational, TooLarge, eval_exact, parse
+from agentgym.environments.math.expr import ExprError, TooLarge, parse
+from agentgym.environments.math.values import NotRational, eval_exact
 from agentgym.tools import Tool, ToolResult
 
 __all__ = ["MathCalcEnv", "calculate"]

@@ -3,9 +3,10 @@
 Single-turn by default: no tools, the policy writes its answer (plain text or LaTeX, a
 ``\\boxed{}`` is fine) in the final channel and the episode ends. Sparse reward: 1.0 when
 :func:`verify` says the answer is equivalent to the reference, else 0.0, with the verdict's
-reason in ``info["tool_result"]["content"]``. Shaped reward adds ToolEnv's terms: ``format``
-(+0.1 for a well-formed final message), ``malformed`` (-0.1 per unparsable action) and
-``turn`` (-0.01 per turn).
+reason in ``info["tool_result"]["content"]``. Shaped reward adds ToolEnv's process terms, on a
+correct answer only: ``format`` (+0.1 for a well-formed final message), ``malformed`` (-0.1 per
+unparsable action) and ``turn`` (-0.01 per turn), never taking it below 1.0; a wrong, empty or
+missing answer earns 0 in both modes.
 """
 
 from __future__ import annotations

@@ -1,47 +1,44 @@
-"""A small, safe expression language: tokenizer, parser and two evaluators.
+"""A small, safe expression language: tokenizer, parser and node utilities.
 
 Both the answer verifier and the calculator tool read untrusted text, so nothing here calls
 ``eval`` (sympy's ``parse_expr`` does) and every cost is bounded *structurally*, which works in
-any thread (signal-based timeouts only work in the main thread):
-
-* input length (``MAX_CHARS``), literal length (``MAX_DIGITS``), nesting depth (``MAX_DEPTH``)
-  and node count (``MAX_NODES``) are checked while parsing;
-* exact evaluation refuses a power whose result would exceed ``MAX_BITS`` bits
-  (``2**2**2**99`` and ``10**10**10`` stop at the guard, not in the bignum library);
-* numeric evaluation uses a private 50-digit mpmath context per thread and refuses
-  magnitudes beyond ``10**MAX_EXP10``.
+any thread (signal-based timeouts only work in the main thread): input length
+(``MAX_CHARS``), literal length (``MAX_DIGITS``), nesting depth (``MAX_DEPTH``) and node count
+(``MAX_NODES``) are checked while parsing. The evaluators (exact ``Fraction`` arithmetic and
+guarded mpmath values, bounded by ``MAX_BITS`` and ``MAX_EXP10``) are in :mod:`.values`.
 
 Grammar (plain text; LaTeX is rewritten into it by :mod:`.latex`)::
 
     expr   := term (("+" | "-") term)*
     term   := unary (("*" | "/" | <implicit>) unary)*
     unary  := ("-" | "+") unary | power
-    power  := atom [("^" | "**") unary]          # right-associative
+    power  := atom ("!" | "!!")* [("^" | "**") unary]   # right-associative; n! and n!!
     atom   := number | name | name "(" args ")" | func atom | "(" expr ")" | "|" expr "|"
 
+``log_b x`` / ``log_b(x)`` (also ``log2(x)``, ``log10(x)``) is ``log(x, b)``; ``C(n, k)`` with two
+arguments is ``binom(n, k)``; ``inf``/``Infinity``/``oo`` are infinity in any case.
 A node is a tuple: ``("num", Fraction)``, ``("sym", name)``, ``("const", "pi"|"e"|"i"|"oo")``,
 ``("neg", a)``, ``("add"|"sub"|"mul"|"div"|"pow", a, b)``, ``("fn", name, a[, b])``.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-import threading
-from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
 __all__ = [
+    "CONSTANTS",
     "FUNCTIONS",
+    "MAX_BITS",
+    "MAX_CHARS",
+    "MAX_DEPTH",
+    "MAX_EXP10",
     "ExprError",
     "Node",
     "TooLarge",
-    "apply_binop",
-    "eval_exact",
-    "eval_mp",
-    "eval_mp_real",
     "free_symbols",
-    "mp_context",
     "parse",
     "to_str",
 ]
@@ -58,7 +55,9 @@ Node = tuple[Any, ...]
 FUNCTIONS = {
     "sqrt", "root", "exp", "ln", "log", "sin", "cos", "tan", "sec", "csc", "cot",
     "asin", "acos", "atan", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "abs",
+    "binom", "factorial", "factorial2",
 }
+_ARITY: dict[str, tuple[int, ...]] = {"root": (2,), "log": (1, 2), "binom": (2,)}
 CONSTANTS = {"pi": "pi", "e": "e", "i": "i", "oo": "oo", "inf": "oo", "infty": "oo",
              "infinity": "oo"}
 
@@ -104,6 +103,12 @@ def _split_name(word: str) -> list[str]:
     """A multi-letter word that is no known name is a product of one-letter symbols (``xy``)."""
     if word in FUNCTIONS or word in CONSTANTS or "_" in word or len(word) == 1:
         return [word]
+    if word.lower() in CONSTANTS:  # Infinity, INF
+        return [word.lower()]
+    if word == "logb":  # logb(base) x: latex.to_plain's form of \log_{1/2} x
+        return [word]
+    if len(word) <= 3 and word.endswith("e") and word[0] != "e":
+        return list(word)  # "xe^x", "xye^x": variables times e (Euler's number)
     # "xy" is x*y; a word with e/i/o/u in it ("yes", "no", "cos2") is text, not a product
     if len(word) > 3 or any(ch in "eiouEIOU" for ch in word):
         raise ExprError(f"unknown word {word!r}: expected a number, a one-letter variable "
@@ -127,9 +132,9 @@ class _Parser:
         return self.toks[self.i] if self.i < len(self.toks) else None
 
     def take(self, val: str) -> bool:
-        t = self.peek()
-        if t is not None and t[0] == "op" and t[1] == val:
-            self.i += 1
+        i = self.i
+        if i < len(self.toks) and self.toks[i] == ("op", val):
+            self.i = i + 1
             return True
         return False
 
@@ -170,8 +175,10 @@ class _Parser:
 
     def _implicit(self) -> bool:
         t = self.peek()
-        # "2x", "x(x+1)", "2 sin x"; never before a number: "2 3" is not six
-        return t is not None and (t[0] == "name" or t == ("op", "("))
+        # "2x", "x(x+1)", "2 sin x"; never before a number ("2 3" is not six) except after a
+        # factorial: 2!5! is a product
+        return t is not None and (t[0] == "name" or t == ("op", "(")
+                                  or t[0] == "num" and self.toks[self.i - 1] == ("op", "!"))
 
     def unary(self) -> Node:
         self.enter()
@@ -186,6 +193,8 @@ class _Parser:
 
     def power(self) -> Node:
         base = self.atom()
+        while self.take("!"):  # postfix: 5! and 5!!; (3!)! needs its parentheses
+            base = self.node("fn", "factorial2" if self.take("!") else "factorial", base)
         if self.take("^") or self.take("**"):
             self.enter()
             exp = self.unary()
@@ -203,10 +212,22 @@ class _Parser:
             mant = val.split("e")[0].split("E")[0]
             if len(mant) > MAX_DIGITS:
                 raise TooLarge(f"number literal longer than {MAX_DIGITS} digits")
-            return self.node("num", Fraction(val))
+            return self.node("num", _number(val))
         if kind == "name":
             if val in FUNCTIONS:
                 return self.call(val)
+            if val.startswith("log_"):  # log_2 8, log_b(x): a logarithm with its base
+                sub = val[4:]
+                base = (self.node("num", Fraction(sub)) if sub.isdigit() else self.node("const", CONSTANTS[sub])
+                        if sub in CONSTANTS else self.node("sym", sub))
+                return self.call("log", base)
+            if val == "logb" and self.take("("):
+                base = self.expr()
+                if not self.take(")"):
+                    raise ExprError("missing ')' after a logarithm's base")
+                return self.call("log", base)
+            if val == "C" and self.peek() == ("op", "(") and self._two_args():
+                return self.call("binom")  # C(5, 2): the binomial coefficient
             if val in CONSTANTS:
                 return self.node("const", CONSTANTS[val])
             return self.node("sym", val)
@@ -222,8 +243,29 @@ class _Parser:
             return self.node("fn", "abs", inner)
         raise ExprError(f"unexpected {val!r}; expected a number, name or '('")
 
-    def call(self, name: str) -> Node:
+    def _two_args(self) -> bool:
+        """Whether the parenthesised group starting here holds a top-level comma."""
+        d = 0
+        for kind, val in self.toks[self.i:]:
+            if kind != "op":
+                continue
+            if val == "(":
+                d += 1
+            elif val == ")":
+                d -= 1
+                if d == 0:
+                    return False
+            elif val == "," and d == 1:
+                return True
+        return False
+
+    def call(self, name: str, base: Node | None = None) -> Node:
         self.enter()
+        t = self.peek()
+        if name == "log" and base is None and t is not None and t[0] == "num" and t[1] in ("2", "10") \
+                and self.i + 1 < len(self.toks) and self.toks[self.i + 1] == ("op", "("):
+            self.i += 1  # log2(x), log10(x)
+            base = self.node("num", Fraction(t[1]))
         if self.take("("):
             args = [self.expr()]
             while self.take(","):
@@ -233,14 +275,41 @@ class _Parser:
         else:  # "sin x", "ln 2": the function applies to the next power
             args = [self.power()]
         self.depth -= 1
-        want = 2 if name == "root" else (1, 2) if name == "log" else 1
-        if len(args) not in ((want,) if isinstance(want, int) else want):
-            raise ExprError(f"{name} takes {want} argument(s), got {len(args)}")
+        if base is not None:
+            args.append(base)
+        want = _ARITY.get(name, (1,))
+        if len(args) not in want:
+            raise ExprError(f"{name} takes {' or '.join(map(str, want))} argument(s), got {len(args)}")
         return self.node("fn", name, *args)
 
 
+def _number(val: str) -> Fraction:
+    """A literal as an exact Fraction (integers and plain decimals without Fraction's regex)."""
+    if val.isdigit():
+        return Fraction(int(val))
+    whole, dot, frac = val.partition(".")
+    if dot and (whole.isdigit() or not whole) and frac.isdigit():
+        return Fraction(int(whole + frac), 10 ** len(frac))
+    return Fraction(val)  # exponent forms: 1e3, 2.5E-4
+
+
 def parse(text: str) -> Node:
-    """Parse plain-text math into a node tree; raises :class:`ExprError` (or ``TooLarge``)."""
+    """Parse plain-text math into a node tree; raises :class:`ExprError` (or ``TooLarge``).
+
+    Short texts are cached (nodes are immutable tuples): answers repeat ("3", "x + 1", a
+    reference's items). Only short ones, so the cache stays small whatever a policy writes."""
+    return _parse_cached(text) if len(text) <= _CACHED_CHARS else _parse(text)
+
+
+_CACHED_CHARS = 120  # x 8192 entries: at most ~1 MB of keys, and nodes of at most ~60 tokens
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_cached(text: str) -> Node:
+    return _parse(text)
+
+
+def _parse(text: str) -> Node:
     p = _Parser(_tokenize(text))
     if not p.toks:
         raise ExprError("empty expression")
@@ -248,170 +317,6 @@ def parse(text: str) -> Node:
     if p.i != len(p.toks):
         raise ExprError(f"unexpected {p.toks[p.i][1]!r} after a complete expression")
     return out
-
-
-# ---------------------------------------------------------------------------- exact
-class NotRational(Exception):
-    """The subtree has symbols, constants or irrational operations."""
-
-
-def _pow_exact(b: Fraction, e: Fraction) -> Fraction:
-    if e.denominator != 1:
-        raise NotRational
-    n = e.numerator
-    if b == 0:
-        if n < 0:
-            raise ExprError("division by zero (0 to a negative power)")
-        return Fraction(int(n == 0))
-    if b == 1:
-        return b
-    if b == -1:
-        return Fraction(1 if n % 2 == 0 else -1)
-    bits = abs(n) * max(b.numerator.bit_length(), b.denominator.bit_length())
-    if bits > MAX_BITS:
-        raise TooLarge(f"a power would have about {bits} bits; at most {MAX_BITS}")
-    return b**n
-
-
-def apply_binop(op: str, a: Any, b: Any, power: Callable[[Any, Any], Any]) -> Any:
-    """``a op b`` for ``add sub mul div`` (zero division is an :class:`ExprError`); anything
-    else is ``pow``, computed by ``power`` (each evaluator guards powers its own way)."""
-    if op == "add":
-        return a + b
-    if op == "sub":
-        return a - b
-    if op == "mul":
-        return a * b
-    if op == "div":
-        if b == 0:
-            raise ExprError("division by zero")
-        return a / b
-    return power(a, b)
-
-
-def eval_exact(node: Node) -> Fraction:
-    """The exact rational value, or ``NotRational`` when there is none to compute cheaply."""
-    op = node[0]
-    if op == "num":
-        return node[1]
-    if op == "neg":
-        return -eval_exact(node[1])
-    if op in ("add", "sub", "mul", "div", "pow"):
-        return apply_binop(op, eval_exact(node[1]), eval_exact(node[2]), _pow_exact)  # type: ignore[no-any-return]
-    raise NotRational
-
-
-# ---------------------------------------------------------------------------- numeric
-_local = threading.local()
-
-
-def mp_context(dps: int = 50) -> Any:
-    """This thread's mpmath context of ``dps`` digits (mpmath's global ``mp`` is shared state)."""
-    ctxs = getattr(_local, "ctxs", None)
-    if ctxs is None:
-        ctxs = _local.ctxs = {}
-    ctx = ctxs.get(dps)
-    if ctx is None:
-        import mpmath
-
-        ctx = ctxs[dps] = mpmath.MPContext()
-        ctx.dps = dps
-    return ctx
-
-
-def _guard(ctx: Any, v: Any) -> Any:
-    if v != 0 and ctx.mag(v) > 3.33 * MAX_EXP10:  # mag is log2 of |v|
-        raise TooLarge(f"a value exceeds 10**{MAX_EXP10}")
-    return v
-
-
-_MP_FUNCS = {
-    "sqrt": "sqrt", "exp": "exp", "ln": "ln", "sin": "sin", "cos": "cos", "tan": "tan",
-    "sec": "sec", "csc": "csc", "cot": "cot", "asin": "asin", "acos": "acos", "atan": "atan",
-    "arcsin": "asin", "arccos": "acos", "arctan": "atan", "sinh": "sinh", "cosh": "cosh",
-    "tanh": "tanh", "abs": "fabs",
-}
-
-
-def eval_mp(node: Node, env: dict[str, Any], dps: int = 50) -> Any:
-    """Evaluate with this thread's ``dps``-digit mpmath context; symbols from ``env``.
-
-    Complex values are allowed. Raises :class:`TooLarge` when a value would pass
-    ``10**MAX_EXP10``, which also makes a cheap 15-digit run a magnitude guard for sympy.
-    """
-    return _mp(mp_context(dps), node, env)
-
-
-def eval_mp_real(node: Node, env: dict[str, Any], dps: int = 50) -> tuple[Any, bool]:
-    """:func:`eval_mp`, and whether every intermediate value was real (no ``i``, no root or
-    log of a negative number on the way, even when the final value is real: ``|(-1)^(1/3)|``)."""
-    _local.complex_seen = False
-    v = _mp(mp_context(dps), node, env)
-    return v, not _local.complex_seen
-
-
-def _mp(ctx: Any, node: Node, env: dict[str, Any]) -> Any:
-    v = _mp_node(ctx, node, env)
-    if type(v) is ctx.mpc:
-        _local.complex_seen = True
-    return v
-
-
-def _mp_node(ctx: Any, node: Node, env: dict[str, Any]) -> Any:
-    op = node[0]
-    if op == "num":
-        f = node[1]
-        return ctx.mpf(f.numerator) / f.denominator if f.denominator != 1 else ctx.mpf(f.numerator)
-    if op == "sym":
-        try:
-            return env[node[1]]
-        except KeyError:
-            raise ExprError(f"no value for symbol {node[1]!r}") from None
-    if op == "const":
-        c = node[1]
-        if c == "oo":
-            raise ExprError("infinity is not a number here")
-        return ctx.pi if c == "pi" else ctx.e if c == "e" else ctx.mpc(0, 1)
-    if op == "neg":
-        return -_mp(ctx, node[1], env)
-    if op == "fn":
-        name = node[1]
-        a = _mp(ctx, node[2], env)
-        if name == "abs":
-            return abs(a)
-        if name == "root":
-            n = _mp(ctx, node[3], env)
-            if n == 0:
-                raise ExprError("zeroth root")
-            return _guard(ctx, ctx.power(a, 1 / n))
-        if name == "log":
-            if len(node) > 3:  # log(x, base)
-                return ctx.ln(a) / ctx.ln(_mp(ctx, node[3], env))
-            return ctx.ln(a)  # log is the natural log, as in sympy
-        if name == "exp" and ctx.re(a) > 2.3 * MAX_EXP10:
-            raise TooLarge("exp argument too large")
-        if a == 0 and name in ("ln", "cot", "csc"):
-            raise ExprError(f"{name}(0) is undefined")
-        return _guard(ctx, getattr(ctx, _MP_FUNCS[name])(a))
-    a, b = _mp(ctx, node[1], env), _mp(ctx, node[2], env)
-    if op == "add":
-        return a + b
-    if op == "sub":
-        return a - b
-    if op == "mul":
-        return _guard(ctx, a * b)
-    if op == "div":
-        if b == 0:
-            raise ExprError("division by zero")
-        return _guard(ctx, a / b)
-    # pow: bound the result's magnitude *before* computing it
-    if a == 0:
-        if ctx.re(b) < 0:
-            raise ExprError("0 to a negative power")
-        return ctx.mpf(0) if b != 0 else ctx.mpf(1)
-    if abs(b) > 1e7 or (abs(a) != 1 and abs(b) * abs(ctx.log(abs(a), 10)) > MAX_EXP10):
-        raise TooLarge("a power is too large to evaluate")
-    return _guard(ctx, ctx.power(a, b))
 
 
 # ---------------------------------------------------------------------------- utilities

@@ -9,6 +9,7 @@ an input already capped at :data:`expr.MAX_CHARS` characters.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from agentgym.environments.math.expr import CONSTANTS, FUNCTIONS, MAX_DEPTH, ExprError, TooLarge
@@ -45,8 +46,15 @@ def _match(s: str, i: int) -> int:
     return -1
 
 
+@functools.lru_cache(maxsize=64)
+def _seps_re(seps: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(re.escape(x) for x in seps))
+
+
 def split_top(s: str, seps: tuple[str, ...]) -> list[str]:
     """Split at separators that sit outside every bracket (separators are tried first)."""
+    if _seps_re(seps).search(s) is None:  # the common case, at C speed
+        return [s]
     parts: list[str] = []
     d = start = i = 0
     n = len(s)
@@ -77,11 +85,13 @@ _ANSWER_IS = re.compile(r"(?i)\b(?:final answer|answer|result)\b\s*(?:is\b|:|=)?
 _DELIMS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
 _THIN_THOUSANDS = re.compile(r"(?<=\d)\\[,!;: ](?=\d{3}(?!\d))")
 _SIZING = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big)(?![A-Za-z])\.?")
+_SPACES = re.compile(r"(?<!\\)\\[,!;: ]")
 
 
 def extract(text: str) -> str:
     """The answer inside a final message: last ``\\boxed{}``, last math segment, or the text."""
     s = text.strip()
+    sentence = False
     for cmd in ("\\boxed", "\\fbox"):
         k = s.rfind(cmd)
         if k >= 0:
@@ -107,18 +117,28 @@ def extract(text: str) -> str:
         else:
             ends = [m.end() for m in _ANSWER_IS.finditer(s)]
             if ends:
-                s = s[ends[-1]:]
-    s = _SIZING.sub("", s).replace("$", "")
+                s, sentence = s[ends[-1]:], True
+    s = _SIZING.sub("", s).replace("\\$", "").replace("$", "")
     s = _THIN_THOUSANDS.sub("", s)  # 3\,000 -> 3000
-    for sp in ("\\,", "\\!", "\\;", "\\:", "\\ "):
-        s = s.replace(sp, " ")
-    return s.strip().rstrip(".!").strip()
+    s = _SPACES.sub(" ", s)  # \, \; \  (not the "\\" that ends a matrix row)
+    s = s.strip().rstrip(".").strip()
+    # "!" glued to a number or a bracket is a factorial (5!); after a word, or closing a
+    # sentence that named its answer ("the answer is 42!"), it is punctuation.
+    if s.endswith("!"):
+        head = s.rstrip("!")
+        glued = head[-1:].isdigit() or head[-1:] in (")", "}") or (
+            head[-1:].isalpha() and not head[-2:-1].isalpha())  # 5!, (n+1)!, n!, 7!!
+        if sentence or not glued:
+            s = head.strip()
+    return s
 
 
 # ---------------------------------------------------------------------------- LaTeX
 _UNICODE = str.maketrans({"−": "-", "–": "-", "×": "*", "·": "*", "÷": "/", "π": " pi ",
                           "∞": " oo ", "√": " sqrt ", "±": "+-", "∪": "\\cup", "≤": "<=", "≥": ">=", "²": "^2", "³": "^3", "°": ""})
 _FRAC = {"frac", "dfrac", "tfrac", "cfrac"}
+_BINOM = {"binom", "dbinom", "tbinom"}
+_CIRC = re.compile(r"\^\s*\{?\s*\\circ\s*\}?")  # 30^\circ, 30^{\circ}: degrees (see forms.mark)
 _TEXT = {"text", "textrm", "textbf", "textit", "mathrm", "mathbf", "mathit", "mbox",
          "operatorname", "mathsf", "textnormal"}
 _DROP = {"displaystyle", "textstyle", "quad", "qquad", "circ", "degree", "limits", "!", ",",
@@ -155,6 +175,8 @@ def to_plain(s: str, depth: int = 0) -> str:
     s = s.translate(_UNICODE).replace("{,}", "")
     if "\\" not in s and "{" not in s and "_" not in s:
         return s
+    if "circ" in s:
+        s = _CIRC.sub("", s)
     out: list[str] = []
     i, n = 0, len(s)
     while i < n:
@@ -169,6 +191,14 @@ def to_plain(s: str, depth: int = 0) -> str:
                 a, i = _arg(s, i)
                 b, i = _arg(s, i)
                 out.append(f"(({to_plain(a, depth + 1)})/({to_plain(b, depth + 1)}))")
+            elif cmd in _BINOM:
+                a, i = _arg(s, i)
+                b, i = _arg(s, i)
+                out.append(f" binom(({to_plain(a, depth + 1)}), ({to_plain(b, depth + 1)}))")
+            elif cmd == "log" and i < n and s[i] == "_":  # \log_2 8, \log_{10}(x): a base
+                a, i = _arg(s, i + 1)
+                base = to_plain(a, depth + 1).strip()
+                out.append(f" log_{base} " if base.isalnum() else f" logb({base}) ")
             elif cmd == "sqrt":
                 idx = None
                 if i < n and s[i] == "[":
@@ -192,7 +222,12 @@ def to_plain(s: str, depth: int = 0) -> str:
             end = _match(s, i)
             if end < 0:
                 raise ExprError("unbalanced braces: a '{' is never closed")
-            out.append("(" + to_plain(s[i + 1 : end], depth + 1) + ")")
+            inner = s[i + 1 : end]
+            parts = split_top(inner, ("\\choose",)) if "\\choose" in inner else [inner]
+            if len(parts) == 2:  # {n \choose k}
+                out.append(f" binom(({to_plain(parts[0], depth + 1)}), ({to_plain(parts[1], depth + 1)}))")
+            else:
+                out.append("(" + to_plain(inner, depth + 1) + ")")
             i = end + 1
         elif ch == "_":  # subscripts become part of the name: x_{1} -> x_1
             a, i = _arg(s, i + 1)

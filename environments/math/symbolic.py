@@ -6,7 +6,7 @@ microsecond fast paths (identical text, equal nodes, exact rational arithmetic) 
 inconclusive, so a policy that writes the reference answer never gets here.
 
 1. **Guard.** Each side is evaluated with a private 15-digit mpmath context at the fixed
-   points (:func:`.expr.eval_mp`), lazily, one point at a time: a value beyond
+   points (:func:`.values.eval_mp`), lazily, one point at a time: a value beyond
    ``10**MAX_EXP10`` raises :class:`.expr.TooLarge` *before* sympy sees the expression there
    (sympy's ``evalf`` raises its working precision without limit: ``sin(e^(e^(e^5)))``);
    points where a side is undefined are skipped.
@@ -45,6 +45,7 @@ under one process-wide lock: some of its ``evalf`` paths set mpmath's *global* p
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections.abc import Iterator
@@ -52,17 +53,10 @@ from fractions import Fraction
 from math import comb
 from typing import Any
 
-from agentgym.environments.math.expr import (
-    MAX_BITS,
-    ExprError,
-    Node,
-    TooLarge,
-    apply_binop,
-    eval_mp,
-    eval_mp_real,
-    free_symbols,
-    mp_context,
-)
+from agentgym.environments.math import poly
+from agentgym.environments.math.expr import MAX_BITS, ExprError, Node, TooLarge, free_symbols
+from agentgym.environments.math.numeric import decide
+from agentgym.environments.math.values import apply_binop, eval_mp, eval_mp_real, mp_context
 
 __all__ = ["MAX_EXPAND_TERMS", "POINTS", "equal", "radicals", "sum_nesting", "sympy_safe", "to_sympy"]
 
@@ -91,6 +85,7 @@ def _sympy() -> Any:
             "cot": sympy.cot, "asin": sympy.asin, "acos": sympy.acos, "atan": sympy.atan,
             "arcsin": sympy.asin, "arccos": sympy.acos, "arctan": sympy.atan,
             "sinh": sympy.sinh, "cosh": sympy.cosh, "tanh": sympy.tanh, "abs": sympy.Abs,
+            "factorial": sympy.factorial, "factorial2": sympy.factorial2,
         })
     return sympy
 
@@ -151,6 +146,8 @@ class _Conv:
             if len(node) > 3:  # log(x, base)
                 return sp.log(a) / sp.log(self(node[3]))
             return sp.log(a)  # log is the natural log, as in sympy
+        if name == "binom":
+            return sp.binomial(a, self(node[3]))
         return _FUNCS[name](a)
 
 
@@ -227,6 +224,12 @@ _FRAC_POINTS = [Fraction(p) for p in POINTS]
 
 def _points(names: list[str]) -> list[dict[str, Fraction]]:
     """The fixed points, exact, per variable (shifted by 0.1 per further variable)."""
+    return _points_of(tuple(names))
+
+
+@functools.lru_cache(maxsize=256)
+def _points_of(names: tuple[str, ...]) -> list[dict[str, Fraction]]:
+    # cached and shared: callers only read them
     return [{s: _FRAC_POINTS[(k + 2 * j) % len(POINTS)] + Fraction(j, 10)
              for j, s in enumerate(names)} for k in range(len(POINTS))]
 
@@ -311,6 +314,15 @@ def equal(pn: Node, rn: Node, *, has_c: bool = False, places: int | None = None)
     """
     names = sorted(free_symbols(pn) | free_symbols(rn))
     places, has_c = (None, has_c) if names else (places, False)
+    # Exact polynomial identity, then values: most pairs are settled without sympy, by
+    # poly.decide (rational functions) or mpmath (numeric.decide says when its fixed-precision
+    # values can be trusted); sympy only sees the rest.
+    fast = poly.decide(pn, rn, has_c=has_c) if names else None
+    if fast is None:
+        fast = decide(pn, rn, _points(names) if names else [{}], needed=_NEEDED if names else 1,
+                      has_c=has_c, places=places)
+    if fast is not None:
+        return fast
     # The first defined point is checked before sympy builds anything: a constant part
     # (the same at every point) may be evaluated by sympy's assumptions while building.
     real = [True]

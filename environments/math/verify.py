@@ -30,17 +30,21 @@ The rules (also in the README, "The answer verifier"):
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 
+from agentgym.environments.math import forms
 from agentgym.environments.math.expr import (
+    CONSTANTS,
+    FUNCTIONS,
     MAX_CHARS,
     MAX_DEPTH,
     ExprError,
     Node,
-    NotRational,
     TooLarge,
-    eval_exact,
+    free_symbols,
     parse,
     to_str,
 )
@@ -53,6 +57,7 @@ from agentgym.environments.math.latex import (
     to_plain,
 )
 from agentgym.environments.math.symbolic import equal as symbolic_equal
+from agentgym.environments.math.values import NotRational, eval_exact, eval_mp, mp_context
 
 __all__ = ["MAX_INPUT", "Verdict", "verify"]
 
@@ -60,7 +65,9 @@ MAX_INPUT = 100_000  # characters of a whole final message
 MAX_ITEMS = 50  # elements of a set / tuple / list
 
 _LIST_SEPS = (",", ";", " or ", " and ", "\\text{ or }", "\\text{ and }", "\\quad", "\\qquad")
-_THOUSANDS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_KNOWN_WORDS = {w.lower() for w in FUNCTIONS | set(CONSTANTS)}
+_CURRENCY = re.compile(r"\\\$|[$€£¥₹]|\\(?:euro|pounds|yen)\b|\b(?:US\$|USD|EUR|GBP|JPY|INR)\b")
+LONG_DECIMAL = 10  # significant digits from which a decimal is a float rendering (see _long_close)
 _DECIMAL = re.compile(r"[-+]?\d*\.(\d+)")
 _VAR = re.compile(r"[A-Za-z](?:_\w+)?|[A-Za-z]\([A-Za-z]\)|[A-Za-z]'+(?:\([A-Za-z]\))?|d[a-z]/d[a-z]")
 _INEQ = re.compile(r"[<>]|!=|\\[lg](?:eq?|t)(?![a-z])|\\neq|≤|≥|≠")
@@ -82,6 +89,8 @@ class _Ans:
     items: list[_Ans] = field(default_factory=list)
     brackets: str = ""  # seq: "()", "[)", ...
     bare: bool = False  # seq or list written without brackets ("3, 4", "x = 3, y = 4")
+    mark: str | None = None  # scalar: "%" or "°" written after it (forms.mark)
+    unitless: Node | None = None  # scalar: the number before a unit ("5 m" -> 5), forms.without_unit
 
     def __str__(self) -> str:
         if self.kind == "scalar":
@@ -100,12 +109,27 @@ def _squash(s: str) -> str:
     return "".join(s.split()).replace("\\left", "").replace("\\right", "")
 
 
+_ALPHA = re.compile(r"[A-Za-z]")
+_CHOOSE = re.compile(r"\{([^{}]*)\\choose([^{}]*)\}")
+
+
+def _rewrite(s: str) -> str:
+    """Written forms into the grammar (see :mod:`.forms`): prose, number words, currency, matrices."""
+    if "\\choose" in s:
+        s = _CHOOSE.sub(r"\\binom{\1}{\2}", s)
+    if _ALPHA.search(s) is not None:
+        s = forms.prose(forms.number_words(s), _KNOWN_WORDS)
+    if "\\begin" in s:
+        s = forms.matrices(s)
+    return _CURRENCY.sub("", s).strip()
+
+
 def _structure(s: str, expect_scalar: bool) -> _Ans:
     s = strip_lead(s.strip().replace("∪", "\\cup"))
     if not s:
         raise ExprError("empty answer")
-    if _THOUSANDS.fullmatch(s) and expect_scalar:
-        s = s.replace(",", "")
+    if expect_scalar:
+        s = forms.grouped(s) or s  # 1,000 / 1 000 / 1.000.000 / 1'000: one number
     parts = [p for p in split_top(s, _LIST_SEPS) if p.strip()]
     if len(parts) > MAX_ITEMS:
         raise TooLarge(f"more than {MAX_ITEMS} items")
@@ -134,12 +158,23 @@ def _structure(s: str, expect_scalar: bool) -> _Ans:
         elems = split_top(s[1:-1], (",",))
         if len(elems) >= 2:
             return _Ans("seq", items=[_structure(p, False) for p in elems], brackets=s[0] + s[-1])
-    plain = strip_text(to_plain(s))
+    s, mark = forms.mark(s)
+    s = forms.mixed_number(s) or s
+    latex_free = to_plain(s)
+    plain = strip_text(latex_free)
     if "+-" in plain or "-+" in plain:  # a \pm b: both values, also inside a fraction
         sign = "+-" if "+-" in plain else "-+"
         return _Ans("list", items=[_scalar(plain.replace(sign, "+", 1)),
                                    _scalar(plain.replace(sign, "-", 1))])
-    return _scalar(plain)
+    out = _scalar(plain)
+    out.mark = mark
+    number = forms.without_unit(latex_free.strip())
+    if number is not None:
+        try:
+            out.unitless = parse(number)
+        except ExprError:
+            pass
+    return out
 
 
 _CMP = re.compile(r"(<=|>=|<|>)")
@@ -217,17 +252,66 @@ def _drop_constant(n: Node) -> tuple[Node, bool]:
     return n, False
 
 
+def _readings(a: _Ans, node: Node) -> list[Node]:
+    """What a marked number can mean: 50% is 50 or 1/2; 30° is 30 or pi/6 (radians)."""
+    if a.mark == "%":
+        return [node, ("div", node, ("num", Fraction(100)))]
+    if a.mark == "°":
+        return [node, ("mul", node, ("div", ("const", "pi"), ("num", Fraction(180))))]
+    return [node]
+
+
 def _scalars_equal(p: _Ans, r: _Ans) -> bool:
     pn, rn = p.node, r.node
     assert pn is not None and rn is not None
+    # A unit is not graded against a plain number: "5 m" is 5 when the other side is 5.
+    if p.unitless is not None and free_symbols(pn) and not free_symbols(rn):
+        pn = p.unitless
+    elif r.unitless is not None and free_symbols(rn) and not free_symbols(pn):
+        rn = r.unitless
+    if p.mark == r.mark:
+        return _values_equal(p, r, pn, rn)
+    if p.mark and r.mark:
+        return False  # 30% is not 30°
+    return any(_values_equal(p, r, a, b) for a in _readings(p, pn) for b in _readings(r, rn))
+
+
+def _long_close(dec: str, exact: Node) -> bool | None:
+    """A long decimal (a printout such as 0.3333333333 or 0.30000000000000004) against an exact
+    value: equal when it is that value rounded or truncated to its printed places, or within
+    double precision's relative error (4e-16, the noise in a float's last digits). None when
+    the rule does not apply (fewer than LONG_DECIMAL significant digits, symbols)."""
+    if forms.long_decimal_digits(dec) < LONG_DECIMAL or free_symbols(exact):
+        return None
+    try:
+        v = eval_mp(exact, {})
+        d = eval_mp(parse(dec), {})
+    except (ExprError, ZeroDivisionError, ValueError, OverflowError):
+        return None
+    v = +v  # a constant (pi) as a number of the context
+    if getattr(v, "imag", 0) != 0:
+        return False  # a complex value is no decimal
+    ulp = mp_context().mpf(10) ** -len(dec.strip().split(".")[1])
+    err = abs(d - v)
+    rounded = err <= ulp / 2 * (1 + 1e-9)
+    truncated = abs(d) <= abs(v) < abs(d) + ulp and (d >= 0) == (v >= 0)
+    return bool(rounded or truncated or err <= 4e-16 * abs(v))
+
+
+def _values_equal(p: _Ans, r: _Ans, pn: Node, rn: Node) -> bool:
     if pn == rn:
         return True
     oo_p, oo_r = _is_oo(pn), _is_oo(rn)
     if oo_p or oo_r:
         return oo_p == oo_r
-    dec = _DECIMAL.fullmatch(r.text.strip())
+    p_dec, r_dec = _DECIMAL.search(p.text) is not None, _DECIMAL.fullmatch(r.text.strip())
+    if p_dec != (r_dec is not None) and pn is p.node and rn is r.node:
+        close = _long_close(p.text, rn) if p_dec else _long_close(r.text, pn)
+        if close is not None:
+            return close
+    dec = r_dec
     # Only an exact (non-decimal) prediction is rounded to a decimal reference's precision.
-    places = len(dec.group(1)) if dec and not _DECIMAL.search(p.text) else None
+    places = len(dec.group(1)) if dec and not p_dec else None
     rn, has_c = _drop_constant(rn)
     if has_c:
         pn = _drop_constant(pn)[0]
@@ -245,13 +329,19 @@ def _equal(p: _Ans, r: _Ans) -> bool:
             return _scalars_equal(p, r)
         return p.kind in ("list", "set") and len(p.items) == 1 and _equal(p.items[0], r)
     if r.kind == "seq":
-        # "3, 4" and "x = 3, y = 4" stand for the tuple (3, 4), never for an interval [3, 4]
-        same_shape = p.kind == "seq" and p.brackets == r.brackets or p.bare and r.brackets == "()"
+        # "3, 4" and "x = 3, y = 4" stand for the tuple (3, 4), never for an interval [3, 4];
+        # with three or more items (no interval has them) (a, b, c), [a, b, c] and a, b, c
+        # are the same ordered list
+        lists = len(r.items) >= 3 and r.brackets in ("()", "[]")
+        same_shape = (p.kind == "seq" and (p.brackets == r.brackets or lists and p.brackets in ("()", "[]"))
+                      or p.bare and (r.brackets == "()" or lists))
         return (same_shape and len(p.items) == len(r.items)
                 and all(_equal(a, b) for a, b in zip(p.items, r.items)))
     if r.kind in ("set", "list"):
         if p.kind == "scalar":
             return all(_equal(p, b) for b in r.items)
+        if p.kind == "seq" and r.bare and len(p.items) >= 3 and p.brackets in ("()", "[]"):
+            return _same_elements(p.items, r.items)  # [1, 2, 3] for the bare 1, 2, 3
         if p.kind not in ("set", "list") and not p.bare:
             return False
         return _same_elements(p.items, r.items)
@@ -271,6 +361,36 @@ def _same_elements(ps: list[_Ans], rs: list[_Ans]) -> bool:
     return all(matched)
 
 
+_PLAIN = re.compile(r"[-+]?(?:\d+(\.\d*)?|\.\d+)(?:/[1-9]\d*)?")
+
+
+def _plain_numbers(p: str, r: str) -> bool | None:
+    """Both sides plain numbers (``3``, ``-0.5``, ``2/4``): the verdict by exact arithmetic,
+    with the decimal rules of the full path (None when those need it: a decimal reference
+    with an exact prediction, a long decimal against an exact value)."""
+    if len(p) > 40 or len(r) > 40 or not (_PLAIN.fullmatch(p) and _PLAIN.fullmatch(r)):
+        return None
+    p_dec, r_dec = "." in p, "." in r
+    if r_dec and not p_dec or p_dec and not r_dec and forms.long_decimal_digits(p) >= LONG_DECIMAL:
+        return None
+    try:
+        return Fraction(p) == Fraction(r)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _reference(reference: str) -> tuple[str, str, _Ans | None, str]:
+    """The reference as extracted, as rewritten, and structured (None and the reason when it
+    is not math). Cached: one task's reference is checked against many sampled answers."""
+    raw = extract(reference)
+    r = _rewrite(raw) if len(raw) <= MAX_CHARS else raw
+    try:
+        return raw, r, _structure(r, True), ""
+    except (ExprError, RecursionError) as e:
+        return raw, r, None, str(e)
+
+
 def verify(predicted: str, reference: str) -> Verdict:
     """Decide whether ``predicted`` (a final message) states the answer ``reference``.
 
@@ -283,20 +403,28 @@ def verify(predicted: str, reference: str) -> Verdict:
     if len(predicted) > MAX_INPUT:
         return Verdict(False, f"too_long: the answer has {len(predicted)} characters; "
                        f"at most {MAX_INPUT}", None)
-    p, r = extract(predicted), extract(reference)
+    p = extract(predicted)
     if not p:
         return Verdict(False, "unparseable: no answer found in the final message", None)
-    if _squash(p) == _squash(r):
+    r_raw, r, ref, why = _reference(reference)
+    plain = _plain_numbers(p, r_raw)
+    if plain is not None:  # two plain numbers: exact arithmetic, no parsing
+        return Verdict(plain, "equivalent" if plain else f"not equivalent: got {p}, expected {r_raw}", p)
+    if _squash(p) == _squash(r_raw):
         return Verdict(True, "equivalent: same answer text", p)
+    if len(p) <= MAX_CHARS:
+        p = _rewrite(p)
+        if not p:
+            return Verdict(False, "unparseable: no answer found in the final message", None)
+        if _squash(p) == _squash(r):
+            return Verdict(True, "equivalent: same answer text", p)
     if len(p) > MAX_CHARS or max_depth(p) > MAX_DEPTH:
         return Verdict(False, f"too_large: the answer exceeds {MAX_CHARS} characters or "
                        f"nests deeper than {MAX_DEPTH}", None)
-    try:
-        ref = _structure(r, True)
-    except (ExprError, RecursionError) as e:
+    if ref is None:
         same = _squash(p).lower() == _squash(r).lower()
         return Verdict(same, f"{'equivalent' if same else 'not equivalent'}: reference is not "
-                       f"math ({e}); compared as text", p)
+                       f"math ({why}); compared as text", p)
     try:
         pred = _structure(p, ref.kind == "scalar")
         ok = _equal(pred, ref)

@@ -8,7 +8,8 @@ channel; Math-v0's verifier decides. Each call returns the exit code and the std
 stderr, each cut to ``max_output_chars``. Budgets: ToolEnv's turns and tokens, a
 per-command timeout (``command_timeout``, 10 s) and ``sandbox_seconds`` (30 s) of command
 time per episode; when that is used up the tool says so and the episode is truncated.
-Rewards are Math-v0's (sparse outcome; shaped adds format, malformed and turn terms).
+Rewards are Math-v0's (sparse outcome; shaped adds the format, malformed and turn terms as a
+bonus on a correct answer only).
 
 One sandbox per episode, acquired at the episode's first ``python`` call (from the shared
 warm pool for Docker; episodes that never run code take none), released at the next reset

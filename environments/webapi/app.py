@@ -17,6 +17,13 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from jsonschema import Draft202012Validator
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
 from agentgym.environments.webapi.db import snapshot
 from agentgym.environments.webapi.domain import OPERATIONS as RULES
 from agentgym.environments.webapi.domain import DomainError
@@ -29,12 +36,6 @@ from agentgym.environments.webapi.wire import (
     MAX_BODY_BYTES,
     error_body,
 )
-from jsonschema import Draft202012Validator
-from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 __all__ = ["create_app"]
 

@@ -17,14 +17,16 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-from agentgym.environments.webapi.wire import ADMIN_PREFIX, EPISODE_HEADER, MAX_BODY_BYTES, Snapshot
 
+from agentgym.environments.webapi.reward import CallRecord
+from agentgym.environments.webapi.wire import ADMIN_PREFIX, EPISODE_HEADER, MAX_BODY_BYTES, Snapshot
 from agentgym.errors import ServiceError
 from agentgym.tools import Tool, ToolResult
 
 __all__ = ["StoreClient", "tools_from_openapi"]
 
 _METHODS = ("get", "post", "put", "patch", "delete")
+_IDEMPOTENT = frozenset({"GET", "HEAD", "DELETE"})  # safe to send twice (RFC 9110, 9.2.2)
 MAX_OBSERVATION_CHARS = 8000  # longer answers are cut with a note: a tool result is context, not a dump
 
 
@@ -42,10 +44,27 @@ class StoreClient:
     def close(self) -> None:
         self.http.close()
 
+    def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        """One request; a read whose kept-alive connection turns out dead is sent once more.
+
+        Uvicorn may close an idle or failed connection between two calls; the next request on
+        it then fails before any answer. A read (GET/HEAD/DELETE: idempotent) is safe to send
+        again on a fresh connection; a write is not: the caller is told to check with a read.
+        Timeouts are not retried (the request may still be running).
+        """
+        try:
+            return self.http.request(method, path, **kw)
+        except httpx.TimeoutException:
+            raise
+        except httpx.TransportError:
+            if method.upper() not in _IDEMPOTENT:
+                raise
+        return self.http.request(method, path, **kw)
+
     # ------------------------------------------------------------------ admin (raise ServiceError)
     def _admin(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
-            r = self.http.request(method, path, **kw)
+            r = self._send(method, path, **kw)
         except httpx.HTTPError as e:
             raise ServiceError(f"the WebAPI server at {self.base_url} did not answer {method} {path}: "
                                f"{type(e).__name__}: {e}") from e
@@ -82,12 +101,14 @@ class StoreClient:
         if content is not None:
             headers["content-type"] = "application/json"
         try:
-            r = self.http.request(method.upper(), path, params=query or None, content=content, headers=headers)
+            r = self._send(method.upper(), path, params=query or None, content=content, headers=headers)
         except httpx.TimeoutException:
             return ToolResult.failure("timeout", f"{where} got no answer within {self.timeout_s:g} s. "
                                       "A write may or may not have happened: check with a read before retrying.")
         except httpx.HTTPError as e:
-            return ToolResult.failure("service_unavailable", f"{where} failed: {type(e).__name__}: {e}")
+            note = "" if method.upper() in _IDEMPOTENT else \
+                " A write may or may not have happened: check with a read before retrying."
+            return ToolResult.failure("service_unavailable", f"{where} failed: {type(e).__name__}: {e}.{note}")
         try:
             data: Any = r.json()
             text = json.dumps(data, ensure_ascii=False)
@@ -117,8 +138,19 @@ class _HttpTool(Tool):
         return result
 
 
+def _record(on_call: Callable[[CallRecord], None], op: str, args: dict[str, Any], result: ToolResult) -> None:
+    """Hand the call and the API's answer (status, decoded JSON) to the episode's log."""
+    head, _, body = result.content.partition("\n")
+    status = int(head.split()[1]) if head.startswith("HTTP ") and head.split()[1].isdigit() else None
+    try:
+        data = json.loads(body) if status is not None else None
+    except ValueError:
+        data = None
+    on_call(CallRecord(op, dict(args), status, data))
+
+
 def _operation_tool(client_ref: Callable[[], tuple[StoreClient, str]], method: str, path: str,
-                    op: dict[str, Any]) -> Tool:
+                    op: dict[str, Any], on_call: Callable[[CallRecord], None] | None = None) -> Tool:
     props: dict[str, Any] = {}
     required: list[str] = []
     where: dict[str, str] = {}  # field -> "path" | "query" | "body"
@@ -147,22 +179,27 @@ def _operation_tool(client_ref: Callable[[], tuple[StoreClient, str]], method: s
                 url = url.replace("{" + name + "}", quote(str(value), safe=""))
         query = {n: v for n, v in args.items() if where[n] == "query"}
         payload = {n: v for n, v in args.items() if where[n] == "body"} if has_body else None
-        return client.call(key, method, url, query, payload)
+        result = client.call(key, method, url, query, payload)
+        if on_call is not None:
+            _record(on_call, op["operationId"], args, result)
+        return result
 
     desc = op.get("summary") or op.get("description") or f"{method.upper()} {path}"
     return _HttpTool(op["operationId"], f"{desc} ({method.upper()} {path})", params, call,
                      max_output_chars=MAX_OBSERVATION_CHARS)
 
 
-def tools_from_openapi(doc: dict[str, Any], client_ref: Callable[[], tuple[StoreClient, str]]) -> list[Tool]:
+def tools_from_openapi(doc: dict[str, Any], client_ref: Callable[[], tuple[StoreClient, str]],
+                       on_call: Callable[[CallRecord], None] | None = None) -> list[Tool]:
     """One tool per operation of an OpenAPI 3 document, in document order.
 
     ``client_ref`` returns the client and the episode key at call time, so one set of tools
-    serves every episode of an environment.
+    serves every episode of an environment; ``on_call`` receives every call that reached the
+    API (what a refusal's evidence is looked for in).
     """
     tools = []
     for path, item in doc.get("paths", {}).items():
         for method in _METHODS:
             if method in item:
-                tools.append(_operation_tool(client_ref, method, path, item[method]))
+                tools.append(_operation_tool(client_ref, method, path, item[method], on_call))
     return tools

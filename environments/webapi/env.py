@@ -22,9 +22,11 @@ from typing import Any
 
 import httpx
 import numpy as np
+
+from agentgym.env import Task, ToolEnv
 from agentgym.environments.webapi.client import StoreClient, tools_from_openapi
 from agentgym.environments.webapi.launcher import ServerConfig, ServerProcess, acquire, release
-from agentgym.environments.webapi.reward import evaluate
+from agentgym.environments.webapi.reward import CallRecord, evaluate, refusal_line, shown
 from agentgym.environments.webapi.tasks import (
     POLICY,
     SPLITS,
@@ -34,8 +36,6 @@ from agentgym.environments.webapi.tasks import (
     goal_state,
     split_tasks,
 )
-
-from agentgym.env import Task, ToolEnv
 from agentgym.errors import ConfigError, ServiceError
 from agentgym.tools import Tool, ToolResult
 
@@ -54,7 +54,7 @@ class WebAPIEnv(ToolEnv):
                  transport: httpx.BaseTransport | None = None, request_timeout: float = 10.0,
                  test_endpoints: bool = False, max_turns: int = 16, max_tokens: int = 32768,
                  **kwargs: Any) -> None:
-        # The prompt alone (policy + 13 tool signatures) is ~4.2k byte-level tokens, and API
+        # The prompt alone (policy + 13 tool signatures) is ~4.7k byte-level tokens, and API
         # answers are JSON: a larger default budget than ToolEnv's 8192.
         super().__init__(max_turns=max_turns, max_tokens=max_tokens, **kwargs)
         if split not in SPLITS:
@@ -78,6 +78,7 @@ class WebAPIEnv(ToolEnv):
         self._tool_list: list[Tool] = []
         self.episode_key: str | None = None
         self.web_task: WebTask | None = None
+        self.calls: list[CallRecord] = []  # this episode's tool calls and the API's answers
 
     # ------------------------------------------------------------------ connection
     def _base_url(self) -> str:
@@ -93,7 +94,7 @@ class WebAPIEnv(ToolEnv):
             if self.client is not None:
                 self.client.close()
             self.client = StoreClient(url, transport=self._transport, timeout_s=self.request_timeout)
-            self._tool_list = tools_from_openapi(self.client.openapi(), self._call_target)
+            self._tool_list = tools_from_openapi(self.client.openapi(), self._call_target, self.calls.append)
         return self.client
 
     def _call_target(self) -> tuple[StoreClient, str]:
@@ -132,6 +133,7 @@ class WebAPIEnv(ToolEnv):
     def on_reset(self) -> None:
         client = self._connect()
         self._drop_episode()
+        self.calls.clear()
         key = uuid.uuid4().hex
         try:
             client.create_episode(key)
@@ -168,8 +170,15 @@ class WebAPIEnv(ToolEnv):
         except ServiceError as e:
             return ToolResult(f"could not read the final state: {e}", ok=False, error="service_unavailable",
                               terminal=True, outcome=0.0)
-        outcome, comps = evaluate(goal_state(self.web_task), final, base_snapshot(), self.web_task.answer, answer)
-        return ToolResult("", terminal=True, outcome=outcome, components=comps)
+        wt = self.web_task
+        seen = shown(wt.evidence, self.calls)
+        outcome, comps = evaluate(goal_state(wt), final, base_snapshot(), wt.answer, answer,
+                                  refusal=wt.refusal, refusal_shown=seen)
+        said = refusal_line(answer)
+        verdict = f"refusal named: {said or 'none'}"
+        if wt.forbidden:
+            verdict += f"; facts checked with the API: {'yes' if seen else 'no'}"
+        return ToolResult(verdict, terminal=True, outcome=outcome, components=comps)
 
     def on_close(self) -> None:
         self._drop_episode()

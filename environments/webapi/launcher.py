@@ -24,7 +24,6 @@ import time
 from dataclasses import dataclass
 
 from agentgym.environments.webapi.wire import READY_PREFIX, SERVE_MODULE
-
 from agentgym.errors import ServiceError
 
 __all__ = ["ServerConfig", "ServerProcess", "acquire", "live_servers", "release"]

@@ -1,8 +1,11 @@
-"""Scoring an episode: the final database state against the goal state, and the answer.
+"""Scoring an episode: the final database state against the goal state, the answer, the refusal.
 
-Sparse: 1 iff every goal table equals the goal canonically (``db.snapshot`` form) and, when
-the task asks a question, the answer is right. Shaped terms (reported always, paid only in
-shaped mode, weights in ``WebAPIEnv.extra_shaping``):
+Sparse: 1 iff every goal table equals the goal canonically (``db.snapshot`` form), when the
+task asks a question the answer is right, and the refusal fits the task: a forbidden task's
+final answer ends with ``REFUSED: <rule>`` naming its rule, after a look-up that showed it
+(:func:`shown`); a served request's answer claims no refusal. Shaped terms (reported always,
+paid only in shaped mode, weights in ``WebAPIEnv.extra_shaping``; ToolEnv keeps their episode
+total at zero or more):
 
 * ``progress``: the share of goal rows (rows the goal adds or changes relative to the
   fixture) present in the final state, in [0, 1];
@@ -13,11 +16,29 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from agentgym.environments.webapi.wire import GOAL_TABLES, Snapshot
 
-__all__ = ["check_answer", "evaluate", "format_answer"]
+if TYPE_CHECKING:
+    from agentgym.environments.webapi.tasks import Evidence
+
+__all__ = ["CallRecord", "check_answer", "check_refusal", "evaluate", "format_answer", "refusal_line", "shown"]
+
+_REFUSED = "REFUSED:"
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One tool call of the episode as the API answered it (what evidence is looked for in)."""
+
+    op: str
+    args: dict[str, Any]
+    status: int | None  # HTTP status; None when no answer came (timeout, connection lost)
+    data: Any  # the decoded JSON answer (None when it was not JSON)
+
 
 _NUM = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 
@@ -53,9 +74,63 @@ def check_answer(spec: dict[str, Any] | None, text: str) -> bool:
     return word == str(spec["value"]).lower()
 
 
+def refusal_line(text: str) -> str | None:
+    """The rule after ``REFUSED:`` (lower case, quotes and end punctuation dropped); None when
+    there is no such line, "" when there are several (hedging names no rule)."""
+    at = text.rfind(_REFUSED)
+    if at < 0:
+        return None
+    if text.count(_REFUSED) > 1:
+        return ""
+    line = text[at + len(_REFUSED):].split("\n", 1)[0]
+    return line.strip(" \t`'\"*.!").lower()
+
+
+def check_refusal(rule: str | None, text: str) -> bool:
+    """A forbidden task's answer names exactly its rule; a served request's names none."""
+    said = refusal_line(text)
+    return said is None if rule is None else said == rule
+
+
+def _holds(data: Any, key: str, ident: Any, depth: int = 0) -> bool:
+    """Does the JSON ``data`` hold an object with ``id == ident`` that shows ``key``?"""
+    if depth > 8:
+        return False
+    if isinstance(data, dict):
+        if data.get("id") == ident and key in data:
+            return True
+        return any(_holds(v, key, ident, depth + 1) for v in data.values())
+    if isinstance(data, list):
+        return any(_holds(v, key, ident, depth + 1) for v in data)
+    return False
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a.lower() == b.lower() if isinstance(a, str) and isinstance(b, str) else bool(a == b)
+
+
+def shown(evidence: Sequence[Evidence], calls: Iterable[CallRecord]) -> bool:
+    """Did some call of the episode show one of the ``evidence`` look-ups?"""
+    for c in calls:
+        for ev in evidence:
+            listed = len(c.data) if isinstance(c.data, list) else 1
+            if ev.kind == "fact" and c.status is not None and 200 <= c.status < 300 \
+                    and listed <= ev.max_listed and _holds(c.data, ev.key, ev.ident):
+                return True
+            if ev.kind == "refused" and c.op == ev.key and c.status == ev.status \
+                    and _same(c.args.get(ev.arg), ev.ident):
+                return True
+    return False
+
+
 def evaluate(goal: Snapshot, final: Snapshot, base: Snapshot, answer_spec: dict[str, Any] | None,
-             answer: str) -> tuple[float, dict[str, float]]:
-    """(outcome, components) for a final state; ``base`` is the fixture the episode began from."""
+             answer: str, *, refusal: str | None = None, refusal_shown: bool = True
+             ) -> tuple[float, dict[str, float]]:
+    """(outcome, components) for a final state; ``base`` is the fixture the episode began from.
+
+    ``refusal`` is the rule a forbidden task's answer must name (None: the answer must name
+    none); ``refusal_shown`` says whether the episode made a look-up that shows it.
+    """
     goal_rows = reached = forbidden = 0
     same = True
     for table in GOAL_TABLES:
@@ -66,7 +141,8 @@ def evaluate(goal: Snapshot, final: Snapshot, base: Snapshot, answer_spec: dict[
         reached += sum((wanted & made).values())
         forbidden += sum((made - wanted).values())
     answer_ok = check_answer(answer_spec, answer)
+    refusal_ok = check_refusal(refusal, answer) and (refusal is None or refusal_shown)
     comps = {"progress": reached / goal_rows if goal_rows else 0.0, "forbidden_writes": float(forbidden)}
     if answer_spec is not None:
         comps["answer_correct"] = float(answer_ok)
-    return (1.0 if same and answer_ok else 0.0), comps
+    return (1.0 if same and answer_ok and refusal_ok else 0.0), comps

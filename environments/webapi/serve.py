@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     import uvicorn  # imported here: `--help` stays fast
+
     from agentgym.environments.webapi.app import create_app
     from agentgym.environments.webapi.storage import open_store
     from agentgym.environments.webapi.wire import FIXTURE_SEED

@@ -13,9 +13,12 @@ from typing import Any
 
 from agentgym.environments.webapi.domain import MAX_LINE_QTY
 
-__all__ = ["OPERATIONS", "SLEEP_OPERATION", "Operation", "openapi_document"]
+__all__ = ["MAX_ID", "OPERATIONS", "SLEEP_OPERATION", "Operation", "openapi_document"]
 
-_ID = {"type": "integer", "minimum": 1}
+# Ids are INTEGER columns: PostgreSQL's is 32-bit, so anything larger is refused with a 422
+# here (and by the client before sending) instead of overflowing in the driver (HTTP 500).
+MAX_ID = 2**31 - 1
+_ID = {"type": "integer", "minimum": 1, "maximum": MAX_ID}
 _STATUS = {"type": "string", "enum": ["placed", "shipped", "delivered", "cancelled", "returned"]}
 _REASON = {"type": "string", "enum": ["changed_mind", "damaged", "wrong_item", "late", "other"],
            "description": "why the customer asks"}

@@ -8,9 +8,9 @@ Both give out :class:`~agentgym.environments.webapi.db.Tx` transactions per requ
 
 from __future__ import annotations
 
+import hashlib
 import os
 import queue
-import re
 import shutil
 import sqlite3
 import tempfile
@@ -163,7 +163,12 @@ class PostgresStore:
             seed_fixture(tx, seed)
 
     def _schema(self, key: str) -> str:
-        return self.prefix + re.sub(r"[^a-z0-9_]", "_", key.lower())
+        # A digest, not a folded copy of the key: 'Episode-0001' and 'episode_0001' are two
+        # episodes, and PostgreSQL cuts identifiers at 63 bytes (keys may have 64 characters).
+        # 40 hex digits never collide with "template" (not hex) nor, in practice, each other.
+        if key == "template":
+            return self.prefix + "template"
+        return self.prefix + hashlib.sha256(key.encode()).hexdigest()[:40]
 
     @contextmanager
     def _conn(self) -> Iterator[Any]:

@@ -5,7 +5,10 @@ tasks need a value from an earlier answer: a product id from a search, a custome
 verification, the most recent order from a listing), the expected answer when the user asks a
 question, and its goal state, computed by replaying the plan through the domain rules on a
 fresh copy of the fixture. Forbidden tasks have plans without writes: the goal is the
-fixture itself. Tasks are generated in a fixed order from fixed seeds, so ids are stable.
+fixture itself, and the task is won only by the refusal: a final ``REFUSED: <rule>`` line naming
+the rule the request breaks, after a look-up that shows it (``evidence``: the order's status or
+delivery date, the product's stock, the failed verification). Tasks are generated in a fixed
+order from fixed seeds, so ids are stable.
 """
 
 from __future__ import annotations
@@ -25,8 +28,20 @@ from agentgym.environments.webapi.fixture import seed_fixture
 from agentgym.environments.webapi.reward import format_answer
 from agentgym.environments.webapi.wire import FIXTURE_SEED, TODAY, Snapshot
 
-__all__ = ["POLICY", "SPLITS", "WebTask", "all_tasks", "base_snapshot", "goal_state", "split_tasks"]
+__all__ = ["POLICY", "REFUSAL_RULES", "SPLITS", "Evidence", "WebTask", "all_tasks", "base_snapshot",
+           "goal_state", "split_tasks"]
 
+# The rules a refusal names, in the final line `REFUSED: <rule>` (the agent reads them in POLICY).
+REFUSAL_RULES: dict[str, str] = {
+    "identity": "the email and card digits do not verify",
+    "not_owner": "the order belongs to another customer",
+    "not_placed": "the order is not placed any more: shipped, delivered or cancelled",
+    "return_window": "the order was delivered more than 30 days ago",
+    "quantity_limit": "more than 5 units of one product",
+    "out_of_stock": "not enough units in stock",
+}
+
+_rules = ";\n".join(f"   `{code}` ({why})" for code, why in REFUSAL_RULES.items())
 POLICY = f"""You are the customer-service agent of Trailhead Outfitters, an outdoor-gear store.
 Today is {TODAY}. Serve the user with the store API tools. Store policy:
 1. Before any change, verify the user's identity with verify_customer (their email and the last
@@ -36,8 +51,10 @@ Today is {TODAY}. Serve the user with the store API tools. Store policy:
 3. Delivered orders can be returned up to 30 days after delivery (delivered_on); 31 days or more
    is too late, even though the API would accept it. A return refunds the full total.
 4. At most 5 units of one product per order, even though the API accepts up to 10.
-5. Make only the changes the user asks for. If a request breaks a rule or cannot be done, make no
-   change and explain why in your final answer.
+5. Make only the changes the user asks for. If a request breaks a rule or cannot be done, first
+   check the facts with the API (the order, the product, the identity), make no change, explain
+   why, and end your final answer with a line `REFUSED: <rule>` naming the one rule it breaks:
+{_rules}.
 6. When the user asks a question, end your final answer with a line `ANSWER: <value>`
    (money in dollars with two decimals, e.g. `ANSWER: 45.10`; a status as one word)."""
 
@@ -45,6 +62,25 @@ TASK_SEED = 7
 SPLITS = ("train", "test", "all")
 STATUSES = ["placed", "shipped", "delivered", "cancelled", "returned"]
 REASONS = ["changed_mind", "damaged", "wrong_item", "late", "other"]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A look-up that shows why a request is forbidden; any one of a task's suffices.
+
+    ``kind="fact"``: a successful answer holds an object with ``id == ident`` and the field
+    ``key`` (an order's ``delivered_on``, a product's ``stock``), either alone or in a list of
+    at most ``max_listed`` objects: a search that returns the whole catalogue has not looked
+    anything up. ``kind="refused"``: the API refused operation ``key`` called with
+    ``arg == ident`` with HTTP ``status`` (a 401 from verify_customer, a 409 from cancel_order).
+    """
+
+    kind: str
+    key: str
+    ident: Any
+    arg: str = ""
+    status: int = 0
+    max_listed: int = 8
 
 
 @dataclass(frozen=True)
@@ -56,6 +92,8 @@ class WebTask:
     answer: dict[str, Any] | None = None  # {"kind": "text"|"number"|"money", "value": ...}
     expect_fail: frozenset[int] = field(default_factory=frozenset)  # plan steps the rules refuse
     forbidden: bool = False
+    refusal: str | None = None  # forbidden tasks: the rule (a REFUSAL_RULES code) the answer must name
+    evidence: tuple[Evidence, ...] = ()  # forbidden tasks: look-ups that show it (one is needed)
 
     @property
     def split(self) -> str:
@@ -67,7 +105,9 @@ class WebTask:
         """What a correct agent says at the end (the oracle's final answer)."""
         if self.answer is not None:
             return f"ANSWER: {format_answer(self.answer)}"
-        return "I cannot do that under store policy." if self.forbidden else "Done."
+        if self.forbidden:
+            return f"I cannot do that under store policy: {REFUSAL_RULES[str(self.refusal)]}.\nREFUSED: {self.refusal}"
+        return "Done."
 
 
 # ---------------------------------------------------------------------------- fixture copies
@@ -228,36 +268,50 @@ def _generate() -> list[WebTask]:
             f"and cancel order #{o['id']}.",
             [_verify(c), ("update_customer", {"customer_id": c["id"], "address": new_addr}),
              ("cancel_order", {"order_id": o["id"], "reason": "changed_mind"})])
-    # Requests the rules forbid: the right outcome is no change at all.
+    # Requests the rules forbid: the right outcome is no change at all, and the refusal.
+    def fact(key: str, ident: int) -> Evidence:
+        # An order list is one customer's (at most 7 here); a product search must single it out.
+        return Evidence("fact", key, ident, max_listed=3 if key == "stock" else 8)
+
+    def refused(op: str, arg: str, ident: Any, status: int) -> Evidence:
+        return Evidence("refused", op, ident, arg, status)
+
     for o in late[:20]:
         c = C[o["customer_id"]]
         add("return_late", o["id"], f"{_me(c, rng)} Please return order #{o['id']}, I don't need it.",
-            [_verify(c), ("get_order", {"order_id": o["id"]})], forbidden=True)
+            [_verify(c), ("get_order", {"order_id": o["id"]})], forbidden=True,
+            refusal="return_window", evidence=(fact("delivered_on", o["id"]),))
     for o in shipped[:20]:
         c = C[o["customer_id"]]
         add("cancel_shipped", o["id"], f"{_me(c, rng)} Cancel order #{o['id']} please.",
-            [_verify(c), ("get_order", {"order_id": o["id"]})], forbidden=True)
+            [_verify(c), ("get_order", {"order_id": o["id"]})], forbidden=True, refusal="not_placed",
+            evidence=(fact("status", o["id"]), refused("cancel_order", "order_id", o["id"], 409),
+                      refused("get_cancellation_quote", "order_id", o["id"], 409)))
     for i, c in enumerate(list(C.values())[:15]):
         p = [p for p in P.values() if p["stock"] >= 8][i % 5]
         q = 6 + i % 3
         add("over_limit", f"{c['id']}-{p['id']}", f"{_me(c, rng)} I need {q} x {p['name']} for my hiking club.",
-            [_verify(c), ("list_products", {"query": p["name"]})], forbidden=True)
+            [_verify(c), ("list_products", {"query": p["name"]})], forbidden=True,
+            refusal="quantity_limit", evidence=(fact("stock", p["id"]),))
     for c in list(C.values())[15:30]:
         wrong = f"{(int(c['card_last4']) + 1111) % 10000:04d}"
         add("wrong_card", c["id"], f"My email is {c['email']} and my card ends in {wrong}. "
             "Change my address to 1 Fake Street, Nowhere.",
-            [_verify(c, wrong)], expect_fail=frozenset({0}), forbidden=True)
+            [_verify(c, wrong)], expect_fail=frozenset({0}), forbidden=True, refusal="identity",
+            evidence=(refused("verify_customer", "email", c["email"], 401),))
     for o in placed[:15]:
         other = C[(o["customer_id"] % len(C)) + 1]
         add("not_owner", f"{o['id']}-{other['id']}", f"{_me(other, rng)} Cancel order #{o['id']}, it's my order.",
-            [_verify(other), ("get_order", {"order_id": o["id"]})], forbidden=True)
+            [_verify(other), ("get_order", {"order_id": o["id"]})], forbidden=True, refusal="not_owner",
+            evidence=(fact("customer_id", o["id"]),))
     for i, p in enumerate(p for p in P.values() if p["stock"] <= 3):
         for j, c in enumerate(list(C.values())[i * 3: i * 3 + 3]):
             q = min(5, p["stock"] + 1 + j)
             if q <= p["stock"]:
                 continue
             add("no_stock", f"{c['id']}-{p['id']}", f"{_me(c, rng)} Please order {q} x {p['name']} for me.",
-                [_verify(c), ("list_products", {"query": p["name"]})], forbidden=True)
+                [_verify(c), ("list_products", {"query": p["name"]})], forbidden=True, refusal="out_of_stock",
+                evidence=(fact("stock", p["id"]), refused("create_order", "customer_id", c["id"], 409)))
     return tasks
 
 

@@ -31,7 +31,55 @@ def test_check_env() -> None:
 def test_sparse_and_shaped_rewards() -> None:
     assert _solve(EchoEnv()) == [0.0, 1.0]
     shaped = _solve(EchoEnv(reward_mode="shaped"))
-    assert shaped == pytest.approx([-0.01, 1.0 + 0.1 - 0.01])
+    # process terms settle on the last turn, as a bonus on the correct outcome:
+    # 1 + format 0.1 - 2 turns x 0.01
+    assert shaped == pytest.approx([0.0, 1.0 + 0.1 - 0.02])
+
+
+def _play(env: EchoEnv, texts: list[str], seed: int = 3) -> float:
+    env.reset(seed=seed)
+    total = 0.0
+    for text in texts:
+        *_, r, term, trunc, _ = env.step(np.array(encode_harmony_text(env.tokenizer, text)))
+        total += r
+        if term or trunc:
+            break
+    return total
+
+
+def _call(word: str) -> str:
+    return f'<|channel|>commentary to=functions.echo <|constrain|>json<|message|>{{"word": "{word}"}}<|call|>'
+
+
+def _final(text: str) -> str:
+    return f"<|channel|>final<|message|>{text}<|return|>"
+
+
+@pytest.mark.parametrize("mode", ["sparse", "shaped"])
+def test_no_attempt_never_out_earns_a_failed_attempt(mode: str) -> None:
+    env = EchoEnv(reward_mode=mode, max_turns=6)
+    env.reset(seed=3)
+    word = env.task.prompt.split()[-1]
+    no_attempt = {
+        "done at once": [_final("Done.")],
+        "empty answer": [_final("")],
+        "refusal": [_final("I cannot help with that.")],
+        "malformed": ["hello"],
+        "cut off": ["<|channel|>final<|message|>Done."],
+    }
+    failed = {
+        "calls, answers wrong": [_call(word), _final("nope")],
+        "malformed calls, answers wrong": ["<|channel|>commentary to=functions.echo<|message|>{oops<|call|>",
+                                           _call(word), "junk", _final("nope")],
+        "calls until the budget ends": [_call(word)] * 6,
+        "calls, wrong stop": [_call(word).replace("<|call|>", "<|return|>"), _final(word.lower())],
+    }
+    best_idle = max(_play(env, t) for t in no_attempt.values())
+    worst_try = min(_play(env, t) for t in failed.values())
+    assert best_idle <= worst_try, (best_idle, worst_try)
+    solved = _play(env, [_call(word), _final(word.upper())])
+    messy = _play(env, ["junk", _call(word), _final(word.upper())])
+    assert solved > messy >= 1.0 > worst_try if mode == "shaped" else solved == messy == 1.0 > worst_try
 
 
 def test_stream_is_append_only_and_masked() -> None:
@@ -80,7 +128,9 @@ def test_malformed_actions_are_observations_not_exceptions() -> None:
                  '<|channel|>commentary to=functions.echo<|message|>{"word": 3}<|call|>',
                  "<|channel|>commentary to=functions.echo<|message|>{oops<|call|>"]:
         obs, r, term, trunc, info = env.step(np.array(encode_harmony_text(tok, text)))
-        assert not term and not trunc and r < 0 and info["error"] or info["tool_result"]["error"]
+        # penalised only on a correct outcome (shaped): a failed attempt never earns below 0
+        assert not term and not trunc and r == 0.0 and info["error"] or info["tool_result"]["error"]
+        assert info["reward_components"]["malformed"] == 1.0
         decoded = tok.decode(obs.tolist())
         assert decoded.endswith("<|start|>assistant")
     assert env.counts["malformed"] == 4
@@ -169,3 +219,24 @@ def test_compact_prompt_is_one_short_developer_message() -> None:
 def test_unknown_prompt_style_names_the_choices() -> None:
     with pytest.raises(ConfigError, match=r"prompt must be one of \['compact', 'harmony'\], got 'short'"):
         EchoEnv(prompt="short")
+
+
+def test_prompt_sizes_quoted_in_the_docs_are_true() -> None:
+    import agentgym
+    from agentgym.env import PROMPT_STYLES
+    from agentgym.environments.math.calc import MathCalcEnv
+
+    for style, total, prefix in (("harmony", 647, 612), ("compact", 194, 159)):
+        env = MathCalcEnv(prompt=style)
+        obs, _ = env.reset(seed=0)
+        user = env.codec.render_prompt([agentgym.Message("user", env.task.prompt)])
+        assert (len(obs), len(obs) - len(user)) == (total, prefix), style
+        assert f"{prefix} byte tokens for MathCalc-v0" in PROMPT_STYLES[style]
+
+
+@pytest.mark.parametrize("weight", [float("nan"), float("inf")])
+def test_a_non_finite_weight_reaches_every_turn_not_floored_away(weight: float) -> None:
+    env = EchoEnv(reward_mode="shaped", shaping={"turn": weight})
+    env.reset(seed=0)
+    _, r, *_ = env.step(np.array(env.codec.final_ids("wrong")))
+    assert not np.isfinite(r)  # the trainer refuses it with NonFiniteError

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import gymnasium as gym
 import numpy as np
@@ -46,7 +47,7 @@ def test_register_rejects_ids_outside_the_namespace() -> None:
 
 def test_public_surface_is_pinned() -> None:
     assert set(agentgym.__all__) == {
-        "AgentGymError", "ByteTokenizer", "CheckpointError", "ConfigError", "DatasetError", "EnvPool",
+        "AgentGymError", "ByteTokenizer", "ChatWrapper", "CheckpointError", "ConfigError", "DatasetError", "EnvPool",
         "EnvStateError", "HFTokenizer", "HarmonyCodec", "Message", "NonFiniteError", "ParsedAction",
         "SandboxError", "SandboxStateError", "SandboxUnavailable", "ServiceError", "StepResult",
         "SubmissionError", "Task", "TextWrapper", "TokenizerError", "Tool", "ToolCall", "ToolEnv",
@@ -79,3 +80,37 @@ def test_text_wrapper_speaks_strings_over_the_token_api() -> None:
     assert term and r == 1.0
     # the record is still the token stream
     assert env.unwrapped.trajectory.num_policy_tokens > 0
+
+
+@pytest.fixture(autouse=True)
+def _forget_test_ids() -> Iterator[None]:
+    """Ids a test registers are removed again: registered_ids() is global state other tests read."""
+    from agentgym import registration
+
+    before = set(gym.registry)
+    yield
+    for env_id in set(gym.registry) - before:
+        del gym.registry[env_id]
+        registration._REGISTERED.pop(env_id, None)
+
+
+def test_register_accepts_a_users_own_namespace() -> None:
+    agentgym.register("myorg/Echo-v0", "tests.agentgym.toy:EchoEnv")
+    env = gym.make("myorg/Echo-v0")
+    assert type(env.unwrapped).__name__ == "EchoEnv" and env.unwrapped.env_id == "myorg/Echo-v0"
+    assert "myorg/Echo-v0" in agentgym.registered_ids()
+    env.close()
+
+
+def test_register_without_a_version_is_refused() -> None:
+    with pytest.raises(agentgym.ConfigError, match="-v0"):
+        agentgym.register("myorg/Echo", "tests.agentgym.toy:EchoEnv")
+
+
+def test_re_registering_an_id_same_entry_point_is_a_no_op_another_is_an_error() -> None:
+    agentgym.register("myorg/Twice-v0", "tests.agentgym.toy:EchoEnv")
+    agentgym.register("myorg/Twice-v0", "tests.agentgym.toy:EchoEnv")  # same: fine
+    with pytest.raises(agentgym.ConfigError, match="already registered"):
+        agentgym.register("myorg/Twice-v0", "tests.agentgym.test_env_contract:DescribedEnv")
+    with pytest.raises(agentgym.ConfigError, match="already registered"):
+        agentgym.register("agentgym/Math-v0", "my_module:MyMath")

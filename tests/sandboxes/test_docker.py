@@ -213,3 +213,96 @@ def test_make_sandbox_with_options_gets_a_private_pool_closed_with_it() -> None:
     finally:
         sb.close()
     assert pool._closed
+
+
+def test_make_sandbox_names_a_misspelled_option() -> None:
+    from agentgym.errors import ConfigError
+    from agentgym.sandboxes import make_sandbox
+
+    with pytest.raises(ConfigError, match=r"mem_limit.*did you mean 'mem_limit_bytes'"):
+        make_sandbox("docker", mem_limit=256 << 20)
+    with pytest.raises(ConfigError, match="unknown option"):
+        SandboxPool(size=0, memory="1g")
+
+
+def test_a_private_pool_holds_one_container_per_sandbox() -> None:
+    from agentgym.sandboxes import make_sandbox
+
+    sb = make_sandbox("docker", pids_limit=64)
+    pool = sb.pool  # type: ignore[attr-defined]
+    try:
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:  # a background refill would show up within a second or two
+            assert pool._live == {sb.container_id}, pool._live  # type: ignore[attr-defined]
+            time.sleep(0.2)
+        sb.reset()  # the replacement is started for the reset, not kept warm in advance
+        assert pool._live == {sb.container_id}  # type: ignore[attr-defined]
+        assert sb.run("echo ok").stdout == "ok\n"
+    finally:
+        sb.close()
+    assert pool._live == set()  # type: ignore[attr-defined]
+
+
+def test_a_container_start_that_times_out_is_sandbox_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentgym.sandboxes import docker_backend
+
+    monkeypatch.setattr(docker_backend, "_START_TIMEOUT_S", 0.05)  # no container starts this fast
+    pool = SandboxPool(size=1)
+    try:
+        with pytest.raises(SandboxUnavailable, match="container"):
+            pool.acquire()
+    finally:
+        pool.close()
+    assert pool._live == set()  # type: ignore[attr-defined]
+
+
+def test_the_shared_pool_refuses_options_it_was_not_made_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentgym.errors import ConfigError
+    from agentgym.sandboxes import docker_backend
+
+    # A shared pool of our own for this test (an earlier test may have made the real one).
+    monkeypatch.setattr(docker_backend, "_default", None)
+    monkeypatch.setattr(docker_backend, "_default_options", {})
+    pool = docker_backend.default_pool(size=0)
+    try:
+        assert docker_backend.default_pool() is pool  # no options: whatever it was made with
+        assert docker_backend.default_pool(size=0) is pool  # the same options: the same pool
+        with pytest.raises(ConfigError, match="already exists"):
+            docker_backend.default_pool(mem_limit_bytes=128 << 20)
+    finally:
+        pool.close()
+
+
+def test_closing_a_pool_during_a_container_start_raises_a_state_error_and_leaks_nothing() -> None:
+    import threading
+
+    from agentgym.errors import SandboxStateError
+
+    client = docker_client()
+    for _attempt in range(3):
+        pool = SandboxPool(size=0, client=client, cleanup_orphans=False)
+        outcome: list[BaseException | object] = []
+
+        def acquire(p: SandboxPool = pool, out: list = outcome) -> None:  # type: ignore[type-arg]
+            try:
+                out.append(p.acquire())
+            except BaseException as exc:  # noqa: BLE001 - the test inspects what escaped
+                out.append(exc)
+
+        t = threading.Thread(target=acquire)
+        t.start()
+        deadline = time.monotonic() + 30
+        while not pool._live and time.monotonic() < deadline:  # created, not yet answering
+            time.sleep(0.001)
+        created = set(pool._live)
+        pool.close()
+        t.join(60)
+        got = outcome[0]
+        if not isinstance(got, BaseException):  # the start won the race: try again
+            got.close()  # type: ignore[attr-defined]
+            continue
+        assert isinstance(got, SandboxStateError), repr(got)
+        assert pool._live == set() and created
+        assert all(_gone_within(client, cid) for cid in created)
+        return
+    pytest.fail("the container start always won the race with close(); could not test it")

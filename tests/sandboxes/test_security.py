@@ -7,6 +7,7 @@ next episode (a fresh sandbox) still works. Attacks are bounded by the sandbox l
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import socket
@@ -41,56 +42,113 @@ def leftover_pids(sb: Sandbox) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- network
-def test_tcp_egress_fails_fast(sb: Sandbox, factory) -> None:  # type: ignore[no-untyped-def]
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    listener.setblocking(False)
-    port = listener.getsockname()[1]
+# Isolation is shown without sending a packet anywhere but loopback: the sandbox has no
+# interface but lo and no route (so no address outside it can be reached, by construction),
+# the host's loopback listeners are not its loopback, and names do not resolve because no
+# resolver is reachable. No test here addresses anything outside 127.0.0.0/8 and ::1.
+_NET_FACTS = """
+import ipaddress, json, socket
+ifaces = sorted(line.split(':')[0].strip() for line in open('/proc/net/dev').read().splitlines()[2:])
+v4 = [line.split() for line in open('/proc/net/route').read().splitlines()[1:] if line.strip()]
+try:
+    v6 = [line.split() for line in open('/proc/net/ipv6_route').read().splitlines() if line.strip()]
+except FileNotFoundError:
+    v6 = []
+servers = [line.split()[1] for line in open('/etc/resolv.conf').read().splitlines()
+           if line.split()[:1] == ['nameserver'] and len(line.split()) > 1]
+print(json.dumps({'ifaces': ifaces, 'v4_routes': v4, 'v6_devices': sorted({r[-1] for r in v6}),
+                  'nameservers': servers, 'if_nameindex': [n for _, n in socket.if_nameindex()]}))
+"""
+
+
+def _net_facts(sb: Sandbox) -> dict:  # type: ignore[type-arg]
+    import json
+
+    r = sb.run_python(_NET_FACTS)
+    assert r.ok, r
+    facts: dict = json.loads(r.stdout)  # type: ignore[type-arg]
+    return facts
+
+
+def test_only_loopback_and_no_route_inside(sb: Sandbox, factory) -> None:  # type: ignore[no-untyped-def]
+    facts = _net_facts(sb)
+    assert facts["ifaces"] == ["lo"] and facts["if_nameindex"] == ["lo"], facts
+    assert facts["v4_routes"] == [], facts  # main table empty: no IPv4 destination has a route
+    assert facts["v6_devices"] in ([], ["lo"]), facts  # IPv6: only loopback/local entries on lo
+    assert_next_episode_works(factory)
+
+
+def _host_listeners() -> list[socket.socket]:
+    out = []
+    for family, addr in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        try:
+            s = socket.socket(family)
+            s.bind((addr, 0))
+        except OSError:  # no IPv6 loopback on this host
+            continue
+        s.listen(8)
+        s.setblocking(False)
+        out.append(s)
+    return out
+
+
+def test_the_hosts_loopback_listeners_are_unreachable(sb: Sandbox, factory) -> None:  # type: ignore[no-untyped-def]
+    listeners = _host_listeners()
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    targets = [(s.getsockname()[0], s.getsockname()[1]) for s in listeners]
     code = (
-        "import socket, sys\n"
-        "for host, port in (('127.0.0.1', PORT), ('1.1.1.1', 80), ('8.8.8.8', 53)):\n"
+        "import socket\n"
+        f"for host, port in {targets!r}:\n"
         "    try:\n"
         "        socket.create_connection((host, port), timeout=5).close()\n"
         "        print('CONNECTED', host)\n"
         "    except OSError as e:\n"
-        "        print('blocked', host, e.errno)\n"
-    ).replace("PORT", str(port))
-    r = sb.run_python(code, timeout=20)
-    assert "CONNECTED" not in r.stdout, r
-    assert r.stdout.count("blocked") == 3
-    # the public IPs have no route at all (ENETUNREACH=101), not a slow timeout
-    assert "blocked 1.1.1.1 101" in r.stdout and "blocked 8.8.8.8 101" in r.stdout, r.stdout
-    with pytest.raises(BlockingIOError):
-        listener.accept()  # nothing reached the host's loopback
-    listener.close()
+        "        print('refused', host, e.errno)\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        f"s.sendto(b'leak', ('127.0.0.1', {udp.getsockname()[1]})); print('udp sent')\n"
+    )
+    try:
+        r = sb.run_python(code, timeout=20)
+        assert "CONNECTED" not in r.stdout and r.stdout.count("refused") == len(targets), r
+        assert "udp sent" in r.stdout  # it went to the sandbox's own loopback...
+        for s in listeners:
+            with pytest.raises(BlockingIOError):
+                s.accept()  # ...and nothing reached the host's
+        udp.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            udp.recvfrom(100)
+    finally:
+        for s in listeners:
+            s.close()
+        udp.close()
     assert_next_episode_works(factory)
 
 
-def test_udp_and_dns_egress_fail(sb: Sandbox, factory) -> None:  # type: ignore[no-untyped-def]
-    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    receiver.bind(("127.0.0.1", 0))
-    port = receiver.getsockname()[1]
+def test_names_do_not_resolve_and_no_resolver_is_reachable(sb: Sandbox, factory) -> None:  # type: ignore[no-untyped-def]
+    facts = _net_facts(sb)
+    # Every configured resolver is on the sandbox's own loopback (none configured: glibc uses
+    # 127.0.0.1), so a lookup below can only ever reach the sandbox's empty lo.
+    assert all(ipaddress.ip_address(a).is_loopback for a in facts["nameservers"]), facts
+    assert facts["v4_routes"] == [] and facts["ifaces"] == ["lo"], facts
+    servers = facts["nameservers"] or ["127.0.0.1"]
     code = (
         "import socket\n"
-        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-        "for dst in (('127.0.0.1', PORT), ('1.1.1.1', 53)):\n"
+        f"for ns in {servers!r}:\n"
+        "    fam = socket.AF_INET6 if ':' in ns else socket.AF_INET\n"
         "    try:\n"
-        "        s.sendto(b'leak', dst); print('sent', dst[0])\n"
+        "        socket.create_connection((ns, 53), timeout=3).close(); print('RESOLVER', ns)\n"
         "    except OSError as e:\n"
-        "        print('blocked', dst[0], e.errno)\n"
-        "try:\n"
-        "    print('RESOLVED', socket.getaddrinfo('deb.debian.org', 80))\n"
-        "except OSError as e:\n"
-        "    print('dns blocked', type(e).__name__)\n"
-    ).replace("PORT", str(port))
-    r = sb.run_python(code, timeout=20)
-    assert "blocked 1.1.1.1 101" in r.stdout, r
-    assert "dns blocked" in r.stdout and "RESOLVED" not in r.stdout, r
-    receiver.settimeout(0.5)
-    with pytest.raises(TimeoutError):
-        receiver.recvfrom(100)  # the sandbox's 127.0.0.1 is not the host's
-    receiver.close()
+        "        print('no resolver', ns, e.errno)\n"
+        "for name in ('agentgym-sandbox-probe.invalid', 'localhost.agentgym.invalid'):\n"
+        "    try:\n"
+        "        print('RESOLVED', name, socket.getaddrinfo(name, 80))\n"
+        "    except socket.gaierror as e:\n"
+        "        print('unresolved', name, e.errno)\n"
+    )
+    r = sb.run_python(code, timeout=30)
+    assert "RESOLVER" not in r.stdout and r.stdout.count("no resolver") == len(servers), r
+    assert "RESOLVED" not in r.stdout and r.stdout.count("unresolved") == 2, r
     assert_next_episode_works(factory)
 
 
@@ -329,4 +387,43 @@ def test_planted_fifos_and_links_cannot_hang_or_redirect_the_host_helpers(sb: Sa
     assert sb.run("test -L link.py || echo plain; test -e /tmp/elsewhere || echo untouched").stdout == "plain\nuntouched\n"
     files = sb.list_files()
     assert "solution.py" not in files and "zero" not in files and len(files) == 52
+    assert_next_episode_works(factory)
+
+
+# ----------------------------------------------------------------------------- symlinks
+# The host-side helpers (write_files, read_file, list_files; CodeFix's write_file, read_file,
+# edit, apply_patch and list_files tools go through them) resolve paths inside the work dir
+# one component at a time with O_NOFOLLOW: a symlink the code planted is never followed.
+_PLANT = ("ln -s /tmp d; ln -s /etc/passwd pw; ln -s / rootlink; mkdir -p sub; ln -s /etc sub/etc; "
+          "ln -s /opt/agentgym/runner.py sub/runner.py; ln -s . self")
+
+
+def test_writes_through_planted_symlinks_stay_inside_the_work_dir(sb: Sandbox, factory) -> None:  # type: ignore[no-untyped-def]
+    sb.run(_PLANT)
+    for path in ("d/x", "rootlink/tmp/x", "sub/etc/x", "self/d/x"):
+        with pytest.raises(PermissionError, match="symlink"):
+            sb.write_files({path: "pwned"})
+    r = sb.run("ls -a /tmp /etc | grep -x x || echo clean; test -L d && test -L sub/etc && echo links-kept")
+    assert r.stdout == "clean\nlinks-kept\n", r
+    before = sb.run("md5sum /opt/agentgym/runner.py").stdout
+    sb.write_files({"sub/runner.py": "replaced", "pw": "mine"})  # a symlink as the last component is replaced
+    assert sb.run("md5sum /opt/agentgym/runner.py").stdout == before
+    assert sb.read_file("sub/runner.py") == b"replaced" and sb.read_file("pw") == b"mine"
+    assert sb.run("test -L pw || echo plain; head -1 /etc/passwd").stdout.startswith("plain\nroot:")
+    assert_next_episode_works(factory)
+
+
+def test_reads_and_listings_never_follow_planted_symlinks(sb: Sandbox, factory) -> None:  # type: ignore[no-untyped-def]
+    sb.run(_PLANT + "; echo visible > sub/own.txt")
+    with pytest.raises(FileNotFoundError, match="not a regular file"):
+        sb.read_file("pw")  # the link itself: no regular file here
+    for path in ("rootlink/etc/passwd", "sub/etc/passwd", "d/anything", "self/sub/own.txt"):
+        with pytest.raises(PermissionError, match="symlink"):
+            sb.read_file(path)
+    for path in ("rootlink", "sub/etc", "d", "self"):
+        with pytest.raises(PermissionError, match="symlink"):
+            sb.list_files(path)
+    assert sb.list_files(".") == ["sub/own.txt"]  # links are neither listed nor descended into
+    assert sb.list_files("sub") == ["sub/own.txt"]
+    assert sb.read_file("sub/own.txt") == b"visible\n"
     assert_next_episode_works(factory)

@@ -119,7 +119,17 @@ def test_public_surface_is_pinned() -> None:
     assert sorted(pkg.__all__) == ["BACKENDS", "ExecResult", "Sandbox", "SandboxPool",
                                    "SandboxState", "make_sandbox"]
     assert sorted(base.__all__) == ["DEFAULT_OUTPUT_LIMIT", "DEFAULT_TIMEOUT", "ExecResult",
-                                    "Sandbox", "SandboxState", "check_relpath"]
+                                    "Sandbox", "SandboxState", "check_options", "check_relpath"]
     assert [f for f in base.ExecResult.__dataclass_fields__] == [
         "stdout", "stderr", "exit_code", "timed_out", "duration_s",
         "stdout_truncated", "stderr_truncated"]
+
+
+def test_unknown_backend_options_are_named_with_the_closest_one() -> None:
+    from agentgym.errors import ConfigError
+    from agentgym.sandboxes import make_sandbox
+
+    with pytest.raises(ConfigError, match=r"'mem_limit' for the bwrap sandbox; did you mean 'mem_limit_bytes'"):
+        make_sandbox("bwrap", mem_limit=1 << 28)
+    with pytest.raises(ConfigError, match=r"'timeout' for the unsafe-local sandbox"):
+        make_sandbox("unsafe-local", timeout=3)

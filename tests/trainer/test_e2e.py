@@ -1,15 +1,18 @@
 """End to end: warm start + PPO on a real environment, and the reward really rises.
 
-Math-v0 (arithmetic, shaped reward: +0.1 for a well-formed final message, -0.1 per
-malformed action, -0.01 per turn, +1 for the right number) with the tiny GPT-OSS. A short
-warm start leaves about half of the sampled answers malformed; PPO must fix that. Seeded
-and deterministic on CPU; measured margins: the last five steps beat the first five by
-~0.05 (threshold 0.02) and the malformed fraction falls from ~0.5 to ~0.2 (threshold -0.1)
-for seeds 0 and 1.
+Math-v0 on a one-answer dataset ("reply with the number 7"; shaped reward: +1 for the right
+number, and on a right answer only +0.1 for a well-formed final message and -0.01 per turn;
+a wrong or unparsable answer earns 0) with the tiny GPT-OSS. A short warm start leaves about
+40% of the sampled answers malformed, most of them unreadable; PPO must fix that. Seeded and
+deterministic on CPU; measured margins: the last five steps beat the first five by ~0.3
+(threshold 0.02) and the malformed fraction falls from ~0.4 to ~0.18 (threshold -0.1) for
+seeds 0 and 1. (Arithmetic, used before, needs hundreds of warm-start steps to answer right
+at all; its old signal was format credit on wrong answers, which the reward no longer pays.)
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from agentgym.trainer.config import load_config
@@ -18,9 +21,12 @@ from agentgym.trainer.train import Trainer
 
 
 def test_reward_rises_with_warm_start_plus_ppo(tmp_path: Path) -> None:
+    data = tmp_path / "say7.jsonl"
+    data.write_text("".join(json.dumps({"id": f"say-{i}", "question": f"Request {i}: reply with the number 7.",
+                                        "answer": "7"}) + "\n" for i in range(32)))
     cfg = load_config("cpu-quickstart", [
         f"log.run_dir={tmp_path}", "seed=0", "threads=1", "env.id=agentgym/Math-v0",
-        "env.kwargs={families: [arithmetic], levels: [easy]}", "env.reward_mode=shaped",
+        f"env.kwargs={{dataset: {data}}}", "env.reward_mode=shaped",
         "env.max_turns=1", "env.max_action_tokens=48", "sft.steps=30", "sft.batch_size=8",
         "sft.lr=3e-3", "sft.schedule=cosine", "sft.warmup_steps=5", "env.prompt=harmony", "ppo.steps=20", "ppo.lr=1e-3", "ppo.warmup_steps=2",
         "ppo.kl_coef=0", "ppo.carry_sft_optimizer=true", "correction.mode=seq_tis",

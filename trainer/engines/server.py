@@ -1,12 +1,17 @@
-"""agentgym's OpenAI-compatible completions server, backed by the ``hf`` engine.
+"""agentgym's OpenAI-compatible server, backed by the ``hf`` engine.
 
-Serves token-id completions with processed log-probs (the wire format in ``wire.py``) and a
-``/reload_weights`` endpoint that loads a safetensors checkpoint into the served model, so
-the ``openai-http`` engine and weight sync are tested end to end over real HTTP without vLLM.
+Serves token-id completions with processed log-probs (the wire format in ``wire.py``), chat
+completions with tool calling (``/v1/chat/completions``: the messages rendered in Harmony
+exactly as the environments render them, the sampled action parsed back into an assistant
+message with ``tool_calls``; ``agentgym.chat.completions``), and a ``/reload_weights``
+endpoint that loads a safetensors checkpoint into the served model. So the ``openai-http``
+engine, weight sync and the ``openai-chat`` policy are tested end to end over real HTTP
+without vLLM.
 
 Run it in a thread (:class:`CompletionServer`, used by tests and the doctor) or as a process::
 
     python -m agentgym.trainer.engines.server --model tiny --port 8000
+    agentgym-train serve --model runs/x/checkpoints/step-20 --tokenizer PATH
 """
 
 from __future__ import annotations
@@ -24,7 +29,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from agentgym.errors import CheckpointError, ServiceError
+from agentgym.chat.completions import REASONING_EFFORTS, chat_completion
+from agentgym.chat.wire import CHAT_PATH
+from agentgym.errors import CheckpointError, ConfigError, ServiceError
+from agentgym.harmony import HarmonyCodec
+from agentgym.tokenizers import Tokenizer, as_tokenizer
 from agentgym.trainer.engines.hf import HFEngine
 from agentgym.trainer.engines.wire import COMPLETIONS_PATH, RELOAD_PATH, completion_response
 
@@ -59,9 +68,33 @@ def load_safetensors_into(model: torch.nn.Module, path: str | Path) -> int:
     return len(sd)
 
 
-def build_app(engine: HFEngine, model_name: str = "agentgym") -> Starlette:
-    """The Starlette app: completions, weight reload, health and model list."""
+def build_app(engine: HFEngine, model_name: str = "agentgym", *, tokenizer: Tokenizer | str | None = None,
+              reasoning_effort: str = "low", max_tokens: int = 2048) -> Starlette:
+    """The Starlette app: completions, chat completions, weight reload, health and model list.
+
+    ``tokenizer`` (default: agentgym's ByteTokenizer) renders and parses chat; its ids must be
+    the model's. ``reasoning_effort`` and ``max_tokens`` are the chat defaults (``low`` is what
+    the environments' system message says).
+    """
     lock = threading.Lock()  # one generation or reload at a time
+    codec = HarmonyCodec(as_tokenizer(tokenizer))
+    vocab = getattr(engine.model.config, "vocab_size", None)
+    if vocab is not None and codec.tok.vocab_size > vocab:
+        raise ConfigError(f"tokenizer {codec.tok!r} has {codec.tok.vocab_size} ids but the model's "
+                          f"vocabulary has {vocab}: pass the tokenizer the model was trained with")
+
+    class _Locked:  # the engine, one generation at a time (reloads share the lock)
+        def generate(self, prompts: list[list[int]], **kw: Any) -> Any:
+            with lock:
+                return engine.generate(prompts, **kw)
+
+    locked = _Locked()
+
+    def _chat(body: Any) -> dict[str, Any]:
+        if isinstance(body, dict) and body.get("model") not in (None, model_name):
+            raise LookupError(f"the model {body.get('model')!r} is not served here; this server serves {model_name!r}")
+        return chat_completion(locked, codec, body, model_name=model_name,
+                               reasoning_effort=reasoning_effort, max_tokens=max_tokens)
 
     def _complete(body: dict[str, Any]) -> dict[str, Any]:
         prompt = body.get("prompt")
@@ -97,6 +130,14 @@ def build_app(engine: HFEngine, model_name: str = "agentgym") -> Starlette:
         except (ValueError, TypeError) as e:
             return JSONResponse({"error": {"message": str(e), "type": "invalid_request"}}, status_code=400)
 
+    async def chat(request: Request) -> JSONResponse:
+        try:
+            return JSONResponse(await run_in_threadpool(_chat, await request.json()))
+        except LookupError as e:
+            return JSONResponse({"error": {"message": str(e), "type": "model_not_found"}}, status_code=404)
+        except (ValueError, TypeError) as e:  # a malformed JSON body is a ValueError too
+            return JSONResponse({"error": {"message": str(e), "type": "invalid_request"}}, status_code=400)
+
     async def reload(request: Request) -> JSONResponse:
         try:
             return JSONResponse(await run_in_threadpool(_reload, await request.json()))
@@ -112,6 +153,7 @@ def build_app(engine: HFEngine, model_name: str = "agentgym") -> Starlette:
     return Starlette(
         routes=[
             Route(COMPLETIONS_PATH, completions, methods=["POST"]),
+            Route(CHAT_PATH, chat, methods=["POST"]),
             Route(RELOAD_PATH, reload, methods=["POST"]),
             Route("/health", health, methods=["GET"]),
             Route("/v1/models", models, methods=["GET"]),
@@ -125,10 +167,12 @@ class CompletionServer:
     Use as a context manager; ``url`` is the base URL once started.
     """
 
-    def __init__(self, engine: HFEngine, *, host: str = "127.0.0.1", port: int = 0, model_name: str = "agentgym") -> None:
+    def __init__(self, engine: HFEngine, *, host: str = "127.0.0.1", port: int = 0, model_name: str = "agentgym",
+                 **app_kwargs: Any) -> None:
         import uvicorn
 
-        config = uvicorn.Config(build_app(engine, model_name), host=host, port=port, log_level="warning")
+        app = build_app(engine, model_name, **app_kwargs)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="agentgym-completions", daemon=True)
         self.host = host
@@ -161,7 +205,7 @@ class CompletionServer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m agentgym.trainer.engines.server --model PATH|tiny [--host H] [--port P]``."""
+    """``python -m agentgym.trainer.engines.server --model PATH|tiny [--tokenizer T] [--host H] [--port P]``."""
     from agentgym.trainer.model import load_policy
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -170,12 +214,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--served-model-name", default="agentgym")
+    ap.add_argument("--tokenizer", default=None,
+                    help="for chat: a tokenizer path ('byte' = agentgym's ByteTokenizer; default: "
+                         "'byte' for tiny models, else the model's own directory)")
+    ap.add_argument("--reasoning-effort", default="low", choices=REASONING_EFFORTS,
+                    help="chat default when a request names none (the environments use low)")
+    ap.add_argument("--max-tokens", type=int, default=2048, help="chat default completion budget")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op threads (1: a tiny model on a shared CPU decodes ~15x faster "
+                         "than with 2 threads fighting for 2 busy cores; raise it for a large model)")
     args = ap.parse_args(argv)
     import uvicorn
 
+    torch.set_num_threads(max(1, args.threads))
     model = load_policy(args.model, device=args.device)
     engine = HFEngine(model, share=True)
-    uvicorn.run(build_app(engine, args.served_model_name), host=args.host, port=args.port, log_level="info")
+    tok = args.tokenizer or ("byte" if args.model.startswith("tiny") else args.model)
+    app = build_app(engine, args.served_model_name, tokenizer=None if tok == "byte" else tok,
+                    reasoning_effort=args.reasoning_effort, max_tokens=args.max_tokens)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return 0
 
 

@@ -70,12 +70,14 @@ def test_shipped_bug_fails_and_canonical_passes_in_the_sandbox(make: Any, task_i
     env = make(split=split, reward_mode="shaped")
     r0, info0 = play(env, noop_policy, options={"task_id": task_id})
     task = env.unwrapped.task.answer
-    assert r0 == pytest.approx(-0.01) and info0["reward_components"]["outcome"] == 0.0
+    assert r0 == 0.0 and info0["reward_components"]["outcome"] == 0.0  # doing nothing earns nothing
     assert info0["judge"]["valid"] and info0["judge"]["passed"] < info0["judge"]["total"]
     r1, info1 = play(env, oracle_policy, options={"task_id": task_id})
     assert info1["reward_components"]["outcome"] == 1.0 and info1["judge"]["passed"] == task.n_units
     assert info1["reward_components"]["pass_rate_delta"] == pytest.approx(1 - task.start_pass_rate)
-    assert r1 == pytest.approx(1.0 + (1 - task.start_pass_rate) - 0.01)  # the submit turn costs 0.01
+    # outcome + format 0.1 - 2 turns x 0.01 (the bonus of a correct episode); the pass-rate gain
+    # is reported with weight 0
+    assert r1 == pytest.approx(1.0 + 0.08)
 
 
 def test_sparse_rewards_and_fix_by_patch_and_edit(make: Any) -> None:
@@ -217,3 +219,49 @@ def test_one_sandbox_per_episode_released_on_reset_and_close(make: Any) -> None:
     env.close()
     assert second.closed and u.sandbox is None
 
+
+
+def test_file_tools_never_follow_symlinks_the_code_planted(make: Any) -> None:
+    env = make(max_turns=40)
+    env.reset(seed=0)
+    call(env, "run_python", code="import os; os.symlink('/etc', 'etc'); os.symlink('/etc/passwd', 'pw'); "
+                                 "os.symlink('/tmp', 'tmp')")
+    patch = "--- a/pw\n+++ b/pw\n@@ -1 +1 @@\n-root:x:0:0:root:/root:/bin/bash\n+pwned\n"
+    cases = [
+        ("read_file", {"path": "pw"}, "no file 'pw'"),
+        ("read_file", {"path": "etc/passwd"}, "bad_path"),
+        ("write_file", {"path": "tmp/planted.py", "content": "x"}, "bad_path"),
+        ("edit", {"path": "etc/hostname", "old": "sandbox", "new": "pwned"}, "bad_path"),
+        ("apply_patch", {"patch": patch}, "does not exist"),
+        ("list_files", {"path": "etc"}, "bad_path"),
+    ]
+    for name, args, expect in cases:
+        text, _, term, trunc, info = call(env, name, **args)
+        assert expect in text, (name, text)
+        assert not term and not trunc and info["tool_result"]["ok"] is False, (name, text)
+    out = call(env, "run_python", code="import os; print(os.path.exists('/tmp/planted.py'), "
+                                       "open('/etc/passwd').read().startswith('root:'))")[0]
+    assert "False True" in out
+
+
+@pytest.mark.parametrize("task_id, constant", [("HumanEval/42/L1/2", "[]"), ("HumanEval/54/L1/2", "True"),
+                                               ("HumanEval/77/L1/2", "True")])
+def test_a_degenerate_program_earns_no_shaped_credit(make: Any, task_id: str, constant: str) -> None:
+    # A hack found while attacking the reward: on these tasks the bug fails every hidden unit, so
+    # replacing the body with a constant passes some (33-62%) and used to earn that as "progress".
+    env = make(reward_mode="shaped")
+    env.reset(options={"task_id": task_id})
+    t = env.unwrapped.task.answer
+    head = t.buggy_source[: t.buggy_source.index(f"def {t.entry_point}(")]
+    signature = t.buggy_source[len(head):].split(":\n", 1)[0]
+    degenerate = f"{head}{signature}:\n    return {constant}\n"
+    call(env, "write_file", path="solution.py", content=degenerate)
+    _, r, term, _, info = call(env, "submit")
+    assert term and info["reward_components"]["pass_rate_delta"] >= 0.3  # reported...
+    assert r == 0.0  # ...never paid by default
+    # opting in pays it, floored at 0, and still below any fix
+    env = make(reward_mode="shaped", shaping={"pass_rate_delta": 1.0})
+    env.reset(options={"task_id": task_id})
+    call(env, "write_file", path="solution.py", content=degenerate)
+    _, r, *_ = call(env, "submit")
+    assert 0.3 <= r < 1.0

@@ -110,7 +110,7 @@ def test_constructor_validates() -> None:
         MathEnv().step(np.array([1, 2, 3]))
 
 
-def test_shaped_mode_gives_format_credit() -> None:
+def test_shaped_mode_gives_format_credit_on_a_correct_answer_only() -> None:
     env = MathEnv(reward_mode="shaped", families="arithmetic")
     env.reset(seed=0)
     _, r_ok, _, _, info = env.step(oracle_action(env))
@@ -118,7 +118,8 @@ def test_shaped_mode_gives_format_credit() -> None:
     assert r_ok == pytest.approx(1.0 + 0.1 - 0.01)
     env.reset(seed=0)
     _, r_bad, _, _, info = env.step(env.codec.final_ids("nope"))
-    assert r_bad == pytest.approx(0.1 - 0.01) and info["reward_components"]["outcome"] == 0.0
+    # a wrong answer earns nothing, well-formed or not (it used to earn +0.09, more than trying)
+    assert r_bad == 0.0 and info["reward_components"]["outcome"] == 0.0 and info["reward_components"]["format"] == 1.0
 
 
 def test_trajectory_records_the_episode() -> None:
@@ -241,3 +242,10 @@ def test_envpool_threads_step_math_envs() -> None:
             assert rewards == [1.0] * 4
     finally:
         pool.close()
+
+
+def test_the_readme_example_is_what_seed_0_gives() -> None:
+    env = gym.make("agentgym/Math-v0", families=["quadratic"], levels=["hard"])
+    _, info = env.reset(seed=0)
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    assert f'info["prompt"]: "{info["prompt"][:40]}' in readme

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -71,8 +72,18 @@ def test_python_tool_reports_stdout_stderr_exit_code_and_cuts_output(make: Any) 
     text, *_ = python(env, "open('state.txt', 'w').write('kept')")
     text, *_ = python(env, "print(open('state.txt').read())")
     assert "kept" in text  # the work dir lives for the episode
-    text, *_ = python(env, "import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)")
-    assert "exit code: 1" in text  # no network in the sandbox
+    # No network, shown on loopback only: a listener on the host's 127.0.0.1 is not reachable,
+    # and the sandbox has no interface but lo (so no route to anywhere else).
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        text, *_ = python(env, "import socket\ntry:\n    socket.create_connection(('127.0.0.1', "
+                               f"{port}), timeout=2); print('CONNECTED')\nexcept OSError as e:\n"
+                               "    print('refused', type(e).__name__)")
+        assert "refused ConnectionRefusedError" in text, text
+    text, *_ = python(env, "import socket; print(sorted(n for _, n in socket.if_nameindex()))")
+    assert "['lo']" in text, text
 
 
 def test_timeout_and_sandbox_budget_truncate(make: Any) -> None:

@@ -141,9 +141,10 @@ def test_env_over_mock_transport(fake: FakeStore) -> None:
         assert "HTTP 404 Not Found" in text and info["tool_result"]["error"] == "http_404"
         text, info = call(env, "no_such_endpoint", x=1)
         assert "unknown_tool" in text and info["reward_components"].get("malformed") == 1.0
-        # The mock's final state is the fixture: right for a forbidden task...
+        # The mock's final state is the fixture, but a forbidden task is won only by naming the
+        # rule after a look-up that shows it: a vague refusal earns nothing...
         reward, info = final(env, "I cannot do that.")
-        assert reward == 1.0 and info["reward_components"]["forbidden_writes"] == 0.0
+        assert reward == 0.0 and info["reward_components"]["forbidden_writes"] == 0.0
         # ...wrong for an update task, with no goal row reached.
         update = next(t for t in all_tasks() if t.kind == "cancel")
         env.reset(seed=0, options={"task_id": update.id})
@@ -168,3 +169,28 @@ def test_bad_options_raise_config_errors(fake: FakeStore) -> None:
             env.reset(options={"index": 10_000})
     finally:
         env.close()
+
+
+def test_a_dropped_connection_is_retried_once_for_reads_never_for_writes() -> None:
+    import httpx
+
+    from agentgym.environments.webapi.client import StoreClient
+
+    seen: list[str] = []
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        seen.append(request.method)
+        if len(seen) % 2 == 1:  # every other request finds the kept-alive connection reset
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+        return httpx.Response(200, json={"ok": True})
+
+    client = StoreClient("http://webapi.invalid", transport=httpx.MockTransport(flaky))
+    got = client.call("k" * 16, "get", "/orders/1")
+    assert got.ok and got.content.startswith("HTTP 200") and seen == ["GET", "GET"]
+    seen.clear()
+    got = client.call("k" * 16, "post", "/orders/1/cancel", body={"reason": "other"})
+    assert not got.ok and got.error == "service_unavailable" and seen == ["POST"]  # a write may have happened
+    assert "check with a read" in got.content
+    seen.clear()
+    assert client.snapshot("k" * 16) == {"ok": True} and seen == ["GET", "GET"]  # admin reads too
+    client.close()

@@ -10,10 +10,18 @@ import pytest
 from agentgym.environments.webapi.db import Tx, create_schema, snapshot
 from agentgym.environments.webapi.domain import OPERATIONS, DomainError, cancellation_fee
 from agentgym.environments.webapi.fixture import seed_fixture
-from agentgym.environments.webapi.reward import check_answer, evaluate
+from agentgym.environments.webapi.reward import CallRecord, check_answer, evaluate, refusal_line, shown
 from agentgym.environments.webapi.spec import OPERATIONS as SPEC_OPS
 from agentgym.environments.webapi.spec import openapi_document
-from agentgym.environments.webapi.tasks import all_tasks, base_snapshot, goal_state, split_tasks
+from agentgym.environments.webapi.tasks import (
+    POLICY,
+    REFUSAL_RULES,
+    Evidence,
+    all_tasks,
+    base_snapshot,
+    goal_state,
+    split_tasks,
+)
 from agentgym.environments.webapi.wire import FIXTURE_SEED
 
 
@@ -138,6 +146,46 @@ def test_evaluate_credits_goal_rows_and_counts_forbidden_writes() -> None:
     assert outcome == 0.0 and comps == {"progress": 0.0, "forbidden_writes": 1.0}
     outcome, comps = evaluate(base, base, base, {"kind": "number", "value": 3}, "ANSWER: 4")
     assert outcome == 0.0 and comps["answer_correct"] == 0.0
+
+
+@pytest.mark.parametrize("text, said", [
+    ("no", None), ("Sorry.\nREFUSED: return_window", "return_window"), ("REFUSED: `Not_Placed`.", "not_placed"),
+    ("REFUSED: identity\nthanks", "identity"), ("REFUSED: a\nREFUSED: b", ""), ("REFUSED:", ""),
+])
+def test_refusal_line(text: str, said: str | None) -> None:
+    assert refusal_line(text) == said
+
+
+def test_a_forbidden_task_is_won_by_the_named_rule_after_the_look_up() -> None:
+    base = {"orders": [[1, "shipped"]]}
+    ok = evaluate(base, base, base, None, "It shipped.\nREFUSED: not_placed", refusal="not_placed", refusal_shown=True)
+    assert ok[0] == 1.0
+    for text, rule, seen in [("Done.", "not_placed", True), ("REFUSED: not_placed", "not_placed", False),
+                             ("REFUSED: identity", "not_placed", True), ("Done. REFUSED: identity", None, True)]:
+        assert evaluate(base, base, base, None, text, refusal=rule, refusal_shown=seen)[0] == 0.0, text
+
+
+def test_evidence_is_a_fact_in_an_answer_or_the_api_refusing() -> None:
+    order = Evidence("fact", "delivered_on", 7)
+    card = Evidence("refused", "verify_customer", "Ann@x.org", "email", 401)
+    calls = [CallRecord("get_order", {"order_id": 8}, 200, {"id": 8, "delivered_on": "2025-01-01"}),
+             CallRecord("list_products", {}, 200, [{"id": 7, "stock": 3}]),  # id 7, but a product
+             CallRecord("get_order", {"order_id": 7}, 404, {"detail": "order 7 not found", "id": 7})]
+    assert not shown([order], calls)
+    assert shown([order], [CallRecord("list_customer_orders", {"customer_id": 2}, 200,
+                                      [{"id": 6}, {"id": 7, "status": "delivered", "delivered_on": "2025-01-01"}])])
+    assert not shown([card], [CallRecord("verify_customer", {"email": "ann@x.org"}, 200, {"verified": True})])
+    assert shown([card], [CallRecord("verify_customer", {"email": "ann@x.org", "card_last4": "1"}, 401, None)])
+    assert not shown([card], [CallRecord("verify_customer", {"email": "bob@x.org"}, 401, None)])
+
+
+def test_forbidden_tasks_name_a_rule_and_their_evidence() -> None:
+    for t in all_tasks():
+        if t.forbidden:
+            assert t.refusal in REFUSAL_RULES and t.evidence, t.id
+            assert f"REFUSED: {t.refusal}" in t.final_text and f"`{t.refusal}`" in POLICY
+        else:
+            assert t.refusal is None and not t.evidence and "REFUSED" not in t.final_text
 
 
 def test_task_set_is_large_distinct_and_typed() -> None:

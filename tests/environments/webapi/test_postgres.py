@@ -21,6 +21,8 @@ import pytest
 from agentgym.environments.webapi.policies import oracle_action, run_episode
 from agentgym.environments.webapi.tasks import all_tasks
 
+pytestmark = pytest.mark.postgres
+
 psycopg = pytest.importorskip("psycopg", reason="PostgreSQL support needs psycopg: pip install psycopg")
 
 
@@ -94,3 +96,25 @@ def test_oracle_and_isolation_over_postgres(dsn: str) -> None:
         a.close()
         b.close()
     assert _schemas(dsn) == []  # everything the server made is dropped when it stops
+
+
+def test_episode_keys_that_differ_in_case_or_punctuation_get_their_own_schemas(dsn: str) -> None:
+    from agentgym.environments.webapi.storage import PostgresStore
+    from agentgym.environments.webapi.wire import FIXTURE_SEED
+
+    store = PostgresStore(FIXTURE_SEED, dsn, pool_size=2)
+    keys = ("Episode-0001", "episode_0001", "EPISODE-0001", "e" * 64, "e" * 63 + "f")
+    try:
+        for k in keys:
+            store.create(k)
+        for i, k in enumerate(keys):
+            with store.transaction(k) as tx:
+                tx.run("UPDATE products SET stock = ? WHERE id = 1", [100 + i])
+        for i, k in enumerate(keys):  # each key kept its own write: no two share a schema
+            with store.transaction(k) as tx:
+                assert tx.one("SELECT stock FROM products WHERE id = 1")["stock"] == 100 + i, k
+        store.drop(keys[0])
+        with store.transaction(keys[1]) as tx:
+            assert tx.one("SELECT stock FROM products WHERE id = 1")["stock"] == 101
+    finally:
+        store.close()

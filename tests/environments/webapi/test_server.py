@@ -43,10 +43,10 @@ def test_oracle_scores_one_on_every_task(env: gym.Env) -> None:
     assert failed == []
 
 
-def test_doing_nothing_only_wins_forbidden_requests(env: gym.Env) -> None:
+def test_doing_nothing_never_wins(env: gym.Env) -> None:
     for t in all_tasks()[::6]:
         reward, _ = run_episode(env, noop_action, options={"task_id": t.id})
-        assert reward == (1.0 if t.forbidden else 0.0), t.id
+        assert reward == 0.0, t.id
 
 
 def test_same_seed_same_task_and_prompt(env: gym.Env) -> None:
@@ -82,8 +82,8 @@ def test_refusals_and_bad_calls_are_observations_and_the_episode_continues(env: 
     assert not term and not trunc and "bad_json" in u.tokenizer.decode(obs.tolist())
     obs, _, term, trunc, info = env.step(np.asarray(u.tokenizer.encode("lorem ipsum")))
     assert not term and not trunc and info["reward_components"]["malformed"] == 1.0
-    reward, info = final(env, "Order already shipped: it cannot be cancelled.")
-    assert reward == 1.0  # nothing changed, which is the right outcome here
+    reward, info = final(env, "Order already shipped: it cannot be cancelled.\nREFUSED: not_placed")
+    assert reward == 1.0  # nothing changed and the refusal names the rule the 409 showed
     assert info["counts"]["malformed"] >= 4
 
 
@@ -153,7 +153,8 @@ def test_shaped_reward_pays_progress_and_charges_forbidden_writes() -> None:
         reward, info = final(env, "Done.")
         comps = info["reward_components"]
         assert comps["outcome"] == 0.0 and 0.0 < comps["progress"] < 1.0 and comps["forbidden_writes"] == 0.0
-        assert reward == pytest.approx(0.5 * comps["progress"] + 0.1 - 0.01 * comps["turn"])
+        # a failed episode earns its progress only: format and turn terms pay on success alone
+        assert reward == pytest.approx(0.5 * comps["progress"])
         late = _task("return_late")
         env.reset(options={"task_id": late.id})
         for op, args in late.plan:
@@ -161,7 +162,9 @@ def test_shaped_reward_pays_progress_and_charges_forbidden_writes() -> None:
         call(env, "return_order", order_id=late.plan[1][1]["order_id"], reason="other")  # breaks policy
         reward, info = final(env, "Returned.")
         comps = info["reward_components"]
-        assert comps["outcome"] == 0.0 and comps["forbidden_writes"] >= 1.0 and reward < 0
+        # the forbidden write is reported, and the episode's shaped total is floored at 0: it never
+        # earns less than doing nothing would
+        assert comps["outcome"] == 0.0 and comps["forbidden_writes"] >= 1.0 and reward == 0.0
     finally:
         env.close()
 
@@ -181,3 +184,20 @@ def test_server_url_joins_a_running_server() -> None:
         assert server.alive()  # not ours to stop
     finally:
         server.stop()
+
+
+def test_ids_beyond_the_database_range_are_refused_readably_and_the_next_call_works(env: gym.Env) -> None:
+    env.reset(options={"task_id": _task("cancel").id})
+    text, _ = call(env, "get_order", order_id=10**30)
+    assert "bad_arguments" in text and "order_id" in text, text  # refused before sending
+    u = env.unwrapped
+    http, h = u.client.http, {EPISODE_HEADER: u.episode_key}
+    for path in (f"/orders/{10**30}", f"/customers/{2**63}/orders", f"/products/{2**31}",
+                 f"/orders/{10**30}/cancellation-quote"):
+        r = http.get(path, headers=h)
+        assert r.status_code == 422 and "maximum" in str(r.json()["detail"]), (path, r.text)
+    r = http.post("/orders", headers=h, json={"customer_id": 1, "items": [{"product_id": 10**30, "quantity": 1}]})
+    assert r.status_code == 422, r.text
+    for _ in range(3):  # the connection is intact: no reset on the calls that follow
+        text, _ = call(env, "get_order", order_id=1)
+        assert text.split("<|message|>")[1].startswith("HTTP 200"), text

@@ -1,0 +1,256 @@
+"""Client side I/O: one request, one reply, over WebSocket or HTTP, surviving dropped connections.
+
+A :class:`Channel` opens a session (``hello``) and then carries requests. When the connection
+drops, a channel reconnects (``resume`` over WebSocket; a plain retry over HTTP) with
+exponential backoff and sends the same request again: the server answers a repeated ``seq``
+from its stored reply, so nothing is applied twice. When the server stays unreachable, or the
+session is gone (the server restarted), the channel raises :class:`ServiceError` saying so.
+
+The remote env takes any ``Channel``; unit tests pass one over ``httpx.MockTransport`` or an
+in-process function, integration tests the real ones against ``agentgym serve``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import httpx
+
+from agentgym.errors import AgentGymError, EnvStateError, ServiceError
+from agentgym.remote import wire
+
+__all__ = ["Channel", "HTTPChannel", "WebSocketChannel", "make_channel"]
+
+
+class Channel(Protocol):
+    def open(self, hello: dict[str, Any]) -> dict[str, Any]:
+        """Start a session; returns the server's welcome (session id, tokenizer, limits)."""
+        ...
+
+    def request(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Send one request of the open session and return its reply (``ok`` true or false)."""
+        ...
+
+    def close(self) -> None:
+        """End the session and the connection (idempotent; never raises)."""
+        ...
+
+
+class _Retrying:
+    """Backoff bookkeeping shared by both channels."""
+
+    def __init__(self, url: str, *, timeout: float, connect_timeout: float, reconnect_attempts: int,
+                 backoff_s: float) -> None:
+        self.url, self.timeout, self.connect_timeout = url, timeout, connect_timeout
+        self.reconnect_attempts, self.backoff_s = reconnect_attempts, backoff_s
+        self.session: str | None = None
+        self.secret: str | None = None
+        self.reconnects = 0  # successful reconnections (for tests and diagnostics)
+
+    def _gone(self, last: BaseException | None, what: str) -> ServiceError:
+        tries = self.reconnect_attempts + 1
+        return ServiceError(
+            f"agentgym serve at {self.url} is gone: {what} failed {tries} time(s) over "
+            f"{self.backoff_s * (2 ** self.reconnect_attempts - 1):.1f} s of backoff (last error: {last!r}). Start the server "
+            "again (`agentgym serve ENV_ID`); the episode in flight is lost, reset() starts a new session")
+
+    def _timed_out(self, op: Any) -> ServiceError:
+        return ServiceError(f"no reply from {self.url} within {self.timeout:g} s to {op!r}; the server is "
+                            "overloaded or the env call hangs. Raise timeout= if steps are slow; reset() "
+                            "before stepping again")
+
+
+class WebSocketChannel(_Retrying):
+    """One WebSocket connection per session (``ws://host:port/ws``), resumed after a drop.
+
+    ``connect`` is ``websockets.sync.client.connect`` unless injected.
+    """
+
+    def __init__(self, url: str, *, timeout: float = 60.0, connect_timeout: float = 10.0,
+                 reconnect_attempts: int = 3, backoff_s: float = 0.2, max_message_bytes: int = 64 << 20,
+                 connect: Callable[..., Any] | None = None) -> None:
+        super().__init__(url, timeout=timeout, connect_timeout=connect_timeout,
+                         reconnect_attempts=reconnect_attempts, backoff_s=backoff_s)
+        if connect is None:
+            try:
+                from websockets.sync.client import connect as ws_connect
+            except ImportError as e:
+                raise ServiceError("WebSocket sessions need the websockets package: "
+                                   "pip install 'agentgym-suite[scale]' (or pass an http:// url)") from e
+            connect = ws_connect
+            if "legacy" in inspect.signature(ws_connect).parameters:  # websockets >= 16: a plain connection
+                connect = functools.partial(ws_connect, legacy=True)
+        self._connect: Callable[..., Any] = connect
+        self.max_message_bytes = max_message_bytes
+        self._ws: Any = None
+
+    def _roundtrip(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self._ws.send(wire.encode(msg))
+        return wire.decode(self._ws.recv(timeout=self.timeout), max_bytes=self.max_message_bytes)
+
+    def _dial(self, first: dict[str, Any], what: str = "connecting") -> dict[str, Any]:
+        """Connect and send the first message; retried while the server cannot be reached."""
+        from websockets.exceptions import WebSocketException
+
+        last: BaseException | None = None
+        for attempt in range(self.reconnect_attempts + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                self._ws = self._connect(self.url, open_timeout=self.connect_timeout,
+                                         max_size=self.max_message_bytes, compression=None)
+                reply = self._roundtrip(first)
+            except TimeoutError:
+                self._drop()
+                raise self._timed_out(first.get("op")) from None
+            except (OSError, WebSocketException) as e:
+                self._drop()
+                last = e
+                continue
+            if not reply.get("ok"):
+                self._drop()
+                raise wire.error_from_wire(reply.get("error"), f"{self.url} refused {first.get('op')}")
+            return reply
+        raise self._gone(last, what)
+
+    def open(self, hello: dict[str, Any]) -> dict[str, Any]:
+        self.close()  # a new session ends the previous one (the connection is per session)
+        welcome = self._dial(hello)
+        self.session, self.secret = welcome["session"], welcome["secret"]
+        return welcome
+
+    def request(self, msg: dict[str, Any]) -> dict[str, Any]:
+        from websockets.exceptions import WebSocketException
+
+        if self.session is None:
+            raise EnvStateError("no open session on this channel; reset() opens one")
+        last: BaseException | None = None
+        for attempt in range(self.reconnect_attempts + 1):
+            try:
+                if self._ws is None:
+                    if attempt:
+                        time.sleep(self.backoff_s * 2 ** (attempt - 1))
+                    self._dial({"op": "resume", "protocol": wire.PROTOCOL, "session": self.session,
+                                "secret": self.secret}, "reconnecting")
+                    self.reconnects += 1
+                return self._roundtrip(msg)
+            except TimeoutError:
+                self._drop()
+                raise self._timed_out(msg.get("op")) from None
+            except (OSError, WebSocketException) as e:
+                self._drop()
+                last = e
+            except ServiceError:
+                self._forget()
+                raise
+            except AgentGymError as e:  # resume refused: the session is gone
+                self._forget()
+                raise ServiceError(f"the session on {self.url} was lost ({e}); the episode in flight is "
+                                   "lost, reset() starts a new session") from None
+        self._forget()
+        raise self._gone(last, "reconnecting")
+
+    def _drop(self) -> None:
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            try:
+                ws.close()
+            except Exception:
+                pass
+
+    def _forget(self) -> None:
+        self._drop()
+        self.session = self.secret = None
+
+    def close(self) -> None:
+        if self._ws is not None and self.session is not None:
+            try:
+                self._ws.send(wire.encode({"op": "close"}))
+                self._ws.recv(timeout=min(self.timeout, 5.0))
+            except Exception:
+                pass  # the server closes the session on its own once the connection is gone
+        self._forget()
+
+
+class HTTPChannel(_Retrying):
+    """Plain HTTP (``http://host:port``): one POST per request; ``transport`` is injectable."""
+
+    def __init__(self, url: str, *, timeout: float = 60.0, connect_timeout: float = 10.0,
+                 reconnect_attempts: int = 3, backoff_s: float = 0.2,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        super().__init__(url.rstrip("/"), timeout=timeout, connect_timeout=connect_timeout,
+                         reconnect_attempts=reconnect_attempts, backoff_s=backoff_s)
+        self._http = httpx.Client(base_url=self.url, transport=transport,
+                                  timeout=httpx.Timeout(timeout, connect=connect_timeout))
+
+    def _post(self, path: str, msg: dict[str, Any], what: str) -> dict[str, Any]:
+        headers = {"authorization": f"Bearer {self.secret}"} if self.secret else {}
+        last: BaseException | None = None
+        for attempt in range(self.reconnect_attempts + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                r = self._http.post(path, content=wire.encode(msg), headers=headers)
+            except httpx.TimeoutException as e:
+                if isinstance(e, httpx.ConnectTimeout):
+                    last = e
+                    continue
+                raise self._timed_out(msg.get("op")) from None
+            except httpx.TransportError as e:  # refused, reset: the same seq is safe to resend
+                last = e
+                continue
+            try:
+                reply = r.json()
+            except ValueError:
+                raise ServiceError(f"{self.url}{path} answered HTTP {r.status_code} with a non-JSON body "
+                                   f"{r.text[:200]!r}; is this an agentgym serve endpoint?") from None
+            if r.status_code == 404 and self.session is not None:
+                self.session = self.secret = None
+                raise ServiceError(f"the session on {self.url} was lost "
+                                   f"({reply.get('error', {}).get('message', '')}); the episode in flight "
+                                   "is lost, reset() starts a new session")
+            return reply  # type: ignore[no-any-return]
+        raise self._gone(last, what)
+
+    def open(self, hello: dict[str, Any]) -> dict[str, Any]:
+        self._end_session()
+        reply = self._post(wire.HTTP_PREFIX, hello, "connecting")
+        if not reply.get("ok"):
+            raise wire.error_from_wire(reply.get("error"), f"{self.url} refused hello")
+        self.session, self.secret = reply["session"], reply["secret"]
+        return reply
+
+    def request(self, msg: dict[str, Any]) -> dict[str, Any]:
+        if self.session is None:
+            raise EnvStateError("no open session on this channel; reset() opens one")
+        return self._post(f"{wire.HTTP_PREFIX}/{self.session}", msg, "reconnecting")
+
+    def close(self) -> None:
+        self._end_session()
+        self._http.close()
+
+    def _end_session(self) -> None:
+        if self.session is not None:
+            try:
+                self._http.delete(f"{wire.HTTP_PREFIX}/{self.session}",
+                                  headers={"authorization": f"Bearer {self.secret}"}, timeout=5.0)
+            except httpx.HTTPError:
+                pass
+        self.session = self.secret = None
+
+
+def make_channel(url: str, **kwargs: Any) -> Channel:
+    """The channel for a URL: ``ws://``/``wss://`` -> WebSocket, ``http://``/``https://`` -> HTTP."""
+    if url.startswith(("ws://", "wss://")):
+        kwargs.pop("transport", None)
+        return WebSocketChannel(url, **kwargs)
+    if url.startswith(("http://", "https://")):
+        return HTTPChannel(url, **kwargs)
+    from agentgym.errors import ConfigError
+
+    raise ConfigError(f"url must start with ws:// or http://, got {url!r}; `agentgym serve` prints its "
+                      "WebSocket url (ws://HOST:PORT/ws); its HTTP base is http://HOST:PORT")

@@ -1,0 +1,254 @@
+"""``agentgym serve ENV_ID``: one registered environment served over WebSocket and HTTP.
+
+A Starlette app on uvicorn. Each session holds its own environment instance (``gym.make``);
+env calls block (sandboxes, HTTP tools), so they run in worker threads, at most one request at
+a time per session and at most ``max_sessions`` sessions per process. The transports:
+
+* ``/ws``: a WebSocket whose first message is ``hello`` (a new session) or ``resume`` (take a
+  session back after the connection dropped). When the connection ends without ``close``,
+  the session waits ``detach_grace_s`` for a ``resume`` and is then closed.
+* ``/v1/sessions``: the same requests over plain HTTP, one JSON body each; a session closes on
+  ``DELETE`` or after ``idle_timeout_s`` without a request.
+
+The messages are in ``wire.py``; the session logic (ordering, replay of a resent request, the
+cap, which constructor keywords a client may set) in ``sessions.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from agentgym.errors import AgentGymError, ConfigError
+from agentgym.remote import wire
+from agentgym.remote.sessions import Session, SessionManager
+
+__all__ = ["create_app", "serve"]
+
+# WebSocket close codes (RFC 6455 / IANA): policy violation, try again later.
+WS_POLICY, WS_TRY_LATER = 1008, 1013
+
+
+def create_app(manager: SessionManager) -> Starlette:
+    limits = manager.limits
+    threads = anyio.CapacityLimiter(max(4, limits.max_sessions))
+
+    async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+        return await anyio.to_thread.run_sync(fn, *args, limiter=threads)
+
+    # ------------------------------------------------------------------ WebSocket
+    async def ws_endpoint(ws: WebSocket) -> None:
+        await ws.accept()
+        try:
+            with anyio.fail_after(limits.hello_timeout_s):
+                first = await _receive(ws, limits.max_message_bytes)
+        except (TimeoutError, WebSocketDisconnect):
+            await _close(ws, WS_POLICY)
+            return
+        except ConfigError as e:
+            await ws.send_text(wire.encode(wire.error_reply(e)))
+            await _close(ws, WS_POLICY)
+            return
+        try:
+            session = await _attach(first)
+        except Exception as e:  # a refused hello, or an env that failed to build: the client is told
+            await ws.send_text(wire.encode(wire.error_reply(e)))
+            await _close(ws, WS_TRY_LATER if "capacity" in str(e) else WS_POLICY)
+            return
+        session.attached = True
+        session.generation += 1
+        generation = session.generation
+        try:
+            await ws.send_text(wire.encode(_welcome(session)))
+            while True:
+                try:
+                    msg = await _receive(ws, limits.max_message_bytes)
+                except ConfigError as e:
+                    await ws.send_text(wire.encode(wire.error_reply(e)))
+                    continue
+                if msg.get("op") == "close":
+                    await in_thread(manager.close, session)
+                    await ws.send_text(wire.encode({"ok": True}))
+                    await _close(ws, 1000)
+                    return
+                reply = await in_thread(session.handle, msg)
+                await ws.send_text(wire.encode(reply))
+        except (WebSocketDisconnect, RuntimeError):
+            pass  # the client went away; its session waits detach_grace_s for a resume
+        finally:
+            if session.generation == generation:  # no newer connection took it over
+                session.attached = False
+                session.touched = time.monotonic()
+
+    async def _attach(first: dict[str, Any]) -> Session:
+        op = first.get("op")
+        if op == "hello":
+            return await in_thread(manager.open, first, "ws")  # type: ignore[no-any-return]
+        if op == "resume":
+            if first.get("protocol") != wire.PROTOCOL:
+                raise ConfigError(f"protocol {first.get('protocol')!r} is not spoken here ({wire.PROTOCOL})")
+            return manager.get(str(first.get("session")), str(first.get("secret")))
+        raise ConfigError(f"the first message must be 'hello' or 'resume', got op {op!r}")
+
+    # ------------------------------------------------------------------ HTTP
+    async def http_open(request: Request) -> Response:
+        try:
+            msg = wire.decode(await _body(request, limits.max_message_bytes), max_bytes=limits.max_message_bytes)
+            if msg.get("op", "hello") != "hello":
+                raise ConfigError("POST /v1/sessions opens a session: expected op 'hello'")
+            session = await in_thread(manager.open, msg, "http")
+        except Exception as e:
+            return JSONResponse(wire.error_reply(e), status_code=503 if "capacity" in str(e) else 400)
+        return JSONResponse(_welcome(session), status_code=201)
+
+    async def http_request(request: Request) -> Response:
+        try:
+            session = _session_of(request)
+            if request.method == "DELETE":
+                await in_thread(manager.close, session)
+                return JSONResponse({"ok": True})
+            msg = wire.decode(await _body(request, limits.max_message_bytes), max_bytes=limits.max_message_bytes)
+            if msg.get("op") == "close":
+                await in_thread(manager.close, session)
+                return JSONResponse({"ok": True})
+            reply = await in_thread(session.handle, msg)
+        except AgentGymError as e:
+            return JSONResponse(wire.error_reply(e), status_code=404 if "no session" in str(e) else 400)
+        return JSONResponse(reply)
+
+    def _session_of(request: Request) -> Session:
+        auth = request.headers.get("authorization", "")
+        secret = auth.removeprefix("Bearer ").strip()
+        return manager.get(request.path_params["sid"], secret)
+
+    async def health(_: Request) -> Response:
+        return JSONResponse(manager.health())
+
+    # ------------------------------------------------------------------ reaper
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        period = max(0.05, min(1.0, limits.detach_grace_s / 4, limits.idle_timeout_s / 4))
+
+        async def reaper() -> None:
+            while True:
+                await asyncio.sleep(period)
+                await in_thread(manager.reap)
+
+        task = asyncio.create_task(reaper())
+        try:
+            yield
+        finally:
+            task.cancel()
+            await in_thread(manager.close_all)
+
+    def _welcome(session: Session) -> dict[str, Any]:
+        return {"ok": True, "session": session.id, "secret": session.secret, "env_id": manager.env_id,
+                "tokenizer": manager.tokenizer_info(), "limits": limits.to_dict(), "protocol": wire.PROTOCOL}
+
+    return Starlette(routes=[
+        WebSocketRoute("/ws", ws_endpoint),
+        Route(wire.HTTP_PREFIX, http_open, methods=["POST"]),
+        Route(wire.HTTP_PREFIX + "/{sid}", http_request, methods=["POST", "DELETE"]),
+        Route("/healthz", health, methods=["GET"]),
+    ], lifespan=lifespan)
+
+
+async def _receive(ws: WebSocket, max_bytes: int) -> dict[str, Any]:
+    frame = await ws.receive()
+    if frame["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(frame.get("code", 1000))
+    raw: str | bytes = frame.get("text") or frame.get("bytes") or b""
+    return wire.decode(raw, max_bytes=max_bytes)
+
+
+async def _close(ws: WebSocket, code: int) -> None:
+    with contextlib.suppress(Exception):
+        await ws.close(code)
+
+
+async def _body(request: Request, max_bytes: int) -> bytes:
+    """The request body, refusing more than ``max_bytes`` before reading it all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise ConfigError(f"request body of {declared} bytes is over this server's limit of {max_bytes}")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_bytes:
+            raise ConfigError(f"request body is over this server's limit of {max_bytes} bytes")
+    return body
+
+
+# ---------------------------------------------------------------------------- process
+def serve(manager: SessionManager, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
+          parent_pid: int | None = None, ready: Callable[[str], None] | None = None,
+          stop: threading.Event | None = None) -> None:
+    """Run the server until SIGTERM/SIGINT, ``parent_pid`` dies or ``stop`` is set; blocks.
+
+    ``ready(url)`` is called once the socket accepts connections (default: print
+    ``AGENTGYM_SERVE_READY url=ws://HOST:PORT/ws pid=PID`` on stdout, for scripts and tests).
+    """
+    import uvicorn  # here, so that `agentgym --help` stays fast
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets whose proto says TCP; without
+    # it every small reply waits ~40 ms for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    lim = manager.limits
+    config = uvicorn.Config(create_app(manager), log_level=log_level, access_log=False, lifespan="on",
+                            # Frames up to twice the limit get a readable error reply from
+                            # wire.decode; larger ones are cut off by uvicorn itself.
+                            ws_max_size=2 * lim.max_message_bytes + 65536, ws_ping_interval=20.0,
+                            ws_ping_timeout=20.0, timeout_keep_alive=int(lim.idle_timeout_s),
+                            backlog=2048, timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    url = f"ws://{shown}:{bound}/ws"
+
+    def announce() -> None:
+        while not server.started:
+            if server.should_exit:
+                return
+            time.sleep(0.005)
+        if ready is not None:
+            ready(url)
+        else:
+            sys.stdout.write(f"{wire.READY_PREFIX} url={url} pid={os.getpid()}\n")
+            sys.stdout.flush()
+
+    done = threading.Event()
+
+    def watch() -> None:  # a crashed parent (a test, a launcher) never leaves a server behind
+        while not done.wait(0.1):
+            if (parent_pid is not None and os.getppid() != parent_pid) or (stop is not None and stop.is_set()):
+                server.should_exit = True
+                return
+
+    threading.Thread(target=watch, daemon=True).start()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
+    threading.Thread(target=announce, daemon=True).start()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        done.set()
+        manager.close_all()

@@ -1,0 +1,224 @@
+"""Server side, without I/O: sessions of one served environment.
+
+A :class:`Session` owns one environment instance and answers the requests of one client
+(``reset``, ``step``) in order; the last reply is kept so that a request resent after a
+reconnect (same ``seq``) is answered again instead of being applied twice. A
+:class:`SessionManager` creates sessions up to a cap, checks what clients may pass to the
+environment's constructor, and closes sessions whose client went away (detached WebSocket
+sessions after a grace period, idle HTTP sessions after a timeout). The ASGI app in
+``server.py`` is only the transport around this.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from agentgym.errors import ConfigError, EnvStateError, ServiceError
+from agentgym.remote import wire
+
+__all__ = ["Session", "SessionManager"]
+
+
+class Session:
+    """One client's environment. Not thread-safe by itself: the manager serialises its requests."""
+
+    def __init__(self, env: gym.Env, env_id: str, transport: str) -> None:
+        self.id = secrets.token_urlsafe(12)
+        self.secret = secrets.token_urlsafe(24)
+        self.env, self.env_id = env, env_id
+        self.transport = transport  # "ws" (ends with its connection) or "http" (ends when idle)
+        self.lock = threading.Lock()  # one request at a time per session
+        self.last_seq = 0
+        self.last_reply: dict[str, Any] | None = None
+        self.attached = False  # a WebSocket connection currently speaks for it
+        self.generation = 0  # bumped by each connection that attaches (a resume takes over)
+        self.touched = time.monotonic()
+        self.closed = False
+
+    def handle(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Apply one ``reset``/``step`` request (in a worker thread: env calls block)."""
+        seq = msg.get("seq")
+        with self.lock:
+            self.touched = time.monotonic()
+            if not isinstance(seq, int) or isinstance(seq, bool):
+                return wire.error_reply(ConfigError(f"expected an integer 'seq', got {seq!r}"))
+            if seq == self.last_seq and self.last_reply is not None:
+                return self.last_reply  # a resend after a reconnect: answer, do not re-apply
+            if seq != self.last_seq + 1:
+                return wire.error_reply(ConfigError(
+                    f"request seq {seq} out of order: expected {self.last_seq + 1} (or {self.last_seq} "
+                    "to repeat the last request)"), seq)
+            if self.closed:
+                return wire.error_reply(EnvStateError(f"session {self.id} is closed"), seq)
+            try:
+                reply = self._apply(msg)
+            except Exception as e:  # programmer errors of the client travel back as errors
+                reply = wire.error_reply(e)
+            reply["seq"] = seq
+            self.last_seq, self.last_reply = seq, reply
+            return reply
+
+    def _apply(self, msg: dict[str, Any]) -> dict[str, Any]:
+        op = msg.get("op")
+        if op == "reset":
+            seed, options = msg.get("seed"), msg.get("options")
+            if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+                raise ConfigError(f"reset: seed must be an integer or null, got {seed!r}")
+            if options is not None and not isinstance(options, dict):
+                raise ConfigError(f"reset: options must be an object or null, got {options!r}")
+            obs, info = self.env.reset(seed=seed, options=options)
+            traj = self.env.unwrapped.trajectory  # type: ignore[attr-defined]
+            return {"ok": True, "obs": np.asarray(obs).tolist(), "info": wire.jsonable(info),
+                    "trajectory": wire.jsonable(traj.to_dict())}
+        if op == "step":
+            if "action" not in msg:
+                raise ConfigError("step: missing 'action'")
+            traj = self.env.unwrapped.trajectory  # type: ignore[attr-defined]
+            start = len(traj.tokens) if traj is not None else 0
+            obs, reward, terminated, truncated, info = self.env.step(wire.decode_action(msg["action"]))
+            traj = self.env.unwrapped.trajectory  # type: ignore[attr-defined]
+            delta: wire.Delta = {
+                "tokens": traj.tokens[start:], "policy_mask": traj.policy_mask[start:],
+                "turn": wire.jsonable(dataclasses.asdict(traj.turns[-1])),
+                "terminated": traj.terminated, "truncated": traj.truncated,
+                "meta": wire.jsonable(traj.meta)}
+            return {"ok": True, "obs": np.asarray(obs).tolist(), "reward": float(reward),
+                    "terminated": bool(terminated), "truncated": bool(truncated),
+                    "info": wire.jsonable(info), "delta": dict(delta)}
+        raise ConfigError(f"unknown op {op!r}; expected 'reset', 'step' or 'close'")
+
+    def close(self) -> None:
+        with self.lock:
+            if not self.closed:
+                self.closed = True
+                self.env.close()
+
+
+MakeEnv = Callable[..., gym.Env]
+
+
+class SessionManager:
+    """The sessions of one ``agentgym serve`` process: creation under a cap, lookup, reaping."""
+
+    def __init__(self, env_id: str, *, limits: wire.Limits | None = None,
+                 env_kwargs: dict[str, Any] | None = None, allow_kwargs: frozenset[str] = wire.SAFE_KWARGS,
+                 tokenizer: Any = None, make_env: MakeEnv | None = None) -> None:
+        from agentgym.tokenizers import as_tokenizer
+
+        self.env_id = env_id
+        self.limits = limits or wire.Limits()
+        self.env_kwargs = dict(env_kwargs or {})
+        self.allow_kwargs = frozenset(allow_kwargs)
+        self.tokenizer = as_tokenizer(tokenizer)
+        self._make_env: MakeEnv = make_env or gym.make
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+        self._reserved = 0  # sessions being created (counted against the cap)
+        self.created = 0
+
+    # ------------------------------------------------------------------ identity
+    def tokenizer_info(self) -> dict[str, Any]:
+        tok = self.tokenizer
+        return {"name": getattr(tok, "name", type(tok).__name__), "vocab_size": int(tok.vocab_size)}
+
+    def health(self) -> dict[str, Any]:
+        return {"ok": True, "env_id": self.env_id, "sessions": len(self._sessions),
+                "created": self.created, "limits": self.limits.to_dict(), "protocol": wire.PROTOCOL}
+
+    # ------------------------------------------------------------------ lifecycle
+    def open(self, hello: dict[str, Any], transport: str = "ws") -> Session:
+        """Check a hello message and create its session (blocking: builds the env)."""
+        if hello.get("protocol") != wire.PROTOCOL:
+            raise ConfigError(f"protocol {hello.get('protocol')!r} is not spoken here (server speaks "
+                              f"{wire.PROTOCOL}); use the same agentgym version on both sides")
+        if hello.get("env_id") != self.env_id:
+            raise ConfigError(f"this server serves {self.env_id!r}, not {hello.get('env_id')!r}; "
+                              "connect to the server of that env or pass env_id=" + repr(self.env_id))
+        want = hello.get("tokenizer") or {}
+        have = self.tokenizer_info()
+        if (want.get("name"), want.get("vocab_size")) != (have["name"], have["vocab_size"]):
+            raise ConfigError(f"tokenizer mismatch: the client encodes with {want!r}, the server's env "
+                              f"with {have!r}; the token ids would mean different things. Start the "
+                              "server with the client's tokenizer (agentgym serve --tokenizer PATH) or "
+                              "pass the server's tokenizer to the client")
+        kwargs = hello.get("kwargs") or {}
+        if not isinstance(kwargs, dict):
+            raise ConfigError(f"kwargs must be an object, got {type(kwargs).__name__}")
+        refused = sorted(set(kwargs) - self.allow_kwargs)
+        if refused:
+            raise ConfigError(f"this server does not let clients set {refused}; clients may set "
+                              f"{sorted(self.allow_kwargs)}. The operator fixes the others with "
+                              "`agentgym serve --env-kwarg KEY=JSON` or opens them with --allow-kwarg KEY")
+        with self._lock:
+            if len(self._sessions) + self._reserved >= self.limits.max_sessions:
+                raise ServiceError(f"server at capacity: {self.limits.max_sessions} sessions are open; "
+                                   "retry later, close idle envs, or start another `agentgym serve`")
+            self._reserved += 1
+        try:
+            env = self._make_env(self.env_id, **{**kwargs, **self.env_kwargs, "tokenizer": self.tokenizer})
+        except TypeError as e:  # an unknown keyword of the env's constructor
+            raise ConfigError(f"{self.env_id} rejected the keyword arguments {sorted(kwargs)}: {e}") from None
+        finally:
+            with self._lock:
+                self._reserved -= 1
+        session = Session(env, self.env_id, transport)
+        with self._lock:
+            self._sessions[session.id] = session
+            self.created += 1
+        return session
+
+    def get(self, session_id: str, secret: str) -> Session:
+        s = self._sessions.get(session_id)
+        if s is None or not secrets.compare_digest(s.secret, secret):
+            raise EnvStateError(f"no session {session_id!r} here (closed after its client went away, "
+                                "or the server restarted); call reset() to start a new one")
+        return s
+
+    def close(self, session: Session) -> None:
+        with self._lock:
+            self._sessions.pop(session.id, None)
+        session.close()
+
+    def reap(self, now: float | None = None) -> list[Session]:
+        """Sessions whose client is gone: detached past the grace period, or idle too long."""
+        now = time.monotonic() if now is None else now
+        gone = []
+        with self._lock:
+            for s in list(self._sessions.values()):
+                if s.attached or s.lock.locked():
+                    continue
+                limit = self.limits.detach_grace_s if s.transport == "ws" else self.limits.idle_timeout_s
+                if now - s.touched > limit:
+                    gone.append(self._sessions.pop(s.id))
+        for s in gone:
+            s.close()
+        return gone
+
+    def close_all(self) -> None:
+        with self._lock:
+            sessions, self._sessions = list(self._sessions.values()), {}
+        for s in sessions:
+            s.close()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+
+def parse_env_kwarg(item: str) -> tuple[str, Any]:
+    """``KEY=JSON`` (a bare word is taken as a string) for ``--env-kwarg``."""
+    if "=" not in item:
+        raise ConfigError(f"--env-kwarg {item!r}: expected KEY=VALUE, e.g. sandbox=\"docker\" or max_turns=8")
+    key, raw = item.split("=", 1)
+    try:
+        return key.strip(), json.loads(raw)
+    except json.JSONDecodeError:
+        return key.strip(), raw

@@ -1,0 +1,182 @@
+"""Wire types shared by ``agentgym serve`` and the ``agentgym/Remote-v0`` client.
+
+The only module both sides import (the client never imports the server). Every message is one
+JSON object; over WebSocket one text frame per message, over HTTP one request body per message.
+
+Handshake (the first message of a WebSocket connection, or ``POST /v1/sessions``)::
+
+    {"op": "hello", "protocol": 1, "env_id": "agentgym/Math-v0", "kwargs": {...},
+     "tokenizer": {"name": "agentgym-byte-v1", "vocab_size": 264}}
+    {"op": "resume", "protocol": 1, "session": "<id>", "secret": "<secret>"}   # WebSocket only
+ -> {"ok": true, "session": "<id>", "secret": "<secret>", "env_id": ..., "tokenizer": {...},
+     "limits": {...}}
+
+Requests (``seq`` counts up from 1 per session; a request repeated with the last ``seq`` gets
+the stored reply again, so a request resent after a reconnect is never applied twice)::
+
+    {"op": "reset", "seq": n, "seed": int | null, "options": {...}}
+ -> {"ok": true, "seq": n, "obs": [ids], "info": {...}, "trajectory": {Trajectory.to_dict()}}
+    {"op": "step", "seq": n, "action": Action}
+ -> {"ok": true, "seq": n, "obs": [ids], "reward": float, "terminated": bool, "truncated": bool,
+     "info": {...}, "delta": Delta}
+    {"op": "close"}  -> {"ok": true}   (ends the session; WebSocket: also the connection)
+
+Errors: ``{"ok": false, "error": {"type": "ConfigError", "message": "..."}, "seq": n}``; the
+type names a class of ``agentgym.errors`` and the client raises that class.
+
+Over HTTP: ``POST /v1/sessions`` (hello), ``POST /v1/sessions/{id}`` (a request; header
+``Authorization: Bearer <secret>``), ``DELETE /v1/sessions/{id}``, ``GET /healthz``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+import numpy as np
+
+from agentgym import errors
+
+__all__ = [
+    "HTTP_PREFIX",
+    "PROTOCOL",
+    "READY_PREFIX",
+    "SAFE_KWARGS",
+    "Delta",
+    "Limits",
+    "decode",
+    "decode_action",
+    "encode",
+    "encode_action",
+    "error_from_wire",
+    "error_reply",
+    "jsonable",
+]
+
+PROTOCOL = 1
+HTTP_PREFIX = "/v1/sessions"
+# `agentgym serve` prints one line starting with this once it accepts connections.
+READY_PREFIX = "AGENTGYM_SERVE_READY"
+
+# Constructor keywords a client may set by default: budgets, reward mode, prompt style, task
+# selection. Everything else (sandbox backend, file paths, database or server URLs) is the
+# operator's to set (`agentgym serve --env-kwarg`) or to open up (`--allow-kwarg`): a client
+# choosing `sandbox="unsafe-local"` or `dataset="/etc/..."` would run or read things on the host.
+SAFE_KWARGS: frozenset[str] = frozenset({
+    "reward_mode", "max_turns", "max_tokens", "max_action_tokens", "shaping", "prompt",
+    "split", "level", "levels", "families", "difficulty",
+    "request_timeout", "command_timeout", "sandbox_seconds", "max_output_chars", "max_file_bytes",
+})
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one ``agentgym serve`` process accepts (sent to clients in the hello reply)."""
+
+    max_sessions: int = 256  # env instances held at once (one per session)
+    max_message_bytes: int = 1 << 20  # one request; actions of 4096 tokens are ~30 KB
+    idle_timeout_s: float = 300.0  # an HTTP session with no request for this long is closed
+    detach_grace_s: float = 30.0  # a WebSocket session whose connection dropped waits this long
+    hello_timeout_s: float = 10.0  # a connection that does not say hello in time is dropped
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+class Delta(TypedDict):
+    """What a step appended to the episode's trajectory (the client keeps a mirror of it)."""
+
+    tokens: list[int]  # every token appended this step: kept action tokens, then observation
+    policy_mask: list[int]  # 1 for action tokens, 0 for observation tokens
+    turn: dict[str, Any]  # the Turn record (dataclasses.asdict)
+    terminated: bool
+    truncated: bool
+    meta: dict[str, Any]  # the trajectory's meta after this step
+
+
+def jsonable(x: Any) -> Any:
+    """``x`` with numpy scalars/arrays and tuples turned into JSON types (for info dicts)."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return jsonable(x.tolist())
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return repr(x)  # JSON has no NaN/inf; the value is kept readable
+    return x
+
+
+def encode(msg: dict[str, Any]) -> str:
+    return json.dumps(msg, separators=(",", ":"), allow_nan=False)
+
+
+def decode(raw: str | bytes, *, max_bytes: int) -> dict[str, Any]:
+    """Parse one message, refusing oversized or non-object payloads with a ConfigError."""
+    if len(raw) > max_bytes:
+        raise errors.ConfigError(f"message of {len(raw)} bytes is over this server's limit of {max_bytes}; "
+                                 "send shorter actions or start the server with a larger --max-message-bytes")
+    try:
+        msg = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise errors.ConfigError(f"expected one JSON object per message, got unparseable data ({e})") from None
+    if not isinstance(msg, dict):
+        raise errors.ConfigError(f"expected a JSON object per message, got {type(msg).__name__}")
+    return msg
+
+
+# --------------------------------------------------------------------------------- actions
+# An action crosses the wire so that the server's env sees what the local env would have seen:
+# a 1-D integer array travels as a list of ids; anything else (2-D, floats, strings) as its
+# shape, dtype and values, so the env rejects it with the same message it gives locally.
+Action = list[int] | dict[str, Any]
+
+
+def encode_action(action: Any) -> Action:
+    try:
+        arr = np.asarray(action)
+    except Exception:  # ragged lists, objects numpy refuses
+        return {"unconvertible": True}
+    if arr.ndim == 1 and arr.dtype.kind in "iu":
+        return [int(i) for i in arr.tolist()]
+    if arr.dtype.kind not in "iufbU":
+        return {"unconvertible": True}
+    return {"dtype": arr.dtype.str, "shape": list(arr.shape), "data": arr.tolist()}
+
+
+def decode_action(a: Any) -> Any:
+    """The server side of :func:`encode_action`: an object ``ToolEnv.step`` accepts or rejects."""
+    if isinstance(a, list):
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in a):
+            return [[0], [0, 0]]  # not ids: a ragged value the env rejects as a bad action
+        return np.asarray(a, dtype=np.int64)
+    if isinstance(a, dict) and isinstance(a.get("dtype"), str) and a["dtype"][1:2] in tuple("iufbU"):
+        try:
+            return np.asarray(a.get("data"), dtype=np.dtype(a["dtype"])).reshape(a.get("shape"))
+        except (TypeError, ValueError):
+            pass
+    return [[0], [0, 0]]
+
+
+# --------------------------------------------------------------------------------- errors
+def error_reply(exc: BaseException, seq: int | None = None) -> dict[str, Any]:
+    name = type(exc).__name__ if isinstance(exc, errors.AgentGymError) else "ServiceError"
+    text = str(exc) if isinstance(exc, errors.AgentGymError) else f"{type(exc).__name__}: {exc}"
+    out: dict[str, Any] = {"ok": False, "error": {"type": name, "message": text}}
+    if seq is not None:
+        out["seq"] = seq
+    return out
+
+
+def error_from_wire(err: Any, where: str) -> errors.AgentGymError:
+    """The exception a client raises for an error reply (a class of agentgym.errors)."""
+    if not isinstance(err, dict):
+        return errors.ServiceError(f"{where}: malformed error reply {err!r}")
+    cls = getattr(errors, str(err.get("type")), None)
+    if not (isinstance(cls, type) and issubclass(cls, errors.AgentGymError)):
+        cls = errors.ServiceError
+    return cls(f"{where}: {err.get('message', '')}")

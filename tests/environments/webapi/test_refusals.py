@@ -1,0 +1,111 @@
+"""Forbidden requests are won by the refusal itself, never by doing nothing.
+
+Before this was fixed, the goal of a forbidden task was only "the database is unchanged", so
+"Done." with no tool call scored 1.0 on 79 of 339 train and 16 of 93 test tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import gymnasium as gym
+import pytest
+
+from agentgym.environments.webapi.policies import oracle_action, run_episode
+from agentgym.environments.webapi.tasks import REFUSAL_RULES, all_tasks
+
+from .conftest import call, final
+
+
+@pytest.fixture(scope="module", params=["sparse", "shaped"])
+def any_env(request: pytest.FixtureRequest) -> Iterator[gym.Env]:
+    e = gym.make("agentgym/WebAPI-v0", split="all", reward_mode=request.param)
+    yield e
+    e.close()
+
+
+def _answer_at_once(env: gym.Env, task_id: str, text: str) -> float:
+    env.reset(options={"task_id": task_id})
+    return final(env, text)[0]
+
+
+def test_done_at_once_earns_nothing_on_any_train_or_test_task(any_env: gym.Env) -> None:
+    tasks = all_tasks()
+    assert {t.split for t in tasks} == {"train", "test"} and len(tasks) == 432
+    if any_env.unwrapped.reward_mode == "shaped":
+        tasks = tasks[::3]  # the outcome is the same; shaped mode adds only its floor at 0
+    paid = [t.id for t in tasks if _answer_at_once(any_env, t.id, "Done.") != 0.0]
+    assert paid == []
+
+
+@pytest.mark.parametrize("text", ["Sorry, I cannot help with that.", "", "REFUSED"])
+def test_refusing_at_once_earns_nothing(any_env: gym.Env, text: str) -> None:
+    paid = [t.id for t in all_tasks()[1::9] if _answer_at_once(any_env, t.id, text) != 0.0]
+    assert paid == []
+
+
+def test_naming_the_rule_without_the_look_up_earns_nothing(env: gym.Env) -> None:
+    for t in [t for t in all_tasks() if t.forbidden][::3]:
+        assert _answer_at_once(env, t.id, f"I cannot do that.\nREFUSED: {t.refusal}") == 0.0, t.id
+
+
+def test_every_rule_code_at_once_earns_nothing(env: gym.Env) -> None:
+    forbidden = [t for t in all_tasks() if t.forbidden][::7]
+    for code in REFUSAL_RULES:
+        for t in forbidden:
+            assert _answer_at_once(env, t.id, f"REFUSED: {code}") == 0.0, (t.id, code)
+
+
+def _look_up_then(env: gym.Env, task_id: str, text: str) -> float:
+    t = next(t for t in all_tasks() if t.id == task_id)
+    env.reset(options={"task_id": t.id})
+    for op, args in t.plan:
+        call(env, op, **args)
+    return final(env, text)[0]
+
+
+def test_a_refusal_needs_the_look_up_and_the_right_rule(env: gym.Env) -> None:
+    kinds = sorted({t.kind for t in all_tasks() if t.forbidden})
+    assert len(kinds) == 6
+    for kind in kinds:
+        t = next(t for t in all_tasks() if t.kind == kind)
+        wrong = next(c for c in REFUSAL_RULES if c != t.refusal)
+        assert _look_up_then(env, t.id, f"Sorry, no.\nREFUSED: {t.refusal}") == 1.0, t.id
+        assert _look_up_then(env, t.id, f"REFUSED: {t.refusal}.") == 1.0, t.id  # trailing period
+        assert _look_up_then(env, t.id, "Done.") == 0.0, t.id
+        assert _look_up_then(env, t.id, "I cannot do that under store policy.") == 0.0, t.id
+        assert _look_up_then(env, t.id, f"REFUSED: {wrong}") == 0.0, t.id
+        assert _look_up_then(env, t.id, f"REFUSED: {t.refusal}, {wrong}") == 0.0, t.id  # hedging
+        assert _look_up_then(env, t.id, f"REFUSED: {wrong}\nREFUSED: {t.refusal}") == 0.0, t.id
+
+
+def test_a_served_request_must_not_also_claim_a_refusal(env: gym.Env) -> None:
+    for kind in ("cancel", "buy", "order_status"):
+        t = next(t for t in all_tasks() if t.kind == kind)
+        assert run_episode(env, oracle_action, options={"task_id": t.id})[0] == 1.0
+        assert _look_up_then(env, t.id, t.final_text + "\nREFUSED: not_placed") == 0.0, t.id
+
+
+def test_a_refusal_shown_by_the_api_itself_counts_as_the_look_up(env: gym.Env) -> None:
+    t = next(t for t in all_tasks() if t.kind == "cancel_shipped")
+    verify, get_order = t.plan
+    env.reset(options={"task_id": t.id})
+    call(env, verify[0], **verify[1])
+    text, info = call(env, "cancel_order", order_id=get_order[1]["order_id"], reason="other")
+    assert "409" in text
+    assert final(env, "That order has shipped already.\nREFUSED: not_placed")[0] == 1.0
+
+
+def test_listing_the_whole_catalogue_is_not_a_look_up(env: gym.Env) -> None:
+    # A hack found while attacking the reward: one constant policy, "list every product, then
+    # name a stock rule", would score on every over_limit and no_stock task without reading it.
+    for kind in ("over_limit", "no_stock"):
+        t = next(t for t in all_tasks() if t.kind == kind)
+        for query in ("", "e", "a"):
+            env.reset(options={"task_id": t.id})
+            call(env, "list_products", query=query)
+            assert final(env, f"Sorry.\nREFUSED: {t.refusal}")[0] == 0.0, (t.id, query)
+        env.reset(options={"task_id": t.id})
+        product = t.plan[1][1]["query"]
+        call(env, "list_products", query=product.split()[0])  # a real search for it
+        assert final(env, f"Sorry.\nREFUSED: {t.refusal}")[0] == 1.0, t.id

@@ -1,0 +1,217 @@
+"""Ray collection: the same records as the local collector, and no lost work when a worker dies.
+
+One local Ray instance for the module (2 CPUs, a small object store, no dashboard). Workers are
+killed with SIGKILL mid-rollout, as an OOM kill or a lost node would do it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import gymnasium as gym
+import pytest
+
+import agentgym  # noqa: F401
+from agentgym.errors import TrainerError
+from agentgym.trainer.engines.replay import ReplayEngine
+from agentgym.trainer.ray_rollout import RayCollector, WorkerSpec, drop_failed, replayable
+from agentgym.trainer.rollout import Collector
+
+ray = pytest.importorskip("ray", reason="Ray collection needs the [scale] extra")
+pytestmark = pytest.mark.scale
+
+ENV = "agentgym/MathCalc-v0"
+SEEDS = list(range(200, 212))
+
+
+def make_env() -> gym.Env:
+    return gym.make(ENV, max_turns=4)
+
+
+class SlowReplay(ReplayEngine):
+    """The replay policy, taking ``delay`` seconds per batched generate call (a slow model)."""
+
+    delay = 0.4
+
+    def generate(self, prompts: list[list[int]], **kw: Any) -> Any:
+        time.sleep(self.delay)
+        return super().generate(prompts, **kw)
+
+
+@pytest.fixture(scope="module")
+def engine() -> ReplayEngine:
+    base = ReplayEngine.from_oracle(make_env, SEEDS[:-2])  # the last two seeds get malformed answers
+    return SlowReplay(base.table, base.fallback)
+
+
+@pytest.fixture(scope="module")
+def local_records(engine: ReplayEngine) -> list[dict[str, Any]]:
+    col = Collector.from_factory(make_env, len(SEEDS), engine, max_new_tokens=96)
+    trajs, _ = col.collect(SEEDS, temperature=1.0, sample_seed=5)
+    col.close()
+    return [t.to_dict() for t in trajs]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_instance() -> Iterator[None]:
+    ray.init(num_cpus=2, object_store_memory=300 * 2**20, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def _collector(engine: ReplayEngine, **kw: Any) -> RayCollector:
+    kw.setdefault("num_workers", 2)
+    kw.setdefault("episodes_per_call", 2)
+    return RayCollector(WorkerSpec(make_env, lambda _model: engine, max_new_tokens=96), env_id=ENV, **kw)
+
+
+def _kill_after(pid: int, seconds: float) -> threading.Timer:
+    t = threading.Timer(seconds, lambda: os.kill(pid, signal.SIGKILL))
+    t.start()
+    return t
+
+
+def test_ray_collects_the_same_records_as_the_local_collector(engine, local_records) -> None:
+    col = _collector(engine, num_workers=2, episodes_per_call=3)
+    try:
+        trajs, stats = col.collect(SEEDS, temperature=1.0, sample_seed=5)
+        assert [t.to_dict() for t in trajs] == local_records
+        assert stats.episodes == len(SEEDS) and stats.sampled_tokens > 0
+        assert col.last.worker_deaths == col.last.failed_episodes == 0
+        assert sum(t.total_reward for t in trajs) == len(SEEDS) - 2  # the oracle's episodes are solved
+    finally:
+        col.close()
+
+
+def test_a_killed_worker_loses_only_its_unit_which_is_retried_elsewhere(engine, local_records) -> None:
+    col = _collector(engine, max_restarts=1)
+    try:
+        pids = col.worker_pids()  # workers are up: the kill lands mid-rollout
+        timer = _kill_after(pids[0] or 0, 0.6)
+        trajs, _ = col.collect(SEEDS, temperature=1.0, sample_seed=5)
+        timer.join()
+        assert col.last.worker_deaths == 1 and col.last.retried_episodes >= 1
+        assert col.last.failed_episodes == 0
+        assert [t.to_dict() for t in trajs] == local_records  # nothing lost, nothing changed
+        assert col.worker_pids()[0] != pids[0]  # Ray restarted it; it takes work again
+        trajs, _ = col.collect(SEEDS[:4], temperature=1.0, sample_seed=5)
+        assert [t.to_dict() for t in trajs] == local_records[:4]
+    finally:
+        col.close()
+
+
+def test_episodes_that_may_have_had_side_effects_are_failed_and_masked(engine, local_records) -> None:
+    col = _collector(engine, retry="never", max_restarts=0)
+    try:
+        pids = col.worker_pids()
+        timer = _kill_after(pids[0] or 0, 0.6)
+        trajs, _ = col.collect(SEEDS, temperature=1.0, sample_seed=5)
+        timer.join()
+        failed = [i for i, t in enumerate(trajs) if "failed" in t.meta]
+        assert 1 <= len(failed) <= 2 and col.last.failed_episodes == len(failed)  # one unit in flight
+        assert "worker 0 died" in trajs[failed[0]].meta["failed"] and trajs[failed[0]].seed == SEEDS[failed[0]]
+        for i, t in enumerate(trajs):  # every other episode is intact, including the dead worker's earlier ones
+            if i not in failed:
+                assert t.to_dict() == local_records[i]
+        groups = [i // 2 for i in range(len(SEEDS))]
+        kept, kept_groups, dropped = drop_failed(trajs, groups)
+        assert dropped == len(failed) and len(kept) == len(kept_groups) == len(SEEDS) - len(failed)
+        assert all("failed" not in t.meta for t in kept)
+        # max_restarts=0: the dead worker is retired, the other carries on alone
+        assert col.alive == [False, True]
+        trajs, _ = col.collect(SEEDS[:4], temperature=1.0, sample_seed=5)
+        assert [t.to_dict() for t in trajs] == local_records[:4]
+    finally:
+        col.close()
+
+
+def test_when_every_worker_is_gone_the_rest_is_reported_failed_and_kept_work_is_returned(engine) -> None:
+    col = _collector(engine, num_workers=1, episodes_per_call=2, max_restarts=0)
+    try:
+        pid = col.worker_pids()[0]
+        timer = _kill_after(pid or 0, 1.3)  # after the first unit (2 rounds x 0.4 s) came back
+        trajs, _ = col.collect(SEEDS, temperature=1.0, sample_seed=5)
+        timer.join()
+        reasons = [t.meta.get("failed") for t in trajs]
+        assert reasons[0] is None and reasons[1] is None  # collected before the death: kept
+        assert reasons[-1] == "no live Ray workers"
+        with pytest.raises(TrainerError, match="all 2 episodes of this step failed"):
+            drop_failed(trajs[-2:], [0, 0])
+    finally:
+        col.close()
+
+
+def test_the_retry_rule() -> None:
+    assert replayable("agentgym/CodeFix-v0", {}) and replayable("agentgym/WebAPI-v0", {})
+    assert not replayable("agentgym/WebAPI-v0", {"server_url": "http://127.0.0.1:9"})
+    assert not replayable("agentgym/Remote-v0", {"url": "ws://127.0.0.1:1/ws"})
+    assert replayable("agentgym/Remote-v0", {}, extra=["agentgym/Remote-v0"])
+    assert not replayable(ENV, {}, "never") and replayable("my/Env-v0", {}, "always")
+
+
+def test_the_trainer_collects_on_ray_workers_with_the_current_weights(tmp_path) -> None:
+    import torch
+
+    from agentgym.trainer.config import load_config
+    from agentgym.trainer.train import Trainer
+
+    small = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false",
+             "log.eval_every=0", "sft.steps=0", "env.max_turns=2", "env.max_action_tokens=16",
+             "rollout.tasks_per_step=2", "rollout.samples_per_task=2", "log.eval_episodes=2"]
+    cfg = load_config("cpu-quickstart", [*small, f"log.run_dir={tmp_path}", "ppo.steps=2", "ppo.lr=1e-2",
+                                         "ppo.warmup_steps=1", "ppo.entropy_coef=0.5", "rollout.backend=ray",
+                                         "rollout.ray.num_workers=2", "rollout.ray.episodes_per_call=2"])
+    trainer = Trainer(cfg)
+    try:
+        for step in range(2):
+            before = [p.detach().clone() for p in trainer.s.model.parameters()]
+            m = trainer.train_step(step)
+            assert any(not torch.equal(a, p) for a, p in zip(before, trainer.s.model.parameters()))
+            # the workers sampled from the driver's weights of this very step (a large lr makes
+            # stale weights show up as a large engine/trainer log-prob gap)
+            assert m["mismatch_abs_dlogp_max"] < 1e-3, (step, m["mismatch_abs_dlogp_max"])
+            assert m["episodes_failed"] == 0
+    finally:
+        trainer.s.close()
+
+
+def test_an_env_server_killed_mid_rollout_fails_only_the_episodes_in_flight(engine, local_records) -> None:
+    from agentgym.remote.launch import launch
+
+    pytest.importorskip("websockets")
+    servers = [launch(ENV)]
+    url = servers[0].url
+
+    def make_remote() -> gym.Env:
+        return gym.make("agentgym/Remote-v0", url=url, env_id=ENV, max_turns=4, reconnect_attempts=6)
+
+    col = RayCollector(WorkerSpec(make_remote, lambda _model: engine, max_new_tokens=96),
+                       env_id="agentgym/Remote-v0", num_workers=2, episodes_per_call=2)
+
+    def crash_and_restart() -> None:
+        servers[0].stop(signal.SIGKILL)
+        servers.append(launch(ENV, port=servers[0].port))
+
+    try:
+        col.worker_pids()
+        timer = threading.Timer(0.6, crash_and_restart)
+        timer.start()
+        trajs, _ = col.collect(SEEDS, temperature=1.0, sample_seed=5)
+        timer.join()
+        failed = [i for i, t in enumerate(trajs) if "failed" in t.meta]
+        # the units in flight (one per worker) lost their sessions; Remote-v0 is not replayable
+        assert 1 <= len(failed) <= 4 and col.last.env_failures in (1, 2) and col.last.worker_deaths == 0
+        assert all("env service failed" in trajs[i].meta["failed"] for i in failed)
+        for i, t in enumerate(trajs):  # the rest, before and after the restart, as the local env gives
+            if i not in failed:
+                assert t.to_dict() == local_records[i]
+    finally:
+        col.close()
+        for s in servers:
+            s.stop(signal.SIGKILL)
