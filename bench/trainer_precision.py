@@ -19,11 +19,12 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+from typing import Any
 
 import torch
 
 
-def run(dtype: str, lr: float, updates: int, batch: object | None, tmp: str) -> dict[str, object]:
+def run(dtype: str, lr: float, updates: int, batch: Any, tmp: str) -> dict[str, Any]:
     from agentgym.trainer.batch import make_batch
     from agentgym.trainer.config import load_config
     from agentgym.trainer.rollout import group_seeds
@@ -72,17 +73,17 @@ def main() -> None:
         batch = None
         for lr in args.lrs:
             ref = run("fp32", lr, args.updates, batch, tmp)
-            ref["grad"], ref["delta"] = ref["grad"].double(), ref["delta"].double()  # type: ignore[union-attr]
+            ref["grad"], ref["delta"] = ref["grad"].double(), ref["delta"].double()
             batch = ref["batch"]
             print(f"\nlr {lr:g}, {args.updates} updates on the same 16 episodes")
             print("run                        | grad cos | change cos | |change| / fp32's | weights moved")
             for name in ("fp32", "bf16 compute + fp32 master", "bf16 params"):
                 r = ref if name == "fp32" else run(name, lr, args.updates, batch, tmp)
-                g, d = r["grad"].double(), r["delta"].double()  # type: ignore[union-attr]
-                print(f"{name:26s} | {float(cos(g, ref['grad'], dim=0)):8.4f} | "  # type: ignore[arg-type]
-                      f"{float(cos(d, ref['delta'], dim=0)):10.4f} | "  # type: ignore[arg-type]
-                      f"{float(d.norm() / ref['delta'].norm()):17.3f} | "  # type: ignore[union-attr, attr-defined]
-                      f"{float((d != 0).float().mean()):.3f}", flush=True)  # type: ignore[operator, union-attr]
+                g, d = r["grad"].double(), r["delta"].double()
+                print(f"{name:26s} | {float(cos(g, ref['grad'], dim=0)):8.4f} | "
+                      f"{float(cos(d, ref['delta'], dim=0)):10.4f} | "
+                      f"{float(d.norm() / ref['delta'].norm()):17.3f} | "
+                      f"{float((d != 0).float().mean()):.3f}", flush=True)
     print(f"\nload average {os.getloadavg()}")
 
 
