@@ -4,6 +4,8 @@
     agentgym sandbox build|clean|status the code-execution sandbox image and containers
     agentgym demo [ENV_ID ...]          run the scripted oracle policies and print per-env results
     agentgym serve ENV_ID               serve an environment over WebSocket/HTTP (agentgym/Remote-v0)
+    agentgym validate ENV_ID [...]      may an environment be on a leaderboard? (oracle 1, no-attempt 0, ...)
+    agentgym leaderboard verify|build|suites   replay-verify submissions, build the board
 """
 
 from __future__ import annotations
@@ -70,11 +72,21 @@ def main(argv: list[str] | None = None) -> int:
         from agentgym.sandboxes.cli import main as sandbox_main
 
         return sandbox_main(argv[1:])
+    if argv[:1] == ["leaderboard"]:
+        from agentgym.leaderboards.cli import leaderboard_main
+
+        return leaderboard_main(argv[1:])
+    if argv[:1] == ["validate"]:
+        from agentgym.leaderboards.cli import validate_main
+
+        return validate_main(argv[1:])
     parser = argparse.ArgumentParser(prog="agentgym", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="registered environments").set_defaults(fn=_list)
     sub.add_parser("sandbox", help="build|clean|status the sandbox image (see `agentgym sandbox -h`)")
+    sub.add_parser("validate", help="check an env for leaderboards (see `agentgym validate -h`)")
+    sub.add_parser("leaderboard", help="verify|build|suites (see `agentgym leaderboard -h`)")
     demo = sub.add_parser("demo", help="run the scripted oracle policies")
     demo.add_argument("env_ids", nargs="*")
     demo.add_argument("--episodes", type=int, default=100)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System pieces the test suite uses for real: the Docker engine (started if not running),
-# debootstrap and bubblewrap for the sandboxes, PostgreSQL for WebAPI-v0's database option;
+# debootstrap and bubblewrap for the sandboxes, PostgreSQL for WebAPI-v0's database option,
+# chromium + chromedriver for the leaderboard page's browser test;
 # then the sandbox image (built without any container registry, cached by content hash).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,9 @@ command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || need+=(postgresql)
+# The leaderboard page is tested in a real headless browser (tests/leaderboards/test_board.py).
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]}"
   apt-get update -qq

@@ -1,0 +1,236 @@
+"""``agentgym-eval``: run a suite against a policy and write a submission.
+
+Episodes run concurrently (``workers`` threads, each with its own environments). Every finished
+episode is appended to ``OUT.partial`` at once (one line, flushed and fsynced), so a killed run
+loses at most the episodes in flight. Running the same command again resumes: episodes already
+in the partial file are kept and never run again, a line cut off by the kill is dropped, the rest
+run, and the submission is assembled in suite order. Policies sample with a seed derived from
+each episode's own seed, so a resumed run writes the same episodes as an uninterrupted one.
+
+The partial file starts with a ``run`` line (suite version, policy, its arguments and
+description, tokenizer); a resume with anything different is refused rather than mixed in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from agentgym.errors import ConfigError, SubmissionError
+from agentgym.leaderboards.policies import Policy
+from agentgym.leaderboards.submission import (
+    FORMAT,
+    SCHEMA_VERSION,
+    episode_cost,
+    episode_score,
+    tokenizer_info,
+    write_submission,
+)
+from agentgym.leaderboards.suite import EpisodeSpec, Suite
+from agentgym.trajectory import Trajectory
+
+__all__ = ["hardware", "partial_path", "run_suite"]
+
+
+def partial_path(out: Path) -> Path:
+    return out.with_name(out.name + ".partial")
+
+
+def hardware() -> dict[str, Any]:
+    """Where the run happened (recorded, not verified)."""
+    info: dict[str, Any] = {"platform": platform.platform(), "machine": platform.machine(),
+                            "python": platform.python_version(), "cpus": os.cpu_count()}
+    torch = sys.modules.get("torch")  # only when a model policy already imported it
+    if torch is not None:
+        info["torch"] = str(torch.__version__)
+        if torch.cuda.is_available():
+            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return info
+
+
+class _Partial:
+    """The append-only progress file of one run."""
+
+    def __init__(self, path: Path, identity: dict[str, Any]) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+        self.done: dict[tuple[str, int, int], dict[str, Any]] = {}
+        self.sessions: list[tuple[float, float]] = []  # (start, last line) of earlier sessions
+        if path.exists():
+            self._load(identity)
+        else:
+            self._append({"kind": "run", **identity})
+        self.started = time.time()
+        self._append({"kind": "session", "started": self.started})
+
+    def _load(self, identity: dict[str, Any]) -> None:
+        data = self.path.read_bytes()
+        cut = data.rfind(b"\n") + 1
+        if cut < len(data):  # the kill landed mid-line: that episode is run again
+            with open(self.path, "r+b") as f:
+                f.truncate(cut)
+        lines = [json.loads(x) for x in data[:cut].decode().splitlines() if x.strip()]
+        if not lines or lines[0].get("kind") != "run":
+            raise SubmissionError(f"{self.path} is not an agentgym-eval progress file; move it away to start over")
+        ran = {k: v for k, v in lines[0].items() if k != "kind"}
+        if ran != identity:
+            diff = sorted(k for k in set(ran) | set(identity) if ran.get(k) != identity.get(k))
+            raise SubmissionError(
+                f"{self.path} holds a run with other settings ({', '.join(diff)} differ: "
+                f"{ {k: ran.get(k) for k in diff} } vs now { {k: identity.get(k) for k in diff} }); "
+                "resume with the same command, or delete the file to start over")
+        start = last = None
+        for obj in lines[1:]:
+            if obj.get("kind") == "session":
+                if start is not None:
+                    self.sessions.append((start, last or start))
+                start = last = obj["started"]
+            elif obj.get("kind") == "episode":
+                self.done[(obj["env_id"], obj["task"], obj["trial"])] = obj
+                last = obj.pop("_t", last)
+        if start is not None:
+            self.sessions.append((start, last or start))
+
+    def _append(self, obj: dict[str, Any]) -> None:
+        data = (json.dumps(obj, allow_nan=False, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+        with self.lock:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def add(self, spec: EpisodeSpec, record: dict[str, Any]) -> None:
+        self._append({**record, "_t": time.time()})
+        with self.lock:
+            self.done[spec.key] = record
+
+    def elapsed(self) -> float:
+        return sum(b - a for a, b in self.sessions) + (time.time() - self.started)
+
+
+def _record(spec: EpisodeSpec, traj: Trajectory, wall_s: float) -> dict[str, Any]:
+    return {"kind": "episode", "env_id": spec.env.id, "task": spec.task, "trial": spec.trial, "seed": spec.seed,
+            "options": spec.options, "score": episode_score(traj), "cost": episode_cost(traj, wall_s),
+            "trajectory": traj.to_dict()}
+
+
+def _play(policy: Policy, envs: dict[str, Any], spec: EpisodeSpec) -> tuple[Trajectory, float]:
+    env = envs[spec.env.id]
+    t0 = time.perf_counter()
+    traj = policy.play(env, seed=spec.seed, options=spec.options)
+    wall = time.perf_counter() - t0
+    if not isinstance(traj, Trajectory):
+        raise SubmissionError(f"policy {policy.name!r} returned {type(traj).__name__} from play(); expected the "
+                              "episode's Trajectory (a copy of env.unwrapped.trajectory)")
+    if traj.seed != spec.seed or traj.env_id != spec.env.id:
+        raise SubmissionError(f"policy {policy.name!r} returned an episode of {traj.env_id} seed {traj.seed} for "
+                              f"{spec.label} (seed {spec.seed}): play() must reset the env it is given with the "
+                              "seed and options it is given")
+    return traj, wall
+
+
+def run_suite(suite: Suite, policy: Policy, out: str | Path, *, name: str, policy_name: str,
+              policy_args: dict[str, Any] | None = None, workers: int = 4, progress: bool = True,
+              notes: str = "", command: list[str] | None = None, max_episodes: int | None = None) -> Path | None:
+    """Run every episode of ``suite`` not already in ``OUT.partial`` and write the submission to ``out``.
+
+    ``max_episodes`` stops after that many new episodes (the run stays resumable); the submission is
+    written only when every episode is done. Returns its path, or None when it is not complete yet.
+    """
+    import agentgym
+
+    out = Path(out)
+    describe = policy.describe()
+    temp = describe.get("temperature")
+    if temp is not None and float(temp) != suite.temperature:
+        raise ConfigError(f"suite {suite.ref} samples at temperature {suite.temperature}, the policy at {temp}; "
+                          f"pass --policy-arg temperature={suite.temperature}")
+    tok = getattr(policy, "tokenizer", None)
+    identity = {"suite": suite.ref, "name": name, "policy": policy_name, "policy_args": policy_args or {},
+                "describe": describe, "tokenizer": tokenizer_info(tok)}
+    identity = json.loads(json.dumps(identity, default=str))  # as it reads back from the file
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part = _Partial(partial_path(out), identity)
+    specs = list(suite.episodes())
+    todo = [s for s in specs if s.key not in part.done][:max_episodes]
+    if part.done:
+        print(f"resuming {part.path}: {len(part.done)} of {len(specs)} episodes already done", file=sys.stderr)
+
+    local = threading.local()
+    all_envs: list[Any] = []
+    envs_lock = threading.Lock()
+
+    def run_one(spec: EpisodeSpec) -> float:
+        envs = local.__dict__.setdefault("envs", {})
+        if spec.env.id not in envs:
+            envs[spec.env.id] = spec.env.make(tok)
+            with envs_lock:
+                all_envs.append(envs[spec.env.id])
+        traj, wall = _play(policy, envs, spec)
+        rec = _record(spec, traj, wall)
+        part.add(spec, rec)
+        return float(rec["score"])
+
+    bar = None
+    if progress:
+        from agentgym.trainer.metrics import Progress
+
+        bar = Progress(len(specs), f"{suite.ref} {name}")
+        bar.update(len(part.done))
+    scores = [float(r["score"]) for r in part.done.values()]
+    try:
+        with ThreadPoolExecutor(max(1, workers), thread_name_prefix="agentgym-eval") as pool:
+            futures = {pool.submit(run_one, s) for s in todo}
+            while futures:
+                finished, futures = wait(futures, return_when=FIRST_EXCEPTION)
+                for f in finished:
+                    scores.append(f.result())  # re-raises the first failure: the others are cancelled below
+                if bar is not None:
+                    bar.update(len(part.done), f"mean score {sum(scores) / len(scores):.3f}")
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        print(f"agentgym-eval stopped: {len(part.done)} of {len(specs)} episodes are saved in {part.path}; "
+              "run the same command again to resume", file=sys.stderr)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        policy.close()
+        for e in all_envs:
+            e.close()
+    if len(part.done) < len(specs):
+        return None
+    return _assemble(suite, part, specs, out, identity, notes=notes, command=command,
+                     version=agentgym.__version__)
+
+
+def _assemble(suite: Suite, part: _Partial, specs: list[EpisodeSpec], out: Path, identity: dict[str, Any], *,
+              notes: str, command: list[str] | None, version: str) -> Path:
+    from agentgym.leaderboards.verify import summarize
+
+    records = [part.done[s.key] for s in specs]
+    per_env, overall = summarize(suite, [(s, Trajectory.from_dict(r["trajectory"])) for s, r in zip(specs, records)])
+    cost = {k: sum(r["cost"][k] for r in records) for k in ("input_tokens", "output_tokens", "turns")}
+    cost["wall_s"] = round(sum(r["cost"]["wall_s"] for r in records), 3)
+    header = {"kind": "header", "format": FORMAT, "schema": SCHEMA_VERSION, "suite": suite.content,
+              "submission": {"name": identity["name"], "policy": identity["policy"],
+                             "policy_args": identity["policy_args"], "describe": identity["describe"],
+                             "tokenizer": identity["tokenizer"], "agentgym_version": version,
+                             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+                             "elapsed_s": round(part.elapsed(), 1), "hardware": hardware(),
+                             "command": list(command or []), "notes": notes}}
+    footer = {"kind": "footer", "episodes": len(records), "scores": per_env, "overall": overall, "cost": cost}
+    path = write_submission(out, header, records, footer)
+    part.path.unlink()
+    return path

@@ -1,0 +1,362 @@
+"""``agentgym leaderboard verify``: re-score a submission by replaying every episode.
+
+Nothing the verifier can recompute is taken from the file. It checks, in order:
+
+1. the file: every line parses, the header comes first and the footer last (else: truncated);
+2. the header: schema; the suite it carries hashes to the version it names, and that version is
+   the suite's current one; the declared sampling matches the suite; the tokenizer loads;
+3. each episode: schema; env id, task and trial belong to the suite; the seed is the suite's seed
+   for that trial (a seed of another trial means the episode was picked from extra trials);
+   options are the suite's; no (env, task, trial) twice; none missing;
+4. replay (:mod:`.replay`): the env at the suite's seed, fed the recorded actions, must produce
+   every recorded token, reward, component, turn and flag; the episode's score and token counts
+   must be the replay's;
+5. the footer: episode count, per-env scores, intervals, pass^k and token totals recomputed.
+
+Every problem names the line and the episode (env, task, options, trial) and what differs.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentgym.errors import AgentGymError, ConfigError, SubmissionError
+from agentgym.leaderboards.replay import check_structure, compare, replay
+from agentgym.leaderboards.stats import env_summary, overall_summary
+from agentgym.leaderboards.submission import (
+    RawSubmission,
+    episode_cost,
+    episode_score,
+    load_tokenizer,
+    read_raw,
+    schema_validator,
+)
+from agentgym.leaderboards.suite import EpisodeSpec, Suite, load_suite, suite_from_dict
+from agentgym.trajectory import Trajectory
+
+__all__ = ["Replayed", "VerifyReport", "summarize", "verify_submission"]
+
+MAX_LISTED = 20  # missing episodes listed one by one before "... and N more"
+PER_EPISODE = 6  # differences reported per episode (the first ones; later ones usually follow from them)
+SHOWN = 40  # problems printed by VerifyReport.format (all are in report.problems / --json)
+
+
+@dataclass
+class Replayed:
+    spec: EpisodeSpec
+    line: int
+    record: dict[str, Any]  # the episode line as submitted
+    truth: Trajectory  # the replay's trajectory (logprobs copied from the record when it verified)
+
+
+@dataclass
+class VerifyReport:
+    path: Path
+    ok: bool = False
+    problems: list[str] = field(default_factory=list)
+    suite: Suite | None = None
+    header: dict[str, Any] = field(default_factory=dict)
+    scores: dict[str, dict[str, Any]] = field(default_factory=dict)  # recomputed, per env id
+    overall: dict[str, Any] = field(default_factory=dict)
+    cost: dict[str, Any] = field(default_factory=dict)  # recomputed token totals (+ claimed wall time)
+    episodes: list[Replayed] = field(default_factory=list)
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)  # diagnoses that explain many problems at once
+
+    def format(self) -> str:
+        head = f"{self.path}: " + ("VERIFIED" if self.ok else f"REJECTED ({len(self.problems)} problems)")
+        lines = [head]
+        if self.suite is not None:
+            lines.append(f"  suite {self.suite.ref}, {len(self.episodes)} episodes replayed in {self.seconds:.1f} s")
+        lines += [f"  note: {n}" for n in self.notes]
+        lines += [f"  - {p}" for p in self.problems[:SHOWN]]
+        if len(self.problems) > SHOWN:
+            lines.append(f"  ... and {len(self.problems) - SHOWN} more problems (--json lists them all)")
+        if self.scores:
+            k = self.suite.trials if self.suite else 1
+            lines.append(f"  {'env':28s} {'score':>7s} {'95% interval':>17s} {'pass^' + str(k):>8s} {'episodes':>9s}")
+            for env_id, s in {**self.scores, "overall": self.overall}.items():
+                lines.append(f"  {env_id:28s} {s['mean']:7.3f}   [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}] "
+                             f"{s['pass_k']:8.3f} {s['episodes']:9d}")
+        return "\n".join(lines)
+
+
+def summarize(suite: Suite, scored: list[tuple[EpisodeSpec, Trajectory]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per-env summaries (suite order) and the overall one, from (spec, trajectory) pairs."""
+    by_env: dict[str, dict[int, list[float]]] = {e.id: {} for e in suite.envs}
+    for spec, traj in scored:
+        by_env[spec.env.id].setdefault(spec.task, []).append(episode_score(traj))
+    per_env = {env_id: env_summary(tasks, suite.trials) for env_id, tasks in by_env.items()}
+    return per_env, overall_summary(per_env)
+
+
+def _schema_problems(kind: str, obj: dict[str, Any]) -> list[str]:
+    errs = sorted(schema_validator(kind).iter_errors(obj), key=lambda e: list(e.absolute_path))
+    out = [f"schema: {'/'.join(str(p) for p in e.absolute_path) or '(top level)'}: {e.message[:200]}"
+           for e in errs[:5]]
+    if kind == "episode" and not out:
+        out = _array_problems(obj["trajectory"])
+    return out
+
+
+def _array_problems(traj: dict[str, Any]) -> list[str]:
+    """The per-token arrays, checked in plain Python: jsonschema takes ~1 s per 10k-token episode."""
+    out = []
+    tokens, mask, lps = traj["tokens"], traj["policy_mask"], traj["logprobs"]
+    bad = next((i for i, x in enumerate(tokens) if type(x) is not int or x < 0), None)
+    if bad is not None:
+        out.append(f"schema: trajectory/tokens/{bad}: {tokens[bad]!r} is not a non-negative integer")
+    bad = next((i for i, x in enumerate(mask) if type(x) is not int or x not in (0, 1)), None)
+    if bad is not None:
+        out.append(f"schema: trajectory/policy_mask/{bad}: {mask[bad]!r} is not 0 or 1")
+    bad = next((i for i, x in enumerate(lps) if x is not None and type(x) not in (int, float)), None)
+    if bad is not None:
+        out.append(f"schema: trajectory/logprobs/{bad}: {lps[bad]!r} is not a number or null")
+    return out
+
+
+class _Envs:
+    """One environment per (worker thread, env id), built lazily; all closed at the end."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self._local = threading.local()
+        self._all: list[Any] = []
+        self._lock = threading.Lock()
+
+    def get(self, spec: EpisodeSpec) -> Any:
+        envs = self._local.__dict__.setdefault("envs", {})
+        if spec.env.id not in envs:
+            envs[spec.env.id] = spec.env.make(self.tokenizer)
+            with self._lock:
+                self._all.append(envs[spec.env.id])
+        return envs[spec.env.id]
+
+    def close(self) -> None:
+        for e in self._all:
+            e.close()
+
+
+def _check_header(raw: RawSubmission, suite: Suite | None, report: VerifyReport) -> tuple[Suite, Any] | None:
+    """Header checks; returns the suite to replay against and the tokenizer, or None to stop."""
+    header = raw.header
+    if header is None:
+        return None
+    probs = _schema_problems("header", header)
+    if probs:
+        report.problems += [f"line 1 (header): {p}" for p in probs]
+        return None
+    report.header = header
+    try:
+        carried = suite_from_dict(header["suite"], "the suite in the header")
+    except ConfigError as e:
+        report.problems.append(f"line 1 (header): the suite was altered after the run: {e}")
+        return None
+    try:
+        current = suite or load_suite(carried.name)
+    except ConfigError as e:
+        report.problems.append(f"line 1 (header): {e}")
+        return None
+    report.suite = current
+    if (carried.name, carried.version) != (current.name, current.version):
+        report.problems.append(
+            f"line 1 (header): the submission was made for suite {carried.ref}, but the suite to verify against "
+            f"is {current.ref}: a different suite version (re-run agentgym-eval with the current suite)")
+        return None
+    temp = header["submission"]["describe"].get("temperature")
+    if temp is not None and not math.isclose(float(temp), current.temperature):
+        report.problems.append(f"line 1 (header): the policy sampled at temperature {temp}, the suite requires "
+                               f"{current.temperature}")
+    try:
+        tok = load_tokenizer(header["submission"]["tokenizer"])
+    except SubmissionError as e:
+        report.problems.append(f"line 1 (header): {e}")
+        return None
+    return current, tok
+
+
+def _check_episodes(raw: RawSubmission, suite: Suite, report: VerifyReport
+                    ) -> list[tuple[EpisodeSpec, int, dict[str, Any]]]:
+    """Static checks of every episode line; returns the ones worth replaying."""
+    expected = {s.key: s for s in suite.episodes()}
+    env_ids = {e.id for e in suite.envs}
+    seen: dict[tuple[str, int, int], int] = {}
+    todo = []
+    for line, obj in raw.episodes:
+        probs = _schema_problems("episode", obj)
+        if probs:
+            report.problems += [f"line {line}: {p}" for p in probs]
+            continue
+        env_id, task, trial = obj["env_id"], obj["task"], obj["trial"]
+        if env_id not in env_ids:
+            report.problems.append(f"line {line}: env {env_id!r} is not in suite {suite.ref} (it has "
+                                   f"{sorted(env_ids)}): a different environment or environment version")
+            continue
+        env = suite.env(env_id)
+        if task >= len(env.tasks):
+            report.problems.append(f"line {line}: {env_id} task {task} does not exist (the suite has "
+                                   f"{len(env.tasks)} tasks for it)")
+            continue
+        if trial >= suite.trials:
+            report.problems.append(f"line {line}: {env_id} task {task} trial {trial}: the suite declares "
+                                   f"{suite.trials} trials (0..{suite.trials - 1}): an episode from more trials "
+                                   "than declared (cherry-picked)")
+            continue
+        spec = expected[(env_id, task, trial)]
+        where = f"line {line}: {spec.label}"
+        if spec.key in seen:
+            report.problems.append(f"{where}: duplicated episode (also on line {seen[spec.key]})")
+            continue
+        seen[spec.key] = line
+        if obj["seed"] != spec.seed:
+            other = suite.trial_of_seed(env_id, task, obj["seed"])
+            if other is not None:
+                report.problems.append(
+                    f"{where}: seed {obj['seed']} is the seed of trial {other} of this task, not of trial "
+                    f"{trial} ({spec.seed}): the episode was picked from more trials than the {suite.trials} "
+                    "declared and relabelled (cherry-picked)")
+            else:
+                report.problems.append(f"{where}: wrong seed {obj['seed']}; the suite's seed for this episode "
+                                       f"is {spec.seed}")
+            continue
+        if obj["options"] != spec.options:
+            report.problems.append(f"{where}: options {obj['options']} differ from the suite's {spec.options}")
+            continue
+        if obj["trajectory"]["env_id"] != env_id:
+            report.problems.append(f"{where}: the trajectory was recorded on {obj['trajectory']['env_id']!r}, "
+                                   f"the suite runs {env_id!r} (a different environment version)")
+            continue
+        todo.append((spec, line, obj))
+    missing = [s for k, s in expected.items() if k not in seen]
+    for s in missing[:MAX_LISTED]:
+        report.problems.append(f"missing episode: {s.label} (seed {s.seed})")
+    if len(missing) > MAX_LISTED:
+        report.problems.append(f"... and {len(missing) - MAX_LISTED} more missing episodes")
+    return todo
+
+
+def _replay_one(envs: _Envs, spec: EpisodeSpec, line: int, obj: dict[str, Any]
+                ) -> tuple[Replayed | None, list[str]]:
+    where = f"line {line}: {spec.label}"
+    record = Trajectory.from_dict(obj["trajectory"])
+    bad = check_structure(record)
+    if bad:
+        return None, [f"{where}: malformed trajectory: {bad}"]
+    env = envs.get(spec)
+    try:
+        truth, probs = replay(env, record, seed=spec.seed, options=spec.options)
+    except AgentGymError as e:
+        return None, [f"{where}: the replay failed: {type(e).__name__}: {e}"]
+    diffs = compare(record, truth, envs.tokenizer)
+    if len(diffs) > PER_EPISODE:
+        diffs = diffs[:PER_EPISODE] + [f"... and {len(diffs) - PER_EPISODE} more differences in this episode"]
+    probs += diffs
+    score = episode_score(truth)
+    if obj["score"] != score:
+        probs.append(f"score: recorded {obj['score']}, replay gives {score}")
+    cost = episode_cost(truth)
+    for k in ("input_tokens", "output_tokens", "turns"):
+        if obj["cost"][k] != cost[k]:
+            probs.append(f"cost {k}: recorded {obj['cost'][k]}, replay gives {cost[k]}")
+    if not probs:
+        truth.logprobs = list(record.logprobs)  # the policy's own numbers: kept for transcripts
+    return Replayed(spec, line, obj, truth), [f"{where}: {p}" for p in probs]
+
+
+def _check_footer(raw: RawSubmission, report: VerifyReport, n_lines: int) -> None:
+    footer = raw.footer
+    if footer is None:
+        return
+    probs = _schema_problems("footer", footer)
+    if probs:
+        report.problems += [f"footer: {p}" for p in probs]
+        return
+    if footer["episodes"] != n_lines:
+        report.problems.append(f"footer: claims {footer['episodes']} episodes, the file has {n_lines}")
+    claimed = {**footer["scores"], "overall": footer["overall"]}
+    actual = {**report.scores, "overall": report.overall}
+    for env_id in sorted(set(claimed) | set(actual)):
+        a, b = claimed.get(env_id), actual.get(env_id)
+        if a is None or b is None:
+            report.problems.append(f"footer: scores for {env_id!r}: claimed {a is not None}, recomputed {b is not None}")
+            continue
+        for key in ("mean", "pass_k", "tasks", "episodes"):
+            if not math.isclose(a[key], b[key], abs_tol=1e-9):
+                report.problems.append(f"footer: {env_id} {key}: claimed {a[key]}, replay gives {b[key]}")
+        if not all(math.isclose(x, y, abs_tol=1e-9) for x, y in zip(a["ci95"], b["ci95"])):
+            report.problems.append(f"footer: {env_id} ci95: claimed {a['ci95']}, replay gives {b['ci95']}")
+    for k in ("input_tokens", "output_tokens", "turns"):
+        if footer["cost"][k] != report.cost.get(k):
+            report.problems.append(f"footer: cost {k}: claimed {footer['cost'][k]}, replay gives {report.cost.get(k)}")
+
+
+def verify_submission(path: str | Path, *, suite: Suite | None = None, workers: int = 4, progress: bool = False,
+                      on_episode: Callable[[int, int], None] | None = None) -> VerifyReport:
+    """Verify one submission file; ``suite`` overrides the one named in the header (default: the
+    current ``leaderboards/suites/NAME.yaml``). Never raises on content: see ``report.problems``."""
+    t0 = time.perf_counter()
+    report = VerifyReport(Path(path))
+    raw = read_raw(path)
+    report.problems += raw.problems
+    got = _check_header(raw, suite, report)
+    if got is None:
+        report.seconds = time.perf_counter() - t0
+        return report
+    the_suite, tok = got
+    todo = _check_episodes(raw, the_suite, report)
+    envs = _Envs(tok)
+    bar = None
+    if progress:
+        from agentgym.trainer.metrics import Progress
+
+        bar = Progress(len(todo), "verify")
+    done = 0
+    try:
+        with ThreadPoolExecutor(max(1, workers), thread_name_prefix="agentgym-verify") as pool:
+            futures = [pool.submit(_replay_one, envs, spec, line, obj) for spec, line, obj in todo]
+            for fut in futures:
+                rep, probs = fut.result()
+                report.problems += probs
+                if rep is not None:
+                    report.episodes.append(rep)
+                done += 1
+                if bar is not None:
+                    bar.update(done)
+                if on_episode is not None:
+                    on_episode(done, len(todo))
+    finally:
+        if bar is not None:
+            bar.close()
+        envs.close()
+    report.scores, report.overall = summarize(the_suite, [(r.spec, r.truth) for r in report.episodes])
+    costs = [episode_cost(r.truth) for r in report.episodes]
+    report.cost = {k: sum(c[k] for c in costs) for k in ("input_tokens", "output_tokens", "turns")}
+    report.cost["wall_s"] = round(sum(float(r.record["cost"]["wall_s"]) for r in report.episodes), 3)
+    _check_footer(raw, report, len(raw.episodes))
+    _diagnose(report)
+    report.ok = not report.problems
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _diagnose(report: VerifyReport) -> None:
+    """One note for what usually explains many problems: prompts that differ from the replay's."""
+    import agentgym
+
+    changed = [r for r in report.episodes
+               if r.record["trajectory"]["tokens"][:r.truth.prompt_len] != r.truth.tokens[:r.truth.prompt_len]]
+    if not changed:
+        return
+    made = report.header.get("submission", {}).get("agentgym_version", "?")
+    report.notes.append(
+        f"{len(changed)} of {len(report.episodes)} episodes differ from the replay already in their prompt, "
+        f"before any action: either the prompts were edited, or the environments now behave differently from "
+        f"when the submission was made (agentgym {made}; this is {agentgym.__version__}). Submissions must be "
+        "re-run with agentgym-eval when an environment changes.")
