@@ -1,8 +1,9 @@
 """Suite-wide rules.
 
-Under CI (CI=true) a skipped test marked ``docker``, ``bwrap``, ``postgres`` or ``scale`` is
-reported as a failure: the sandbox, PostgreSQL and Ray tests must really run there, and a missing
-engine, image or server must not pass quietly.
+Under CI (CI=true) a skipped test marked ``docker``, ``bwrap``, ``postgres``, ``scale``,
+``distributed`` or ``browser`` is reported as a failure: the sandbox, PostgreSQL, Ray, torchrun
+and headless-browser tests must really run there, and a missing engine, image, server, launcher
+or browser must not pass quietly.
 GPU tests skip cleanly without CUDA everywhere.
 """
 
@@ -12,7 +13,7 @@ import os
 
 import pytest
 
-MUST_RUN_IN_CI = ("docker", "bwrap", "postgres", "scale", "browser")
+MUST_RUN_IN_CI = ("docker", "bwrap", "postgres", "scale", "distributed", "browser")
 
 
 def _in_ci() -> bool:

@@ -154,6 +154,15 @@ class VLLMEngine:
             runner.load_weights([(name, param.detach())])
         self.llm.reset_prefix_cache()
 
+    def sleep(self, level: int = 1) -> None:
+        """Free GPU memory while the colocated learner updates (needs ``enable_sleep_mode=True``):
+        level 1 offloads the weights to CPU and drops the KV cache, level 2 drops the weights
+        too (the next ``sync_weights`` refills them). ``wake_up`` before generating again."""
+        self.llm.sleep(level=level)
+
+    def wake_up(self) -> None:
+        self.llm.wake_up()
+
     def close(self) -> None:
         if self._closed:
             return
