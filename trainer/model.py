@@ -235,11 +235,14 @@ def load_policy(
     if is_gptoss:
         check_attention(attn, device)
     load_attn = "eager" if attn == "agentgym_flex" else attn
-    model = AutoModelForCausalLM.from_pretrained(
+    from agentgym.trainer.mxfp4 import forget_quantization, load_kwargs  # MXFP4 experts: dequantized
+
+    model = forget_quantization(AutoModelForCausalLM.from_pretrained(
         path,
         dtype=dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32),
         attn_implementation=load_attn,
-    )
+        **load_kwargs(config),
+    ))
     if attn == "agentgym_flex":
         set_attention(model, attn)
     model.to(device)  # type: ignore[arg-type]

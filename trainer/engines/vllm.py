@@ -263,6 +263,15 @@ class VLLMEngine:
         """The engine model's parameter names (vLLM's fused layout)."""
         return list(self.llm.collective_rpc("agentgym_parameter_names")[0])
 
+    def sleep(self, level: int = 1) -> None:
+        """Free GPU memory while the colocated learner updates (needs ``enable_sleep_mode=True``):
+        level 1 offloads the weights to CPU and drops the KV cache, level 2 drops the weights
+        too (the next ``sync_weights`` refills them). ``wake_up`` before generating again."""
+        self.llm.sleep(level=level)
+
+    def wake_up(self) -> None:
+        self.llm.wake_up()
+
     # ------------------------------------------------------------------ lifecycle
     def _remove_sync_dir(self) -> None:
         if self._cleanup is not None:
