@@ -64,7 +64,8 @@ class EnvConfig:
 @dataclass
 class ModelConfig:
     name: str = "tiny"
-    """``tiny`` (a local tiny GPT-OSS on the byte tokenizer) or a local path / hub id."""
+    """``tiny`` (a local tiny GPT-OSS on the byte tokenizer), ``tiny:o200k_harmony`` (the same with
+    GPT-OSS's own 201,088-id tokenizer) or a local path / hub id."""
     tiny: dict[str, Any] = field(default_factory=dict)
     """Overrides for the tiny GPT-OSS config (hidden_size, num_hidden_layers, ...)."""
     tokenizer: str = "auto"

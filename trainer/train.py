@@ -135,17 +135,29 @@ class Setup:
         """(tokenizer, policy) in float32. Under torchrun the policy is built on the meta device
         (no memory; weights arrive after sharding, :meth:`_load_initial_weights`)."""
         from agentgym.tokenizers import ByteTokenizer, as_tokenizer
-        from agentgym.trainer.model import build_tiny_gptoss, load_policy
+        from agentgym.trainer.model import (
+            build_tiny_for,
+            build_tiny_gptoss,
+            is_tiny,
+            load_policy,
+            tiny_tokenizer,
+        )
 
         m = self.cfg.model
         meta = self.dist is not None if meta is None else meta
-        tok_name = ("byte" if m.name == "tiny" else m.name) if m.tokenizer == "auto" else m.tokenizer
-        tok: Any = ByteTokenizer() if tok_name == "byte" else as_tokenizer(tok_name)
+        tok: Any
+        if m.tokenizer == "auto" and is_tiny(m.name):  # tiny: byte; tiny:o200k_harmony: GPT-OSS's own
+            tok = tiny_tokenizer(m.name)
+        else:
+            tok_name = m.name if m.tokenizer == "auto" else m.tokenizer
+            tok = ByteTokenizer() if tok_name == "byte" else as_tokenizer(tok_name)
         if meta:
             model = D.policy_skeleton(m.name, tok.vocab_size, m.tiny, attn_implementation=m.attn_implementation,
                                       device=self.device)
         elif m.name == "tiny":
             model = build_tiny_gptoss(tok.vocab_size, seed=self.cfg.seed, **m.tiny).to(self.device)
+        elif is_tiny(m.name):  # tiny:TOKENIZER, sized for it (vocabulary and pad id)
+            model = build_tiny_for(tok, seed=self.cfg.seed, **m.tiny).to(self.device)
         else:
             model = load_policy(m.name, device=self.device, dtype=torch.float32,
                                 attn_implementation=m.attn_implementation)
