@@ -237,15 +237,15 @@ def load_policy(
     load_attn = "eager" if attn == "agentgym_flex" else attn
     from agentgym.trainer.mxfp4 import forget_quantization, load_kwargs  # MXFP4 experts: dequantized
 
+    want = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
     model = forget_quantization(AutoModelForCausalLM.from_pretrained(
-        path,
-        dtype=dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32),
-        attn_implementation=load_attn,
-        **load_kwargs(config),
+        path, dtype=want, attn_implementation=load_attn, **load_kwargs(config),
     ))
     if attn == "agentgym_flex":
         set_attention(model, attn)
-    model.to(device)  # type: ignore[arg-type]
+    # every parameter in the dtype asked for: transformers 5.19 leaves MXFP4-dequantized experts
+    # in bf16 whatever ``dtype`` says, and they would be trained (and summed) in bf16
+    model.to(device=device, dtype=want)  # type: ignore[arg-type]
     use_memory_efficient_experts(model)
     return model
 

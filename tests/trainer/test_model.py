@@ -207,6 +207,8 @@ def test_mxfp4_checkpoint_loads_dequantized_for_training(tmp_path: Path) -> None
     assert stored["model.layers.0.mlp.experts.gate_up_proj_blocks"].dtype == torch.uint8
     assert "model.layers.0.mlp.experts.gate_up_proj" not in stored
     loaded = load_policy(str(tmp_path / "mx"))
+    # float32 master weights as asked (transformers 5.19 leaves dequantized experts in bf16)
+    assert {p.dtype for p in loaded.parameters()} == {torch.float32}
     for i, layer in enumerate(loaded.model.layers):
         for name in ("gate_up_proj", "down_proj"):
             orig = getattr(model.model.layers[i].mlp.experts, name).detach()
