@@ -2,25 +2,35 @@
 
 Harmony is GPT-OSS's chat format::
 
-    <|start|>{role}[ to={recipient}]<|channel|>{channel}[ to={recipient}][ <|constrain|>json]<|message|>{content}{end}
+    <|start|>{role}[ to={recipient}][<|channel|>{channel}][ <|constrain|>json]<|message|>{content}{end}
 
 where ``{end}`` is ``<|end|>`` (more messages follow), ``<|call|>`` (a tool call, the engine
-stops) or ``<|return|>`` (the final answer, the episode ends). A tool result comes back as
-``<|start|>functions.NAME to=assistant<|channel|>commentary<|message|>...<|end|>`` followed by
-the generation prompt ``<|start|>assistant``.
+stops) or ``<|return|>`` (the final answer, the episode ends). A tool call is
+``<|start|>assistant to=functions.NAME<|channel|>commentary <|constrain|>json<|message|>{...}<|call|>``;
+its result comes back as ``<|start|>functions.NAME to=assistant<|channel|>commentary<|message|>...<|end|>``
+followed by the generation prompt ``<|start|>assistant``.
+
+openai-harmony (OpenAI's renderer) is the reference: with GPT-OSS's tokenizer
+(``tokenizer="o200k_harmony"``) every message rendered here is token-for-token what it renders
+(the tool namespace comes from :mod:`agentgym.harmony_schema`, a port of its TypeScript
+rendering), and headers are parsed with its rules (the recipient may stand after the role or
+after the channel; the last header word is the content type). The suite checks both against
+openai-harmony itself. Unlike openai-harmony's parser, :meth:`HarmonyCodec.parse` is total: any
+id sequence yields a :class:`ParsedAction`, with problems listed in ``errors`` instead of raised.
 
 The codec never re-renders history: the environment renders each *new* piece once and the
-episode's token stream only grows. Parsing is total: any id sequence yields a
-:class:`ParsedAction`, with problems listed in ``errors`` instead of raised.
+episode's token stream only grows.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentgym.harmony_schema import render_tool_signatures
 from agentgym.tokenizers import Tokenizer
 
 __all__ = [
@@ -74,50 +84,6 @@ class ParsedAction:
         return not self.errors
 
 
-def _ts_type(schema: dict[str, Any]) -> str:
-    """A JSON schema as the TypeScript-like type Harmony's developer message uses."""
-    if "enum" in schema:
-        return " | ".join(json.dumps(v) for v in schema["enum"])
-    t = schema.get("type", "any")
-    if isinstance(t, list):
-        return " | ".join(_ts_type({**schema, "type": x}) for x in t)
-    if t == "array":
-        return f"{_ts_type(schema.get('items', {}))}[]"
-    if t == "object":
-        props = schema.get("properties")
-        if not props:
-            return "object"
-        req = set(schema.get("required", []))
-        inner = ", ".join(
-            f"{k}{'' if k in req else '?'}: {_ts_type(v)}" for k, v in props.items()
-        )
-        return "{ " + inner + " }"
-    return {"integer": "number", "number": "number", "string": "string", "boolean": "boolean",
-            "null": "null"}.get(t, "any")
-
-
-def render_tool_signatures(tools: Sequence[Any]) -> str:
-    """The ``# Tools`` section of the developer message for objects with name/description/parameters."""
-    lines = ["# Tools", "", "## functions", "", "namespace functions {", ""]
-    for t in tools:
-        lines.append(f"// {t.description}")
-        props = t.parameters.get("properties") or {}
-        if not props:
-            lines.append(f"type {t.name} = () => any;")
-        else:
-            req = set(t.parameters.get("required", []))
-            lines.append(f"type {t.name} = (_: {{")
-            for k, v in props.items():
-                if "description" in v:
-                    lines.append(f"// {v['description']}")
-                default = f" // default: {json.dumps(v['default'])}" if "default" in v else ""
-                lines.append(f"{k}{'' if k in req else '?'}: {_ts_type(v)},{default}")
-            lines.append("}) => any;")
-        lines.append("")
-    lines.append("} // namespace functions")
-    return "\n".join(lines)
-
-
 class HarmonyCodec:
     """Renders Harmony messages to ids and parses sampled ids, for one tokenizer."""
 
@@ -136,21 +102,16 @@ class HarmonyCodec:
 
     # ------------------------------------------------------------------ rendering
     def render(self, msg: Message) -> list[int]:
+        """One message, as openai-harmony renders it (each header piece encoded on its own)."""
         enc = self.tok.encode
-        if msg.role == "assistant" or msg.recipient is None:
-            head = msg.role
-        else:  # tool results put the recipient after the author: "functions.x to=assistant"
-            head = f"{msg.role} to={msg.recipient}"
-        ids = [self.START, *enc(head)]
+        ids = [self.START, *enc(msg.role)]
+        if msg.recipient is not None and msg.recipient != "all":
+            ids += enc(f" to={msg.recipient}")
         if msg.channel is not None:
-            chan = msg.channel
-            if msg.role == "assistant" and msg.recipient:
-                chan += f" to={msg.recipient}"
-            ids += [self.CHANNEL, *enc(chan)]
+            ids += [self.CHANNEL, *enc(msg.channel)]
         if msg.constrain:
             ids += [*enc(" "), self.CONSTRAIN, *enc(msg.constrain)]
-        ids += [self.MESSAGE, *enc(msg.content), self._end_id[msg.end]]
-        return ids
+        return ids + [self.MESSAGE, *enc(msg.content), self._end_id[msg.end]]
 
     def render_many(self, messages: Sequence[Message]) -> list[int]:
         out: list[int] = []
@@ -211,6 +172,8 @@ class HarmonyCodec:
     def parse(self, ids: Sequence[int], role: str = "assistant") -> ParsedAction:
         """Parse what a policy sampled after the generation prompt ``<|start|>{role}``.
 
+        ``role=""``: ``ids`` follow a bare ``<|start|>``, so the header names the role.
+
         Never raises on content: problems are reported in ``ParsedAction.errors``.
         """
         out = ParsedAction()
@@ -219,8 +182,10 @@ class HarmonyCodec:
             return out
         items = self._items(ids)
         state = "header"  # header -> content -> between -> header ...
-        fields: dict[str, str] = {"role": role}
-        field_name = "role"
+        header = ""  # header text, with <|channel|> and <|constrain|> spelled out
+        # "" (or None): the role is the first word of the header, as after a bare <|start|>
+        header_role: str | None = role or None
+        head: tuple[str, str | None, str | None, str | None] = (role, None, None, None)
         content: list[str] = []
         for item in items:
             if out.stop is not None:
@@ -229,7 +194,7 @@ class HarmonyCodec:
                 break
             if isinstance(item, str):
                 if state == "header":
-                    fields[field_name] = fields.get(field_name, "") + item
+                    header += item
                 elif state == "content":
                     content.append(item)
                 elif item.strip():
@@ -238,11 +203,10 @@ class HarmonyCodec:
                 continue
             name = self._name[item]
             if state == "header":
-                if item == self.CHANNEL:
-                    field_name = "channel"
-                elif item == self.CONSTRAIN:
-                    field_name = "constrain"
+                if item in (self.CHANNEL, self.CONSTRAIN):
+                    header += name
                 elif item == self.MESSAGE:
+                    head = _parse_header(header, header_role, out.errors)
                     state, content = "content", []
                 else:
                     out.errors.append(ParseError(
@@ -250,7 +214,7 @@ class HarmonyCodec:
                     state = "between"
             elif state == "content":
                 if item in (self.END, self.CALL, self.RETURN):
-                    out.messages.append(self._message(fields, "".join(content), name))
+                    out.messages.append(Message(head[0], "".join(content), *head[1:], end=name))
                     if item != self.END:
                         out.stop = name
                     state = "between"
@@ -258,18 +222,18 @@ class HarmonyCodec:
                     # A special inside content: close the message as if <|end|> were missing.
                     out.errors.append(ParseError(
                         "missing_end", f"{name} inside message content; expected <|end|> first"))
-                    out.messages.append(self._message(fields, "".join(content), "<|end|>"))
+                    out.messages.append(Message(head[0], "".join(content), *head[1:]))
                     state = "between"
                     if item == self.START:
-                        state, fields, field_name = "header", {"role": ""}, "role"
+                        state, header, header_role = "header", "", None
             else:  # between messages
                 if item == self.START:
-                    state, fields, field_name = "header", {"role": ""}, "role"
+                    state, header, header_role = "header", "", None
                 else:
                     out.errors.append(ParseError(
                         "unexpected_token", f"{name} between messages; expected <|start|>"))
         if state == "content":
-            out.messages.append(self._message(fields, "".join(content), "<|end|>"))
+            out.messages.append(Message(head[0], "".join(content), *head[1:]))
             out.errors.append(ParseError(
                 "no_stop", "the message was cut off before <|end|>, <|call|> or <|return|>"))
         elif state == "header" and out.stop is None:
@@ -279,21 +243,6 @@ class HarmonyCodec:
                 "no_stop", "the action ended without <|call|> (tool call) or <|return|> (final answer)"))
         self._interpret(out)
         return out
-
-    @staticmethod
-    def _message(fields: dict[str, str], content: str, end: str) -> Message:
-        role_text = fields.get("role", "").strip()
-        chan_text = fields.get("channel", "").strip()
-        recipient = None
-        words = role_text.split() + chan_text.split()
-        for w in words:
-            if w.startswith("to="):
-                recipient = w[3:]
-        role = role_text.split()[0] if role_text.split() else "assistant"
-        chan_words = [w for w in chan_text.split() if not w.startswith("to=")]
-        channel = chan_words[0] if chan_words else None
-        constrain = fields.get("constrain", "").strip() or (chan_words[1] if len(chan_words) > 1 else None)
-        return Message(role, content, channel, recipient, constrain, end)
 
     def _interpret(self, out: ParsedAction) -> None:
         """Find the tool call or final answer in the parsed messages."""
@@ -327,3 +276,63 @@ class HarmonyCodec:
             out.errors.append(ParseError(
                 "no_action", f"the last message (channel {last.channel!r}) is neither a tool call "
                 "(to=functions.NAME) nor a final answer (channel final)"))
+
+
+_ASCII_SPACE = re.compile(r"[ \t\n\x0c\r]+")  # Rust's split_ascii_whitespace
+_CHANNEL_END = re.compile(r"[\s<]")
+
+
+def _parse_header(
+    text: str, role: str | None, errors: list[ParseError]
+) -> tuple[str, str | None, str | None, str | None]:
+    """A message header -> (role, channel, recipient, constrain), by openai-harmony's rules.
+
+    ``text`` is what stood between ``<|start|>`` (or the given ``role``) and ``<|message|>``,
+    with ``<|channel|>``/``<|constrain|>`` spelled out. The channel is the word after
+    ``<|channel|>``; of the remaining words the last is the recipient when it starts with
+    ``to=`` (or is the only one), else the content type, preceded by the recipient. Where
+    openai-harmony raises, a :class:`ParseError` is added and the best reading is returned.
+    """
+    channel = None
+    idx = text.find("<|channel|>")
+    if idx >= 0:
+        after = text[idx + len("<|channel|>"):]
+        m = _CHANNEL_END.search(after)
+        cut = m.start() if m else len(after)
+        if cut:
+            channel = after[:cut]
+        else:
+            errors.append(ParseError("bad_header", "<|channel|> is not followed by a channel name"))
+        text = text[:idx] + after[cut:]
+    text = text.strip()
+    if "<|constrain|>" in text:
+        text = text.replace("<|constrain|>", " <|constrain|>").strip()
+    parts = [p for p in _ASCII_SPACE.split(text) if p]
+    if role is None:
+        if not parts:
+            errors.append(ParseError("bad_header", "the message header names no role"))
+            role = ""
+        else:
+            role = parts[0]
+            if role not in _ROLES and (len(parts) > 1 or role.startswith("to=")):
+                parts.pop(0)  # a tool's name as author: "functions.NAME to=assistant"
+    if parts and parts[0] == role:
+        parts.pop(0)
+    recipient = content_type = None
+    if parts:
+        n, last = len(parts), parts.pop()
+        if last.startswith("to="):
+            recipient = last[3:]
+        elif n == 1:
+            recipient = last
+        else:
+            content_type = last
+            raw = parts.pop()
+            recipient = raw[3:] if raw.startswith("to=") else raw
+        if parts:
+            errors.append(ParseError("bad_header", f"unexpected words {parts} in the message header"))
+    constrain = content_type.removeprefix("<|constrain|>") if content_type is not None else None
+    return role, channel, recipient, constrain or None
+
+
+_ROLES = ("system", "developer", "user", "assistant", "tool")

@@ -7,6 +7,11 @@ An environment takes any object that satisfies :class:`Tokenizer`. Two come read
   memory, no download. This is the default everywhere.
 * :class:`HFTokenizer`, an adapter for any Hugging Face tokenizer that has the Harmony
   special tokens as single ids (GPT-OSS's ``o200k_harmony`` tokenizer does).
+* ``"o200k_harmony"`` (alias ``"gpt-oss"``): GPT-OSS's own tokenizer, built offline from
+  openai-harmony and bpe-openai (:mod:`agentgym.harmony_tokenizer`).
+
+:func:`as_tokenizer` accepts those names (:data:`TOKENIZERS`), a local path, a Hugging Face
+tokenizer or any object with the :class:`Tokenizer` methods.
 
 Text from the environment or the task is always encoded as *plain text*: a task that
 contains the characters ``<|end|>`` can never inject a control token. Only
@@ -16,8 +21,10 @@ turns special-token strings into special ids.
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
 
@@ -27,6 +34,7 @@ __all__ = [
     "HARMONY_SPECIALS",
     "ByteTokenizer",
     "HFTokenizer",
+    "TOKENIZERS",
     "Tokenizer",
     "as_tokenizer",
     "default_tokenizer",
@@ -174,20 +182,48 @@ def default_tokenizer() -> ByteTokenizer:
     return ByteTokenizer()
 
 
+@lru_cache(maxsize=1)
+def _o200k_harmony() -> Tokenizer:
+    from agentgym.harmony_tokenizer import HarmonyTokenizer
+
+    return HarmonyTokenizer()
+
+
+# Tokenizers known by name (built offline, shared); anything else a string names is a path.
+TOKENIZERS: dict[str, Callable[[], Tokenizer]] = {
+    "byte": default_tokenizer,
+    "o200k_harmony": _o200k_harmony,
+    "gpt-oss": _o200k_harmony,
+}
+
+
 def as_tokenizer(obj: Any = None) -> Tokenizer:
-    """Turn ``None``, a local path, a Hugging Face tokenizer or a :class:`Tokenizer` into one."""
+    """Turn ``None``, a name in :data:`TOKENIZERS`, a local path, a Hugging Face tokenizer or a
+    :class:`Tokenizer` into one."""
     if obj is None:
         return default_tokenizer()
     if isinstance(obj, (ByteTokenizer, HFTokenizer)):
         return obj
+    if isinstance(obj, str) and obj in TOKENIZERS:
+        return TOKENIZERS[obj]()
     if isinstance(obj, str):
+        close = difflib.get_close_matches(obj, TOKENIZERS, n=1)
+        if close and not os.path.exists(obj):  # a typo of a name, not a path or a hub id
+            raise TokenizerError(f"unknown tokenizer {obj!r}; did you mean {close[0]!r}? "
+                                 f"Known names: {sorted(TOKENIZERS)}, or pass a path / hub id")
         try:
             from transformers import AutoTokenizer
         except ImportError as e:
             raise TokenizerError(
                 f"loading tokenizer {obj!r} needs transformers: pip install 'agentgym-suite[train]'"
             ) from e
-        return HFTokenizer(AutoTokenizer.from_pretrained(obj))
+        try:
+            hf = AutoTokenizer.from_pretrained(obj)
+        except (OSError, ValueError) as e:
+            raise TokenizerError(
+                f"could not load a tokenizer from {obj!r}: {e}. Expected one of {sorted(TOKENIZERS)}, "
+                "a local folder with Hugging Face tokenizer files, or a hub id") from e
+        return HFTokenizer(hf)
     if hasattr(obj, "convert_tokens_to_ids") and hasattr(obj, "encode"):
         return HFTokenizer(obj)
     if isinstance(obj, Tokenizer):

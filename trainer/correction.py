@@ -14,13 +14,24 @@ over *policy tokens* (``mask == 1``). With C = ``threshold``:
 ``token_tis``  w_t = min(rho_t, C)                        truncated IS, per token
 ``seq_tis``    w   = min(prod_t rho_t, C)                 same w for all tokens of a sequence
 ``token_mis``  w_t = rho_t if rho_t <= C else 0           masked IS, per token
-``seq_mis``    w   = prod_t rho_t if lo <= prod <= hi else 0 (whole sequence dropped)
+``seq_mis``    w   = prod_t rho_t if prod_t rho_t <= C else 0  (whole sequence dropped)
 ``geo_mask``   w   = 1 if band[0] <= exp(mean_t log rho_t) <= band[1] else 0
 =============  ==============================================================================
 
-``seq_mis`` defaults to ``hi = C`` and ``lo = 1 / C``. ``geo_mask`` uses the geometric mean,
-so long sequences are not dropped merely for being long. Weights are detached and zero
-outside ``mask``. :func:`mismatch_stats` gives the diagnostics logged every step.
+These follow verl's rollout correction (``docs/algo/rollout_corr_math.md``): Token-TIS,
+Seq-TIS, Seq-MIS ("rejects sequences with rho > C instead of clipping": no lower bound, so a
+long multi-turn episode whose tiny per-token deviations multiply to a small ratio is kept
+with that small weight) and Geo-RS (the geometric mean: long sequences are not dropped
+merely for being long).
+
+A weight rule and the geometric mask combine with ``+``: ``token_tis+geo_mask`` is verl's
+Geo-RS-Token-TIS (``rollout_is=token`` + ``rollout_rs=seq_mean_k1``), ``seq_tis+geo_mask``
+likewise; at most one weight rule and one mask. Extensions beyond verl's definitions, both
+off by default: ``hi`` replaces C as Seq-MIS's upper bound, and ``lo`` adds a lower bound to
+Seq-MIS (verl expresses the same with a ``"lower_upper"`` rejection threshold).
+
+Weights are detached and zero outside ``mask``. :func:`mismatch_stats` gives the
+diagnostics logged every step.
 """
 
 from __future__ import annotations
@@ -31,9 +42,10 @@ import torch
 
 from agentgym.errors import ConfigError
 
-__all__ = ["CORRECTION_MODES", "correction_weights", "mismatch_stats"]
+__all__ = ["CORRECTION_MODES", "MASKS", "correction_weights", "mismatch_stats", "parse_mode"]
 
 CORRECTION_MODES = ("none", "token_tis", "seq_tis", "token_mis", "seq_mis", "geo_mask")
+MASKS = ("geo_mask",)  # 0/1 sequence filters that multiply a weight rule (``rule+mask``)
 
 _Rule = Callable[[torch.Tensor, torch.Tensor, dict], torch.Tensor]
 
@@ -63,9 +75,10 @@ def _token_mis(log_rho: torch.Tensor, m: torch.Tensor, o: dict) -> torch.Tensor:
 
 def _seq_mis(log_rho: torch.Tensor, m: torch.Tensor, o: dict) -> torch.Tensor:
     hi = o["threshold"] if o["hi"] is None else o["hi"]
-    lo = 1.0 / hi if o["lo"] is None else o["lo"]
     prod = torch.exp(_seq_log_ratio(log_rho, m, o["clamp"]))  # (B, 1)
-    keep = (prod >= lo) & (prod <= hi)
+    keep = prod <= hi
+    if o["lo"] is not None:  # extension: verl's Seq-MIS has no lower bound
+        keep &= prod >= o["lo"]
     return torch.where(keep, prod, torch.zeros_like(prod)).expand_as(log_rho)
 
 
@@ -87,6 +100,28 @@ _RULES: dict[str, _Rule] = {
 }
 
 
+def parse_mode(mode: str) -> list[str]:
+    """``"token_tis+geo_mask"`` -> ``["token_tis", "geo_mask"]``, checked: known names, at
+    most one weight rule and at most one mask."""
+    parts = [p.strip() for p in mode.split("+")]
+    for p in parts:
+        if p not in _RULES:
+            import difflib
+
+            close = difflib.get_close_matches(p, CORRECTION_MODES, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown correction mode {p!r} in {mode!r}; expected one of "
+                              f"{CORRECTION_MODES}, or a rule and a mask joined by '+' "
+                              f"(e.g. 'token_tis+geo_mask').{hint}")
+    rules = [p for p in parts if p not in MASKS]
+    masks = [p for p in parts if p in MASKS]
+    if len(rules) > 1 or len(masks) > 1:
+        raise ConfigError(f"correction mode {mode!r}: expected at most one weight rule "
+                          f"({[m for m in CORRECTION_MODES if m not in MASKS]}) and at most one "
+                          f"mask ({list(MASKS)}) joined by '+', e.g. 'token_tis+geo_mask'")
+    return parts
+
+
 @torch.no_grad()
 def correction_weights(
     old_logp: torch.Tensor,
@@ -101,19 +136,16 @@ def correction_weights(
     clamp: float = 20.0,
 ) -> torch.Tensor:
     """Per-token importance weights (B, T), detached, zero where ``mask`` is 0 (module doc)."""
-    if mode not in _RULES:
-        import difflib
-
-        close = difflib.get_close_matches(mode, CORRECTION_MODES, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"unknown correction mode {mode!r}; expected one of {CORRECTION_MODES}.{hint}")
+    parts = parse_mode(mode)
     if threshold <= 0:
         raise ConfigError(f"correction threshold must be > 0, got {threshold}")
     m = mask.to(torch.float32)
     log_rho = ((old_logp.float() - behaviour_logp.float()) * m).clamp(-clamp, clamp)
     opts = {"threshold": threshold, "lo": lo, "hi": hi, "geo_band": geo_band, "clamp": clamp}
-    w = _RULES[mode](log_rho, m, opts)
-    return (w * m).detach()
+    w = m
+    for part in parts:  # a weight rule times a 0/1 mask
+        w = w * _RULES[part](log_rho, m, opts)
+    return w.detach()
 
 
 @torch.no_grad()

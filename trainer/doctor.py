@@ -34,7 +34,14 @@ from agentgym.trainer.attention import set_attention
 from agentgym.trainer.correction import correction_weights, mismatch_stats
 from agentgym.trainer.engines.base import Engine, make_engine
 from agentgym.trainer.logprobs import policy_forward
-from agentgym.trainer.model import SINK_DROPPING_ATTENTION, check_attention, load_policy
+from agentgym.trainer.model import (
+    SINK_DROPPING_ATTENTION,
+    check_attention,
+    is_tiny,
+    load_policy,
+    tiny_tokenizer,
+)
+from agentgym.trainer.routing import capture_routing, replay_routing, routers, routing_agreement
 
 __all__ = ["DoctorReport", "THRESHOLDS", "doctor_main", "run_doctor", "verdict"]
 
@@ -73,13 +80,9 @@ def verdict(stats: dict[str, float]) -> tuple[str, list[str]]:
 
 
 def _tokenizer_for(model: str) -> Any:
-    from agentgym.tokenizers import ByteTokenizer, HFTokenizer
+    from agentgym.tokenizers import as_tokenizer
 
-    if model == "tiny" or model.startswith("tiny:"):
-        return ByteTokenizer()
-    from transformers import AutoTokenizer
-
-    return HFTokenizer(AutoTokenizer.from_pretrained(model))
+    return tiny_tokenizer(model) if is_tiny(model) else as_tokenizer(model)
 
 
 def _sample_episodes(
@@ -126,7 +129,7 @@ def _sample_episodes(
 
 def run_doctor(
     model: str | nn.Module = "tiny",
-    engine: str = "hf",
+    engine: str | Engine = "hf",
     attn_implementation: str = "eager",
     env_id: str = "agentgym/MathCalc-v0",
     episodes: int = 8,
@@ -135,6 +138,8 @@ def run_doctor(
     temperature: float = 1.0,
     seed: int = 0,
     device: str = "cpu",
+    trainer_dtype: str = "float32",
+    routing: bool = True,
     env_kwargs: dict[str, Any] | None = None,
     engine_kwargs: dict[str, Any] | None = None,
     allow_unsafe_attention: bool = False,
@@ -142,49 +147,75 @@ def run_doctor(
 ) -> DoctorReport:
     """Sample ``episodes`` with ``engine``, rescore with the trainer, return a :class:`DoctorReport`.
 
-    ``model``: a checkpoint path, hub id, ``"tiny"``, or an ``nn.Module`` (then pass
-    ``tokenizer``; default ByteTokenizer). The ``hf`` engine samples from a private copy with
-    eager (sink-aware) attention; ``openai-http``/``vllm`` get ``engine_kwargs`` and are first
-    synced to the trainer's weights.
+    ``model``: a checkpoint path, hub id, ``"tiny"``, ``"tiny:o200k_harmony"``, or an
+    ``nn.Module`` (then pass ``tokenizer``; default ByteTokenizer). The engine gets the
+    model's float32 weights: ``hf`` samples from a private eager copy; ``vllm`` starts from
+    them (its dtype is ``engine_kwargs["dtype"]``); ``openai-http`` is synced to them. The
+    trainer rescores in ``trainer_dtype`` with ``attn_implementation``. With ``routing`` (MoE
+    models, ``hf``/``vllm`` engines) the report adds how often engine and trainer picked the
+    same experts, and the mismatch once the trainer replays the engine's routing (``*_replay``).
+    ``engine`` may also be a running engine: it is synced to the model and left open.
     """
     if isinstance(model, nn.Module):
-        trainer_model, name = model, type(model).__name__
+        base, name = model, type(model).__name__
     else:
-        trainer_model, name = load_policy(model, device=device, attn_implementation="eager"), model
+        base, name = load_policy(model, device=device, attn_implementation="eager"), model
     if tokenizer is None:
         tokenizer = _tokenizer_for(name) if isinstance(model, str) else _tokenizer_for("tiny")
     if not allow_unsafe_attention:
         check_attention(attn_implementation, device)
+    if trainer_dtype not in _DTYPES:
+        raise ConfigError(f"trainer_dtype must be one of {sorted(_DTYPES)}, got {trainer_dtype!r}")
+    kw = dict(engine_kwargs or {})
     engine_model = None
-    if engine == "hf":
-        engine_model = copy.deepcopy(trainer_model)
+    own_engine = isinstance(engine, str)
+    if not isinstance(engine, str):
+        eng = engine
+        eng.sync_weights(base)
+        engine = type(engine).__name__
+    elif engine == "hf":
+        engine_model = copy.deepcopy(base)
         set_attention(engine_model, "eager")
-        eng = make_engine("hf", model=engine_model, **(engine_kwargs or {}))
+        eng = make_engine("hf", model=engine_model, **kw)
+    elif engine == "vllm":
+        kw.setdefault("model", base)  # vLLM starts from these weights (saved to a checkpoint)
+        eng = make_engine("vllm", **kw)
     else:
-        eng = make_engine(engine, **(engine_kwargs or {}))
-        eng.sync_weights(trainer_model)
+        eng = make_engine(engine, **kw)
+        eng.sync_weights(base)
+    trainer_model = base if trainer_dtype == "float32" else copy.deepcopy(base).to(_DTYPES[trainer_dtype])
     set_attention(trainer_model, attn_implementation)
     try:
         rows = _sample_episodes(eng, env_id, tokenizer, episodes, max_new_tokens=max_new_tokens,
                                 temperature=temperature, seed=seed, env_kwargs=env_kwargs or {})
+        engine_routes = _engine_routing(eng, engine_model, rows) if routing and routers(base) else None
     finally:
-        eng.close()
-    T = max(len(r[0]) for r in rows)
+        if own_engine:
+            eng.close()
     pad = getattr(trainer_model.config, "pad_token_id", None) or 0
-    ids = torch.full((len(rows), T), pad, dtype=torch.long)
-    attn = torch.zeros(len(rows), T, dtype=torch.long)
-    pmask = torch.zeros(len(rows), T, dtype=torch.long)
-    blp = torch.zeros(len(rows), T)
-    for b, (toks, m, lps) in enumerate(rows):  # right padding
-        n = len(toks)
-        ids[b, :n], attn[b, :n] = torch.tensor(toks), 1
-        pmask[b, :n], blp[b, :n] = torch.tensor(m), torch.tensor(lps)
+    ids, attn, pmask, blp = _right_pad(rows, pad)
     dev = next(trainer_model.parameters()).device
-    with torch.no_grad():
-        old = policy_forward(trainer_model, ids.to(dev), attn.to(dev), temperature=temperature or 1.0,
-                             with_entropy=False).logprobs.cpu()
+
+    def rescore() -> torch.Tensor:
+        with torch.no_grad():
+            return policy_forward(trainer_model, ids.to(dev), attn.to(dev), temperature=temperature or 1.0,
+                                  with_entropy=False).logprobs.float().cpu()
+
+    with capture_routing(trainer_model) as trainer_routes:
+        old = rescore()
     weights = correction_weights(old, blp, pmask, mode="token_tis")
     stats = mismatch_stats(old, blp, pmask, weights)
+    if engine_routes is not None:
+        imposed = torch.stack(trainer_routes)  # (L, B*T, k): the trainer's own choice on padding
+        L, _, k = imposed.shape
+        imposed = imposed.view(L, *ids.shape, k)
+        for b, route in enumerate(engine_routes):
+            imposed[:, b, : route.shape[1]] = torch.as_tensor(route)
+        imposed = imposed.view(L, -1, k)
+        stats.update(routing_agreement(imposed, torch.stack(trainer_routes), attn.view(-1)))
+        with replay_routing(trainer_model, imposed):
+            replayed = mismatch_stats(rescore(), blp, pmask)
+        stats.update({f"{key}_replay": replayed[key] for key in ("abs_dlogp_mean", "abs_dlogp_max", "k1", "k3")})
     v, reasons = verdict(stats)
     has_sinks = any(n.endswith("sinks") for n, _ in trainer_model.named_parameters())
     if has_sinks and attn_implementation in SINK_DROPPING_ATTENTION:
@@ -195,17 +226,53 @@ def run_doctor(
                    f"({SINK_DROPPING_ATTENTION[attn_implementation]}); measured here: mean |dlogp| "
                    f"{stats.get('abs_dlogp_mean', 0.0):.2e}, max {stats.get('abs_dlogp_max', 0.0):.2f}, "
                    "and the gap grows as the model learns to use its sinks", *reasons[1:]]
-    setup = {"model": name, "engine": engine, "attn_implementation": attn_implementation, "env_id": env_id,
-             "episodes": episodes, "max_new_tokens": max_new_tokens, "temperature": temperature,
-             "tokens": int(attn.sum()), "policy_tokens": int(pmask.sum())}
+    setup = {"model": name, "engine": engine, "engine_dtype": str(kw.get("dtype", "float32")),
+             "trainer_dtype": trainer_dtype, "attn_implementation": attn_implementation, "env_id": env_id,
+             "vocab_size": int(tokenizer.vocab_size), "episodes": episodes, "max_new_tokens": max_new_tokens,
+             "temperature": temperature, "tokens": int(attn.sum()), "policy_tokens": int(pmask.sum())}
     return DoctorReport(v, reasons, stats, setup)
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def _right_pad(rows: list[tuple[list[int], list[int], list[float]]], pad: int
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Episodes -> (ids, attention mask, policy mask, behaviour log-probs), each (B, T), right-padded."""
+    T = max(len(r[0]) for r in rows)
+    ids = torch.full((len(rows), T), pad, dtype=torch.long)
+    attn = torch.zeros(len(rows), T, dtype=torch.long)
+    pmask = torch.zeros(len(rows), T, dtype=torch.long)
+    blp = torch.zeros(len(rows), T)
+    for b, (toks, m, lps) in enumerate(rows):
+        n = len(toks)
+        ids[b, :n], attn[b, :n] = torch.tensor(toks), 1
+        pmask[b, :n], blp[b, :n] = torch.tensor(m), torch.tensor(lps)
+    return ids, attn, pmask, blp
+
+
+def _engine_routing(eng: Engine, engine_model: nn.Module | None,
+                    rows: list[tuple[list[int], list[int], list[float]]]) -> list[Any] | None:
+    """The engine's experts for every token of every episode, ``(L, len, k)`` each, or None."""
+    if hasattr(eng, "routing"):  # vLLM: hooks on its routers during a prefill of each episode
+        return list(eng.routing([r[0] for r in rows]))
+    if engine_model is None:  # a server: its routing is not observable
+        return None
+    out = []
+    for toks, _, _ in rows:  # the hf engine's own model, one episode at a time
+        with torch.no_grad(), capture_routing(engine_model) as chosen:
+            engine_model(torch.tensor([toks], device=next(engine_model.parameters()).device))
+        out.append(torch.stack(chosen).numpy())
+    return out
 
 
 def _print(report: DoctorReport) -> None:
     s = report.stats
     print(f"agentgym mismatch doctor: {report.setup}")
     for key in ("abs_dlogp_mean", "abs_dlogp_max", "k1", "k3", "log_ppl_diff_mean", "log_ppl_diff_max",
-                "w_mean", "w_std", "w_min", "w_max", "ess", "truncated_frac", "n_tokens", "n_seqs"):
+                "w_mean", "w_std", "w_min", "w_max", "ess", "truncated_frac", "n_tokens", "n_seqs",
+                "routing_agree", "routing_tokens_all_layers_agree", "abs_dlogp_mean_replay",
+                "abs_dlogp_max_replay", "k3_replay"):
         if key in s:
             print(f"  {key:>18}: {s[key]:.6g}")
     print(f"verdict: {report.verdict.upper()}")
@@ -216,7 +283,8 @@ def _print(report: DoctorReport) -> None:
 def doctor_main(argv: list[str] | None = None) -> int:
     """``agentgym-train doctor``: exit 0 healthy, 1 warning, 2 unhealthy."""
     ap = argparse.ArgumentParser(prog="agentgym-train doctor", description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="tiny", help="checkpoint dir, hub id, or 'tiny'")
+    ap.add_argument("--model", default="tiny",
+                    help="checkpoint dir, hub id, 'tiny' or 'tiny:o200k_harmony' (GPT-OSS's real vocabulary)")
     ap.add_argument("--engine", default="hf", choices=["hf", "openai-http", "vllm"])
     ap.add_argument("--attn", default="eager", help="trainer attention implementation")
     ap.add_argument("--env", default="agentgym/MathCalc-v0")
@@ -226,6 +294,9 @@ def doctor_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--base-url", help="server URL for --engine openai-http")
+    ap.add_argument("--reload", default="agentgym", help="openai-http: the server's reload protocol (agentgym, vllm)")
+    ap.add_argument("--engine-dtype", default="bfloat16", choices=sorted(_DTYPES), help="--engine vllm: its dtype")
+    ap.add_argument("--trainer-dtype", default="float32", choices=sorted(_DTYPES), help="the trainer's dtype")
     ap.add_argument("--allow-unsafe-attention", action="store_true",
                     help="demonstration only: let a sink-dropping attention (sdpa) through")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -235,11 +306,12 @@ def doctor_main(argv: list[str] | None = None) -> int:
         if not args.base_url:
             raise ConfigError("--engine openai-http needs --base-url http://HOST:PORT")
         engine_kwargs["base_url"] = args.base_url
+        engine_kwargs["reload"] = args.reload
     elif args.engine == "vllm":
-        engine_kwargs["model"] = args.model
+        engine_kwargs["dtype"] = args.engine_dtype
     report = run_doctor(args.model, args.engine, args.attn, args.env, args.episodes,
                         max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
-                        device=args.device, engine_kwargs=engine_kwargs,
+                        device=args.device, trainer_dtype=args.trainer_dtype, engine_kwargs=engine_kwargs,
                         allow_unsafe_attention=args.allow_unsafe_attention)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))

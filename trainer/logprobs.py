@@ -1,6 +1,8 @@
 """Per-token log-probs, entropy and values of a causal LM on given token ids.
 
-The trainer's one forward pass. Conventions (shared with the engines and the PPO code):
+The one forward pass of agentgym: the trainer (PPO and warm start), the reference model, the
+doctor and the engines' checks all call :func:`policy_forward`. Conventions (shared with the
+engines and the PPO code):
 
 * ``logprobs[:, t] = log_softmax(logits[:, t-1] / temperature)[input_ids[:, t]]``, computed in
   float32; ``logprobs[:, 0] = 0`` (nothing predicts the first token).
@@ -10,10 +12,23 @@ The trainer's one forward pass. Conventions (shared with the engines and the PPO
 * Positions come from ``attention_mask.cumsum(-1) - 1``, so left- or right-padded rows give
   the same numbers as the unpadded sequence.
 
-Memory: the (B, T, V) logits are never all alive at once for big vocabularies. The output
-head runs over chunks of time steps, each under activation checkpointing when gradients are
-needed, so the peak is one chunk of float32 logits. The MoE layers are switched to a path
-that loops over (or groups by) the experts actually hit (see ``model.py``).
+**Shared prefix** (``shared_prefix=P``): when every row starts with the same ``P`` tokens (the
+system + developer prompt of an environment), they run once at batch size 1 and the rows
+attend to them through the KV cache; gradients flow back through the cache into that single
+pass. It is the same function of the weights as ``P = 0`` (same values up to float rounding,
+same gradients): only how the backbone is called differs, the head below is shared.
+
+**Memory.** The output head runs only where log-probs are asked for (``score_mask``: the
+policy tokens, for the trainer), over chunks of at most ``head_chunk`` float32 logits, each
+chunk under activation checkpointing when gradients are needed: the (N, V) logits of N
+scored tokens are never held at once (with the 201,088-token vocabulary one 4k-token episode
+alone would need 3.3 GB). Entropy is computed without gradient unless ``entropy_grad`` (an
+entropy bonus in the loss). The MoE layers are switched to a path that loops over (or
+groups by) the experts actually hit (see ``model.py``).
+
+Sharded models (FSDP2): :func:`agentgym.trainer.distributed.shard_policy` registers this
+function as a forward method of the root module, so its parameters (embeddings, final norm,
+output head) are gathered around the whole pass, head included.
 """
 
 from __future__ import annotations
@@ -29,10 +44,11 @@ from torch.utils.checkpoint import checkpoint
 from agentgym.errors import ConfigError
 from agentgym.trainer.model import use_memory_efficient_experts
 
-__all__ = ["ForwardOut", "policy_forward", "token_logprobs"]
+__all__ = ["HEAD_CHUNK_ELEMENTS", "ForwardOut", "forward_tuple", "policy_forward", "token_logprobs"]
 
-# Float32 logits per chunk (B * chunk * V elements) before we split the time axis.
-_CHUNK_ELEMENTS = 1 << 26  # 256 MiB of float32
+# Float32 logits per head chunk (64 MiB): 83 rows at V = 201,088, 63k rows at the byte vocab.
+HEAD_CHUNK_ELEMENTS = 1 << 24
+FORWARD_METHOD = "agentgym_forward"  # name of the FSDP-registered forward on sharded models
 
 
 @dataclass
@@ -60,6 +76,24 @@ def token_logprobs(
     return logp, entropy
 
 
+def _head_chunk(head: nn.Module, h: torch.Tensor, targets: torch.Tensor, temperature: float,
+                entropy: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n, H) hidden rows -> (n,) log-probs and (n,) entropy; ``entropy`` in none/value/grad."""
+    logits = head(h).float()  # (n, V): the only place logits exist, one chunk at a time
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp_all = F.log_softmax(logits, dim=-1)
+    lp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    if entropy == "grad":
+        ent = -(logp_all.exp() * logp_all).sum(-1)
+    elif entropy == "value":
+        with torch.no_grad():
+            ent = -(logp_all.exp() * logp_all).sum(-1)
+    else:
+        ent = torch.zeros_like(lp)
+    return lp, ent
+
+
 def _backbone(model: nn.Module) -> nn.Module:
     base = getattr(model, "base_model_prefix", "model")
     inner = getattr(model, base, None)
@@ -70,6 +104,70 @@ def _backbone(model: nn.Module) -> nn.Module:
     return inner
 
 
+def _predicting_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                       shared_prefix: int) -> torch.Tensor:
+    """Hidden states that predict tokens 1..T-1 -> (B, T-1, H); row t-1 predicts token t."""
+    backbone = _backbone(model)
+    if shared_prefix <= 0:
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (B, T)
+        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
+                          position_ids=position_ids, use_cache=False).last_hidden_state
+        return hidden[:, :-1]
+    from transformers import DynamicCache
+
+    P, (B, T) = shared_prefix, input_ids.shape
+    if not (bool((input_ids[:, :P] == input_ids[:1, :P]).all()) and bool(attention_mask[:, :P].all())):
+        raise ConfigError(f"shared_prefix={P}: the rows do not all start with the same {P} real tokens")
+    dev = input_ids.device
+    cache: Any = DynamicCache(config=model.config)  # type: ignore[arg-type]
+    pre = backbone(input_ids=input_ids[:1, :P], use_cache=True, past_key_values=cache,
+                   position_ids=torch.arange(P, device=dev)[None]).last_hidden_state  # (1, P, H)
+    for layer in cache.layers:  # (1, H, p, D) -> (B, H, p, D) views: no copy, grads sum back
+        layer.keys = layer.keys.expand(B, -1, -1, -1)
+        layer.values = layer.values.expand(B, -1, -1, -1)
+    positions = torch.arange(P, T, device=dev)[None].expand(B, -1)
+    suffix = backbone(input_ids=input_ids[:, P:], attention_mask=attention_mask, position_ids=positions,
+                      past_key_values=cache, use_cache=True).last_hidden_state  # (B, T-P, H)
+    return torch.cat([pre.expand(B, -1, -1), suffix[:, :-1]], dim=1)  # (B, T-1, H)
+
+
+def forward_tuple(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                  temperature: float, value_head: nn.Module | None, entropy: str, shared_prefix: int,
+                  score_mask: torch.Tensor | None, head_chunk: int) -> tuple[torch.Tensor, ...]:
+    """The body of :func:`policy_forward` (arguments checked) -> (logprobs, entropy, values or
+    None): a tuple, so that FSDP finds the output tensors to hook its backward on."""
+    B, T = input_ids.shape
+    h = _predicting_hidden(model, input_ids, attention_mask, shared_prefix)  # (B, T-1, H)
+    head: Any = model.get_output_embeddings()  # type: ignore[operator]
+    vocab = int(head.weight.shape[0])
+    if score_mask is None:
+        sel = None
+        h_sel, targets = h.reshape(-1, h.shape[-1]), input_ids[:, 1:].reshape(-1)  # views
+    else:
+        sel = score_mask[:, 1:].to(torch.bool)  # (B, T-1)
+        h_sel, targets = h[sel], input_ids[:, 1:][sel]  # (N, H), (N,)
+    rows = max(1, head_chunk // vocab)
+    ckpt = torch.is_grad_enabled() and h_sel.requires_grad and h_sel.shape[0] > rows
+    lps, ents = [], []
+    for s in range(0, h_sel.shape[0], rows):
+        args = (head, h_sel[s : s + rows], targets[s : s + rows], temperature, entropy)
+        lp, ent = checkpoint(_head_chunk, *args, use_reentrant=False) if ckpt else _head_chunk(*args)
+        lps.append(lp)
+        ents.append(ent)
+    flat_lp = torch.cat(lps) if lps else h_sel.new_zeros(0, dtype=torch.float32)
+    flat_ent = torch.cat(ents) if ents else flat_lp
+    if sel is None:
+        lp_pred, ent_pred = flat_lp.view(B, T - 1), flat_ent.view(B, T - 1)
+    else:
+        zeros = torch.zeros(B, T - 1, dtype=torch.float32, device=input_ids.device)
+        lp_pred, ent_pred = zeros.index_put((sel,), flat_lp), zeros.index_put((sel,), flat_ent)
+    zero = torch.zeros(B, 1, dtype=torch.float32, device=input_ids.device)
+    values = None
+    if value_head is not None:
+        values = torch.cat([zero, value_head(h).float()], dim=1)  # (B, T)
+    return torch.cat([zero, lp_pred], dim=1), torch.cat([zero, ent_pred], dim=1), values  # type: ignore[return-value]
+
+
 def policy_forward(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -78,8 +176,18 @@ def policy_forward(
     temperature: float = 1.0,
     value_head: nn.Module | None = None,
     with_entropy: bool = True,
+    entropy_grad: bool = False,
+    shared_prefix: int = 0,
+    score_mask: torch.Tensor | None = None,
+    head_chunk: int = HEAD_CHUNK_ELEMENTS,
 ) -> ForwardOut:
-    """Log-probs (after ``temperature``) of ``input_ids`` (B, T) under ``model``; see module doc."""
+    """Log-probs (after ``temperature``) of ``input_ids`` (B, T) under ``model``; see module doc.
+
+    ``score_mask`` (B, T): positions whose log-prob and entropy are computed (others are 0);
+    default all. ``with_entropy=False`` skips the entropy; ``entropy_grad=True`` keeps its
+    gradient (only for an entropy term in the loss). ``shared_prefix``: number of leading
+    tokens every row shares (computed once). ``head_chunk``: float32 logits per head chunk.
+    """
     if temperature <= 0:
         raise ConfigError(
             f"temperature must be > 0 for log-probs, got {temperature}; greedy decoding is "
@@ -87,6 +195,8 @@ def policy_forward(
         )
     if input_ids.dim() != 2:
         raise ConfigError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
+    if not 0 <= shared_prefix < input_ids.shape[1]:
+        raise ConfigError(f"shared_prefix must be in [0, T), got {shared_prefix} for T={input_ids.shape[1]}")
     use_memory_efficient_experts(model)
     if getattr(getattr(model, "config", None), "final_logit_softcapping", None):
         # logits are computed as lm_head(last hidden state) below; a soft-capped head would differ
@@ -94,38 +204,10 @@ def policy_forward(
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     attention_mask = attention_mask.to(input_ids.device).long()
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (B, T)
-
-    hidden = _backbone(model)(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-    ).last_hidden_state  # (B, T, H)
-    head: Any = model.get_output_embeddings()  # type: ignore[operator]
-
-    B, T = input_ids.shape
-    h = hidden[:, :-1]  # (B, T-1, H): position t-1 predicts token t
-    targets = input_ids[:, 1:]  # (B, T-1)
-    vocab = head.weight.shape[0]
-    chunk = max(1, min(T, _CHUNK_ELEMENTS // max(1, B * vocab)))
-
-    def head_chunk(hc: torch.Tensor, tc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = head(hc)  # (B, c, V)
-        lp, ent = token_logprobs(logits.reshape(-1, vocab), tc.reshape(-1), temperature, with_entropy)
-        return lp.view(tc.shape), ent.view(tc.shape)
-
-    lps, ents = [], []
-    for s in range(0, T - 1, chunk):
-        hc, tc = h[:, s : s + chunk], targets[:, s : s + chunk]
-        if torch.is_grad_enabled() and hc.requires_grad and chunk < T - 1:
-            lp, ent = checkpoint(head_chunk, hc, tc, use_reentrant=False)
-        else:
-            lp, ent = head_chunk(hc, tc)
-        lps.append(lp)
-        ents.append(ent)
-    zero = torch.zeros(B, 1, dtype=torch.float32, device=input_ids.device)
-    logprobs = torch.cat([zero, *lps], dim=1)  # (B, T)
-    entropy = torch.cat([zero, *ents], dim=1)
-
-    values = None
-    if value_head is not None:
-        values = torch.cat([zero, value_head(h).float()], dim=1)  # (B, T)
-    return ForwardOut(logprobs=logprobs, entropy=entropy, values=values)
+    entropy = ("grad" if entropy_grad else "value") if with_entropy else "none"
+    body = getattr(model, FORWARD_METHOD, None)  # the FSDP-registered wrapper of forward_tuple
+    kw: dict[str, Any] = dict(temperature=temperature, value_head=value_head, entropy=entropy,
+                              shared_prefix=shared_prefix, score_mask=score_mask, head_chunk=head_chunk)
+    out = body(input_ids, attention_mask, **kw) if body is not None else forward_tuple(
+        model, input_ids, attention_mask, **kw)
+    return ForwardOut(logprobs=out[0], entropy=out[1], values=out[2])

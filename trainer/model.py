@@ -33,11 +33,14 @@ __all__ = [
     "SINK_AWARE_ATTENTION",
     "SINK_DROPPING_ATTENTION",
     "ValueHead",
+    "build_tiny_for",
     "build_tiny_gptoss",
     "check_attention",
+    "is_tiny",
     "default_attention",
     "load_policy",
     "tiny_gptoss_config",
+    "tiny_tokenizer",
     "use_memory_efficient_experts",
 ]
 
@@ -95,12 +98,35 @@ def tiny_gptoss_config(vocab_size: int, **overrides: Any) -> Any:
             "beta_slow": 1.0,
             "truncate": False,
         },
-        pad_token_id=vocab_size - 1,  # ByteTokenizer puts the pad id last
+        pad_token_id=vocab_size - 1,  # ByteTokenizer puts the pad id last (build_tiny_for: the tokenizer's)
         tie_word_embeddings=False,
         use_cache=True,
     )
     kwargs.update(overrides)
     return GptOssConfig(**kwargs)
+
+
+def is_tiny(name: str) -> bool:
+    """``tiny`` or ``tiny:TOKENIZER``: a tiny GPT-OSS built locally (:func:`tiny_tokenizer`)."""
+    return name == "tiny" or name.startswith("tiny:")
+
+
+def tiny_tokenizer(name: str) -> Any:
+    """The tokenizer a tiny model is built for: ``tiny`` -> agentgym's byte tokenizer (264 ids);
+    ``tiny:o200k_harmony`` (or ``tiny:gpt-oss``) -> GPT-OSS's own tokenizer, 201,088 ids."""
+    from agentgym.tokenizers import TOKENIZERS, as_tokenizer
+
+    spec = name.split(":", 1)[1] if ":" in name else "byte"
+    if spec not in TOKENIZERS:
+        raise ConfigError(f"unknown tiny model {name!r}: expected 'tiny' or 'tiny:NAME' with NAME one of "
+                          f"{sorted(TOKENIZERS)} (e.g. tiny:o200k_harmony for GPT-OSS's real vocabulary)")
+    return as_tokenizer(spec)
+
+
+def build_tiny_for(tokenizer: Any, seed: int = 0, **overrides: Any) -> nn.Module:
+    """:func:`build_tiny_gptoss` sized for ``tokenizer``: its vocabulary and pad id."""
+    overrides.setdefault("pad_token_id", int(getattr(tokenizer, "pad_id", tokenizer.vocab_size - 1)))
+    return build_tiny_gptoss(tokenizer.vocab_size, seed=seed, **overrides)
 
 
 def default_attention(device: str | torch.device = "cpu") -> str:
@@ -184,17 +210,17 @@ def load_policy(
 
     ``attn_implementation="auto"`` picks eager on CPU and ``agentgym_flex`` on CUDA; anything
     that would drop GPT-OSS sinks raises :class:`ConfigError`. ``path="tiny"`` or
-    ``"tiny:<vocab>"`` builds :func:`build_tiny_gptoss` (vocab defaults to 264).
+    ``"tiny:TOKENIZER"`` (``tiny:o200k_harmony``: GPT-OSS's real 201,088-id vocabulary) builds
+    :func:`build_tiny_gptoss` for that tokenizer (:func:`tiny_tokenizer`).
     """
     try:
         from transformers import AutoConfig, AutoModelForCausalLM
     except ImportError as e:  # pragma: no cover
         raise ConfigError(f"transformers is required to load a policy: {_INSTALL_HINT}") from e
     attn = default_attention(device) if attn_implementation == "auto" else attn_implementation
-    if path == "tiny" or path.startswith("tiny:"):
-        vocab = int(path.split(":", 1)[1]) if ":" in path else 264
+    if is_tiny(path):
         check_attention(attn, device)
-        model = build_tiny_gptoss(vocab)
+        model = build_tiny_for(tiny_tokenizer(path))
         set_attention(model, attn)
         model.to(device=device, dtype=dtype or torch.float32)
         return model
@@ -209,14 +235,17 @@ def load_policy(
     if is_gptoss:
         check_attention(attn, device)
     load_attn = "eager" if attn == "agentgym_flex" else attn
-    model = AutoModelForCausalLM.from_pretrained(
-        path,
-        dtype=dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32),
-        attn_implementation=load_attn,
-    )
+    from agentgym.trainer.mxfp4 import forget_quantization, load_kwargs  # MXFP4 experts: dequantized
+
+    want = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
+    model = forget_quantization(AutoModelForCausalLM.from_pretrained(
+        path, dtype=want, attn_implementation=load_attn, **load_kwargs(config),
+    ))
     if attn == "agentgym_flex":
         set_attention(model, attn)
-    model.to(device)  # type: ignore[arg-type]
+    # every parameter in the dtype asked for: transformers 5.19 leaves MXFP4-dequantized experts
+    # in bf16 whatever ``dtype`` says, and they would be trained (and summed) in bf16
+    model.to(device=device, dtype=want)  # type: ignore[arg-type]
     use_memory_efficient_experts(model)
     return model
 

@@ -5,6 +5,10 @@ tokens* (tokens the policy sampled: assistant actions) and 0 on prompt, environm
 (tool-result) and padding tokens. Every statistic and loss averages over policy tokens only
 (token-level aggregation: sum over all policy tokens of the batch / number of policy tokens),
 so a long episode weighs in proportion to its length and padding never counts.
+
+Micro-batches: every loss takes ``denom``, the number of policy tokens of the *whole*
+(mini)batch (summed over data-parallel ranks), so that summing the gradients of the
+micro-batches' losses gives exactly the gradient of the full batch's token mean.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ __all__ = [
     "gae",
     "group_advantages",
     "kl_estimate",
+    "kl_reward_penalty",
     "masked_mean",
     "ppo_policy_loss",
     "value_loss",
@@ -27,10 +32,12 @@ __all__ = [
 LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: finite in float32, far beyond any clip range
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``x`` over positions where ``mask`` is 1 (0 if the mask is empty)."""
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, denom: float | None = None) -> torch.Tensor:
+    """Sum of ``x`` over positions where ``mask`` is 1, divided by ``denom`` (default: the
+    number of those positions, i.e. their mean; 0 if the mask is empty)."""
     m = mask.to(x.dtype)
-    return (x * m).sum() / m.sum().clamp(min=1.0)
+    d = m.sum().clamp(min=1.0) if denom is None else max(float(denom), 1.0)
+    return (x * m).sum() / d
 
 
 @torch.no_grad()
@@ -116,15 +123,16 @@ def ppo_policy_loss(
     clip_low: float = 0.2,
     clip_high: float = 0.28,
     weights: torch.Tensor | None = None,
+    denom: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped surrogate with separate low/high clip, token-level aggregation.
 
     ``ratio = exp(logp - old_logp)`` (log-ratio clamped to +-20), per token
     ``loss_t = w_t * max(-A_t * ratio_t, -A_t * clip(ratio_t, 1 - clip_low, 1 + clip_high))``,
-    loss = sum over policy tokens / number of policy tokens. ``weights`` (B, T) are the
-    rollout-correction weights (detached here). Stats: ratio mean/min/max, clip_frac (share of
-    policy tokens whose ratio left the clip range, as CleanRL counts it) and approx_kl (k3 of
-    old vs new).
+    loss = sum over policy tokens / ``denom`` (default: their number). ``weights`` (B, T) are
+    the rollout-correction weights (detached here). Stats over this call's policy tokens:
+    ratio mean/min/max, clip_frac (share of policy tokens whose ratio left the clip range, as
+    CleanRL counts it), approx_kl (k3 of old vs new) and n_tokens (to combine micro-batches).
     """
     m = mask.to(torch.bool)
     log_ratio = (logp - old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
@@ -134,7 +142,7 @@ def ppo_policy_loss(
     per_token = torch.maximum(pg1, pg2)
     if weights is not None:
         per_token = per_token * weights.detach()
-    loss = masked_mean(per_token, m)
+    loss = masked_mean(per_token, m, denom)
     with torch.no_grad():
         r = ratio[m]
         clipped = ((r < 1.0 - clip_low) | (r > 1.0 + clip_high)).float()
@@ -146,6 +154,7 @@ def ppo_policy_loss(
             "ratio_max": r.max().item() if has else 1.0,
             "clip_frac": clipped.mean().item() if has else 0.0,
             "approx_kl": ((r - 1.0) - lr).mean().item() if has else 0.0,
+            "n_tokens": float(r.numel()),
         }
     return loss, stats
 
@@ -157,18 +166,19 @@ def value_loss(
     mask: torch.Tensor,
     *,
     clip: float | None = 0.2,
+    denom: float | None = None,
 ) -> torch.Tensor:
     """CleanRL's value loss over policy tokens: ``0.5 * max((V-R)^2, (V_clip-R)^2)``.
 
     ``V_clip = old_values + clamp(values - old_values, -clip, clip)``; ``clip=None`` gives the
-    plain ``0.5 * (V-R)^2``. Token-level mean over ``mask``.
+    plain ``0.5 * (V-R)^2``. Token-level mean over ``mask`` (sum / ``denom`` if given).
     """
     unclipped = (values - returns) ** 2
     if clip is None:
-        return 0.5 * masked_mean(unclipped, mask)
+        return 0.5 * masked_mean(unclipped, mask, denom)
     v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
     clipped = (v_clipped - returns) ** 2
-    return 0.5 * masked_mean(torch.maximum(unclipped, clipped), mask)
+    return 0.5 * masked_mean(torch.maximum(unclipped, clipped), mask, denom)
 
 
 def kl_estimate(
@@ -185,3 +195,14 @@ def kl_estimate(
     if kind == "k3":
         return torch.exp(log_r) - 1.0 - log_r
     raise ConfigError(f"kl kind must be 'k1' or 'k3', got {kind!r}")
+
+
+@torch.no_grad()
+def kl_reward_penalty(
+    logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, *, coef: float,
+    estimator: Literal["k1", "k3"],
+) -> torch.Tensor:
+    """The per-token KL penalty of ``kl_in: reward`` -> (B, T): ``coef * kl_estimate(logp,
+    ref_logp, estimator)`` on policy tokens, 0 elsewhere. Subtract it from the token rewards
+    (GAE) or its row sums from the scores (group baseline)."""
+    return coef * kl_estimate(logp, ref_logp, estimator) * mask.to(logp.dtype)

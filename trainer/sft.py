@@ -191,7 +191,7 @@ def run_sft(cfg: Any, setup: Any, log: Any) -> dict[str, float]:
     finally:
         bar.close()
         env.close()
-    setup.engine.sync_weights(setup.model)
+    setup.sync_engine()  # gathers a sharded (torchrun) policy
     if cfg.ppo.carry_sft_optimizer:
         # PPO continues with the warm start's AdamW moments: a fresh Adam's first steps move
         # every weight by ~lr whatever its gradient (m/sqrt(v) = sign(g)), which on a tiny

@@ -3,10 +3,13 @@
     trainer = Trainer(load_config("cpu-quickstart"))
     trainer.run()          # warm start (SFT on oracle demos), then PPO, evals, checkpoints, plots
 
-Exact on-policy ratio: with ``ppo.epochs == 1`` and ``ppo.minibatches == 1`` the old
-log-probs are the detached log-probs of the very forward pass that is differentiated, so the
-ratio is exactly 1 and nothing is clipped; otherwise a no-grad pass before the update gives
-them. The engine's (behaviour) log-probs enter only through rollout correction.
+The update itself (micro-batches, exact on-policy ratio, correction, losses) is
+:func:`agentgym.trainer.update.ppo_update`. Precision: parameters, gradients and AdamW state
+are float32 (master weights); ``model.dtype: bfloat16`` computes in bfloat16 (autocast in one
+process, FSDP2 mixed precision under torchrun, see ``distributed.py``).
+
+The KL reference is the policy as PPO starts (after the warm start if there is one), saved
+once to ``RUN_DIR/reference/``, loaded from there on ``--resume`` and never re-taken.
 
 Everything random is derived from ``(seed, step)``: task seeds, sampling seeds, minibatch
 order. So a run resumed from a checkpoint replays the remaining steps bit for bit (CPU).
@@ -14,6 +17,8 @@ order. So a run resumed from a checkpoint replays the remaining steps bit for bi
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import math
 import time
 from pathlib import Path
@@ -22,15 +27,20 @@ from typing import Any
 import torch
 import yaml
 
-from agentgym.errors import ConfigError, NonFiniteError
-from agentgym.trainer.batch import Batch, make_batch, prefix_forward
-from agentgym.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, save_model
+from agentgym.errors import CheckpointError, ConfigError
+from agentgym.trainer import distributed as D
+from agentgym.trainer.batch import make_batch
+from agentgym.trainer.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    load_weights,
+    save_checkpoint,
+    save_model,
+)
 from agentgym.trainer.config import TrainConfig
-from agentgym.trainer.correction import correction_weights, mismatch_stats
 from agentgym.trainer.curriculum import CurriculumSampler
 from agentgym.trainer.evaluation import collect_fixed, eval_record
 from agentgym.trainer.health import HealthMonitor
-from agentgym.trainer.logprobs import ForwardOut
 from agentgym.trainer.metrics import (
     MetricsLogger,
     Progress,
@@ -39,22 +49,15 @@ from agentgym.trainer.metrics import (
     read_metrics,
     truncate_metrics,
 )
-from agentgym.trainer.ppo import gae, group_advantages, kl_estimate, masked_mean, ppo_policy_loss, value_loss
 from agentgym.trainer.ray_rollout import drop_failed
 from agentgym.trainer.rollout import Collector, group_seeds
+from agentgym.trainer.update import check_finite, ppo_update
 
-__all__ = ["Setup", "Trainer", "build_setup", "check_finite"]
+__all__ = ["Setup", "Trainer", "build_setup", "check_finite", "load_weights"]
 
 TRAIN_SEED_BASE = 1_000_000  # task seeds of PPO step s: TRAIN_SEED_BASE + s * tasks_per_step + i
 EVAL_SEED_BASE = 0  # eval tasks: seeds 0..eval_episodes-1 of the eval split, every time
-
-
-def check_finite(name: str, x: torch.Tensor, step: int, hint: str) -> None:
-    """Raise :class:`NonFiniteError` if ``x`` holds NaN or inf (before anything is written)."""
-    if not bool(torch.isfinite(x).all()):
-        bad = int((~torch.isfinite(x)).sum())
-        raise NonFiniteError(f"step {step}: {bad} non-finite value(s) in {name}; expected finite "
-                             f"numbers. {hint} No checkpoint was written for this step.")
+REFERENCE = "reference"  # RUN_DIR/reference: the KL anchor, saved once
 
 
 class Setup:
@@ -64,30 +67,34 @@ class Setup:
         import gymnasium as gym
 
         import agentgym  # noqa: F401  (registers the environments)
-        from agentgym.tokenizers import ByteTokenizer, as_tokenizer
-        from agentgym.trainer.engines.base import make_engine
-        from agentgym.trainer.model import ValueHead, build_tiny_gptoss, load_policy
+        from agentgym.trainer.model import ValueHead
 
         self.cfg = cfg
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
-        self.device = torch.device(cfg.model.device)
-        dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
-        if cfg.model.name == "tiny":
-            self.tokenizer: Any = ByteTokenizer()
-            self.model = build_tiny_gptoss(self.tokenizer.vocab_size, seed=cfg.seed, **cfg.model.tiny)
-            self.model.to(device=self.device, dtype=dtype)
-        else:
-            self.tokenizer = as_tokenizer(cfg.model.name)
-            self.model = load_policy(cfg.model.name, device=self.device, dtype=dtype,
-                                     attn_implementation=cfg.model.attn_implementation)
-        if cfg.model.init_from:
-            load_weights(self.model, cfg.model.init_from)
+        dc = cfg.distributed
+        self.dist = D.init_distributed(backend=dc.backend, device=cfg.model.device, rollout_tp=dc.rollout_tp)
+        if self.dist is not None and dc.nproc and dc.nproc != self.dist.world:
+            raise ConfigError(f"distributed.nproc={dc.nproc} but torchrun started {self.dist.world} "
+                              f"processes; run torchrun --nproc_per_node {dc.nproc} or set distributed.nproc")
+        self.device = self.dist.device if self.dist is not None else torch.device(cfg.model.device)
+        self.compute_dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
+        self.model: Any
+        self.tokenizer, self.model = self._build_policy()
         self.pad_id = int(getattr(self.tokenizer, "pad_id", None) or self.model.config.pad_token_id or 0)
-        self.model.train()
         self.value_head = (ValueHead(self.model.config.hidden_size).to(self.device)
                            if cfg.ppo.advantage == "gae" else None)
+        if self.dist is not None:
+            D.shard_policy(self.model, compute_dtype=self.compute_dtype,
+                           reshard_after_forward=dc.reshard_after_forward)
+            D.materialize(self.model, self.device)
+            self._load_initial_weights()
+            if self.value_head is not None:
+                D.shard_module(self.value_head, compute_dtype=self.compute_dtype)
+        elif cfg.model.init_from:
+            load_weights(self.model, cfg.model.init_from)
+        self.model.train()
         self.params = list(self.model.parameters()) + (
             list(self.value_head.parameters()) if self.value_head is not None else [])
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.ppo.lr, weight_decay=cfg.ppo.weight_decay)
@@ -95,18 +102,13 @@ class Setup:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda i: min(1.0, (i + 1) / warm))
         self.ref_model: torch.nn.Module | None = None
         if engine is None:
-            kw = dict(cfg.rollout.engine_kwargs)
-            if cfg.rollout.engine == "hf":
-                kw.setdefault("model", self.model)
-                kw.setdefault("pad_id", self.pad_id)
-            if cfg.rollout.engine == "hf" and cfg.rollout.prefix_cache:
-                from agentgym.trainer.rollout import make_prefix_engine
-
-                engine = make_prefix_engine(**kw)
-            else:
-                engine = make_engine(cfg.rollout.engine, **kw)
+            engine = self._make_engine(self._engine_copy() if self.dist is not None else self.model)
+        if cfg.rollout.sleep_level and not (hasattr(engine, "sleep") and hasattr(engine, "wake_up")):
+            raise ConfigError(f"rollout.sleep_level={cfg.rollout.sleep_level}: the {cfg.rollout.engine} "
+                              "engine cannot sleep (no sleep/wake_up); set rollout.sleep_level=0")
         self.engine = engine
-        self.engine.sync_weights(self.model)
+        self.engine_asleep = False
+        self.sync_engine()
 
         tokenizer = self.tokenizer  # captured alone, so make_env pickles for Ray workers
 
@@ -117,37 +119,154 @@ class Setup:
                             **cfg.env.kwargs)
 
         self.make_env = make_env
-        d = cfg.derived()
         self.collector: Any
         self.eval_collector: Any
         if cfg.rollout.backend == "ray":  # rollout workers as Ray actors (ray_rollout.py)
             from agentgym.trainer.ray_rollout import RayCollector
 
+            if self.dist is not None:
+                raise ConfigError("rollout.backend=ray under torchrun is not supported: each rank "
+                                  "collects with its own engine; use rollout.backend=local")
             self.collector = self.eval_collector = RayCollector.from_config(cfg, make_env, self.model, self.pad_id)
         else:
-            self.collector = Collector.from_factory(make_env, d["episodes_per_step"], engine,
-                                                    max_new_tokens=cfg.env.max_action_tokens,
+            groups = self.dist.groups if self.dist is not None else 1  # this rank's engine's share
+            self.collector = Collector.from_factory(make_env, cfg.derived()["episodes_per_step"] // groups,
+                                                    self.engine, max_new_tokens=cfg.env.max_action_tokens,
                                                     max_workers=cfg.rollout.max_workers)
-            self.eval_collector = Collector.from_factory(make_env, cfg.log.eval_episodes, engine,
+            self.eval_collector = Collector.from_factory(make_env, cfg.log.eval_episodes, self.engine,
                                                          max_new_tokens=cfg.env.max_action_tokens,
                                                          max_workers=cfg.rollout.max_workers)
         from agentgym.trainer.config import config_to_dict
 
         self.config_dict = config_to_dict(cfg)
 
-    def after_warm_start(self) -> None:
-        """Freeze the warm-started weights: saved once (the KL reference, shared starts)."""
-        from pathlib import Path
+    # ------------------------------------------------------------------ building
+    def _build_policy(self, *, meta: bool | None = None) -> tuple[Any, torch.nn.Module]:
+        """(tokenizer, policy) in float32. Under torchrun the policy is built on the meta device
+        (no memory; weights arrive after sharding, :meth:`_load_initial_weights`)."""
+        from agentgym.tokenizers import ByteTokenizer, as_tokenizer
+        from agentgym.trainer.model import (
+            build_tiny_for,
+            build_tiny_gptoss,
+            is_tiny,
+            load_policy,
+            tiny_tokenizer,
+        )
 
+        m = self.cfg.model
+        meta = self.dist is not None if meta is None else meta
+        tok: Any
+        if m.tokenizer == "auto" and is_tiny(m.name):  # tiny: byte; tiny:o200k_harmony: GPT-OSS's own
+            tok = tiny_tokenizer(m.name)
+        else:
+            tok_name = m.name if m.tokenizer == "auto" else m.tokenizer
+            tok = ByteTokenizer() if tok_name == "byte" else as_tokenizer(tok_name)
+        if meta:
+            model = D.policy_skeleton(m.name, tok.vocab_size, m.tiny, attn_implementation=m.attn_implementation,
+                                      device=self.device)
+        elif m.name == "tiny":
+            model = build_tiny_gptoss(tok.vocab_size, seed=self.cfg.seed, **m.tiny).to(self.device)
+        elif is_tiny(m.name):  # tiny:TOKENIZER, sized for it (vocabulary and pad id)
+            model = build_tiny_for(tok, seed=self.cfg.seed, **m.tiny).to(self.device)
+        else:
+            model = load_policy(m.name, device=self.device, dtype=torch.float32,
+                                attn_implementation=m.attn_implementation)
+        if m.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return tok, model
+
+    def _load_initial_weights(self) -> None:
+        """Sharded policy: rank 0 reads the initial weights (``init_from``, else the tiny seed or
+        ``model.name``), every rank receives its shards."""
+        if self.cfg.model.init_from:
+            load_weights(self.model, self.cfg.model.init_from)
+            return
+        full = self._build_policy(meta=False)[1].state_dict() if self.dist is not None and self.dist.is_main else {}
+        D.load_full_state(self.model, full)
+
+    def _engine_copy(self) -> torch.nn.Module:
+        """An unsharded policy for this rank's in-process engine, filled by :meth:`sync_engine`."""
+        if self.cfg.rollout.engine != "hf":
+            return self.model
+        engine_model = D.materialize(self._build_policy(meta=True)[1], self.device)
+        return engine_model.to(self.compute_dtype)
+
+    def _make_engine(self, model: torch.nn.Module) -> Any:
+        from agentgym.trainer.engines.base import make_engine
+
+        cfg = self.cfg
+        kw = dict(cfg.rollout.engine_kwargs)
+        if cfg.rollout.engine == "hf":
+            kw.setdefault("model", model)
+            kw.setdefault("pad_id", self.pad_id)
+            if cfg.rollout.prefix_cache:
+                from agentgym.trainer.rollout import make_prefix_engine
+
+                return make_prefix_engine(**kw)
+        if cfg.rollout.engine == "vllm":
+            from agentgym.trainer.plan import check_engine_checkpoint
+
+            if "model" not in kw:  # vLLM starts from our bf16 weights, so names and dtypes match
+                kw["model"] = str(Path(cfg.log.run_dir) / "engine_init")
+                save_model(self.model, kw["model"], dtype=self.compute_dtype)
+            check_engine_checkpoint(str(kw["model"]))
+        return make_engine(cfg.rollout.engine, **kw)
+
+    def engine_sleep(self) -> None:
+        """Free the engine's GPU memory for the update (``rollout.sleep_level``)."""
+        if self.cfg.rollout.sleep_level:
+            self.engine.sleep(level=self.cfg.rollout.sleep_level)
+            self.engine_asleep = True
+
+    def sync_engine(self) -> None:
+        """Wake the engine if it sleeps, then push the current weights (in the compute dtype)."""
+        if self.engine_asleep:
+            self.engine.wake_up()
+            self.engine_asleep = False
+        if self.dist is None:
+            self.engine.sync_weights(self.model)
+        else:
+            self.engine.sync_weights(D.GatheredWeights(self.model, self.compute_dtype))
+
+    def compute(self) -> contextlib.AbstractContextManager[Any]:
+        """Where forward passes run: bfloat16 autocast for a single-process bf16 run (FSDP2
+        casts by itself under torchrun), nothing otherwise."""
+        if self.compute_dtype == torch.float32 or self.dist is not None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.compute_dtype)
+
+    # ------------------------------------------------------------------ the KL reference
+    def start_reference(self, *, resumed: bool) -> None:
+        """Save the policy as PPO starts to ``RUN_DIR/reference`` (unless resuming), and load
+        the frozen reference from there when ``ppo.kl_coef > 0``. Never re-taken on resume."""
+        ref_dir = Path(self.cfg.log.run_dir) / REFERENCE
+        if not resumed:
+            save_model(self.model, ref_dir, dtype=self.compute_dtype)
+        elif not (ref_dir / "model.safetensors").exists():
+            if self.cfg.ppo.kl_coef > 0:
+                raise CheckpointError(f"{ref_dir} is missing: the KL reference (the policy when PPO "
+                                      "started) is saved once per run and never re-taken from resumed "
+                                      "weights. Restore it, or resume with ppo.kl_coef=0")
+            return
+        if self.cfg.ppo.kl_coef <= 0:
+            return
+        if self.dist is None:
+            ref = copy.deepcopy(self.model).to(self.compute_dtype)
+        else:
+            ref = self._build_policy(meta=True)[1].to(self.compute_dtype)
+            D.shard_policy(ref, compute_dtype=self.compute_dtype, mixed_precision=False,
+                           reshard_after_forward=self.cfg.distributed.reshard_after_forward)
+            D.materialize(ref, self.device)
+        load_weights(ref, ref_dir)
+        ref.eval().requires_grad_(False)
+        self.ref_model = ref
+
+    def after_warm_start(self) -> None:
+        """Save the warm-started weights once (``RUN_DIR/warm_start``: the common starting point of
+        comparisons such as bench/trl_grpo_bench.py)."""
         warm = Path(self.cfg.log.run_dir) / "warm_start"
         if not (warm / "config.json").exists():
             save_model(self.model, warm)
-        if self.cfg.ppo.kl_coef > 0:
-            import copy
-
-            self.ref_model = copy.deepcopy(self.model).eval()
-            load_weights(self.ref_model, str(warm))
-            self.ref_model.requires_grad_(False)
 
     def close(self) -> None:
         self.collector.close()
@@ -159,31 +278,24 @@ def build_setup(cfg: TrainConfig, engine: Any = None) -> Setup:
     return Setup(cfg, engine)
 
 
-def load_weights(model: torch.nn.Module, path: str) -> None:
-    """Load safetensors weights from a run dir (its latest checkpoint), a checkpoint or a model dir."""
-    from pathlib import Path
+class _Silent:
+    """The metrics sink of ranks other than 0 (rank 0 writes the run's files)."""
 
-    from safetensors.torch import load_file
+    def log(self, phase: str, step: int, values: dict[str, Any]) -> None:
+        pass
 
-    from agentgym.errors import CheckpointError
-
-    p = Path(path)
-    ckpt = latest_checkpoint(p)
-    for cand in ([ckpt / "model"] if ckpt else []) + [p / "model", p]:
-        f = cand / "model.safetensors"
-        if f.exists():
-            model.load_state_dict(load_file(str(f)), strict=False)
-            return
-    raise CheckpointError(f"no model.safetensors under {path!r}; expected a run dir, a checkpoint "
-                          "dir or a model dir written by agentgym-train")
+    def close(self) -> None:
+        pass
 
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, *, resume: bool = False, engine: Any = None) -> None:
         self.cfg = cfg
         self.s: Setup = build_setup(cfg, engine=engine)
+        self.main = self.s.dist is None or self.s.dist.is_main
         self.step = 0  # PPO steps completed
         self.sft_done = cfg.sft.steps == 0
+        self.resumed = False
         self.score_stats = [0, 0.0, 0.0]  # running count, mean, M2 of scores (reward norm)
         self.health = HealthMonitor(cfg.health)
         self.curriculum = CurriculumSampler(cfg.curriculum, seed=cfg.seed)
@@ -194,11 +306,15 @@ class Trainer:
             if latest_checkpoint(run_dir) is not None:
                 raise ConfigError(f"{run_dir} already holds checkpoints of a run; continue it with "
                                   f"`agentgym-train --resume {run_dir}` or pick another log.run_dir")
-            run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "metrics.jsonl").unlink(missing_ok=True)
-            (run_dir / "config.yaml").write_text(yaml.safe_dump(self.s.config_dict, sort_keys=False))
-        self.log = MetricsLogger(cfg.log.run_dir, tensorboard=cfg.log.tensorboard,
-                                 wandb=cfg.log.wandb, config=self.s.config_dict)
+            if self.main:
+                run_dir.mkdir(parents=True, exist_ok=True)
+                (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+                (run_dir / "config.yaml").write_text(yaml.safe_dump(self.s.config_dict, sort_keys=False))
+        D.barrier()
+        self.log: Any = (MetricsLogger(cfg.log.run_dir, tensorboard=cfg.log.tensorboard, wandb=cfg.log.wandb,
+                                       config=self.s.config_dict) if self.main else _Silent())
+        if self.sft_done and not self.resumed:
+            self.s.start_reference(resumed=False)  # no warm start: the initial policy is the anchor
 
     # ------------------------------------------------------------------ driver
     def run(self) -> dict[str, Any]:
@@ -208,12 +324,14 @@ class Trainer:
 
             if cfg.log.eval_every:
                 self._evaluate("init", full=False, sampled=True)  # the untrained policy: where it starts
-            run_sft(cfg, s, self.log)
+            with s.compute():
+                run_sft(cfg, s, self.log)
             self.sft_done = True
             s.after_warm_start()
+            s.start_reference(resumed=False)
             self._evaluate("warm_start", full=True, sampled=True)
             self._checkpoint()
-        bar = Progress(cfg.ppo.steps, "ppo", cfg.log.progress)
+        bar = Progress(cfg.ppo.steps, "ppo", cfg.log.progress and self.main)
         try:
             while self.step < cfg.ppo.steps:
                 m = self.train_step(self.step)
@@ -233,7 +351,7 @@ class Trainer:
         finally:
             bar.close()
             self.log.close()
-        if cfg.log.plots:
+        if cfg.log.plots and self.main:
             from agentgym.trainer.plots import write_plots
 
             write_plots(cfg.log.run_dir)
@@ -253,144 +371,48 @@ class Trainer:
         cfg, s = self.cfg, self.s
         t_start = time.perf_counter()
         tasks, k = cfg.rollout.tasks_per_step, cfg.rollout.samples_per_task
-        seeds, groups = group_seeds(TRAIN_SEED_BASE + step * tasks, tasks, k)
+        mine = D.group_tasks(tasks, s.dist)  # this rank's rollout group collects these tasks
+        seeds, groups = group_seeds(TRAIN_SEED_BASE + step * tasks + mine.start, len(mine), k)
         options: Any = cfg.env.train_options
         if self.curriculum.enabled:  # one level per task, shared by its group
             per_task = self.curriculum.task_options(step, tasks, cfg.env.train_options)
-            options = [per_task[g] for g in groups]
-        trajs, rstats = s.collector.collect(seeds, temperature=cfg.rollout.temperature,
-                                            sample_seed=cfg.seed * 7919 + step * 131,
-                                            options=options)
-        levels = ([o[cfg.curriculum.option] for o, t in zip(options, trajs) if "failed" not in t.meta]
-                  if self.curriculum.enabled else [])
+            options = [per_task[mine.start + g] for g in groups]
+        with s.compute():
+            trajs, rstats = s.collector.collect(seeds, temperature=cfg.rollout.temperature,
+                                                sample_seed=cfg.seed * 7919 + step * 131 + 7 * mine.start,
+                                                options=options)
+        keep = D.tp_rows(len(trajs), s.dist)  # ranks of one engine split its episodes
+        trajs, groups = trajs[keep.start:keep.stop], [mine.start + g for g in groups[keep.start:keep.stop]]
+        levels = ([o[cfg.curriculum.option] for o, t in zip(options[keep.start:keep.stop], trajs)
+                   if "failed" not in t.meta] if self.curriculum.enabled else [])
         trajs, groups, failed = drop_failed(trajs, groups)  # episodes lost with a Ray worker
-        if cfg.log.save_trajectories:
+        everyone = [t for part in D.all_gather_objects(trajs) for t in part]
+        if cfg.log.save_trajectories and self.main:
             from agentgym.trajectory import write_jsonl
 
-            write_jsonl(f"{cfg.log.run_dir}/trajectories.jsonl", trajs, append=True)
+            write_jsonl(f"{cfg.log.run_dir}/trajectories.jsonl", everyone, append=True)
         batch = make_batch(trajs, groups, pad_id=s.pad_id).to(s.device)
         t_rollout = time.perf_counter() - t_start
-        metrics: dict[str, Any] = episode_stats(trajs)
-        metrics.update(gen_s=rstats.gen_seconds, env_s=rstats.env_seconds, episodes_failed=failed)
-        if self.curriculum.enabled:
-            self.curriculum.update(step + 1, levels, [float(episode_success(t)) for t in trajs])
+        metrics: dict[str, Any] = episode_stats(everyone)
+        metrics.update(gen_s=rstats.gen_seconds, env_s=rstats.env_seconds,
+                       episodes_failed=D.all_reduce_sum(failed))
+        if self.curriculum.enabled:  # every rank's episodes, so all ranks keep the same state
+            seen = [x for part in D.all_gather_objects(
+                list(zip(levels, [float(episode_success(t)) for t in trajs]))) for x in part]
+            self.curriculum.update(step + 1, [lv for lv, _ in seen], [ok for _, ok in seen])
             metrics.update(self.curriculum.metrics())
 
-        # Old log-probs: from the differentiated pass itself when exactly on-policy.
-        exact = cfg.ppo.epochs == 1 and cfg.ppo.minibatches == 1
-        first = self._forward(batch, grad=exact)
-        old_logp = first.logprobs.detach()  # (B, T)
-        old_values = first.values.detach() if first.values is not None else None
-        mask = batch.policy_mask
-
-        rewards, scores = batch.rewards.clone(), batch.scores.clone()
-        ref_logp = self._ref_logp(batch)
-        if ref_logp is not None and cfg.ppo.kl_in == "reward":
-            kl_tok = kl_estimate(old_logp, ref_logp, "k1") * mask  # (B, T)
-            rewards -= cfg.ppo.kl_coef * kl_tok
-            scores -= cfg.ppo.kl_coef * kl_tok.sum(-1)
-        if cfg.ppo.normalize_rewards:
-            std = self._update_score_stats(batch.scores)
-            rewards, scores = rewards / std, scores / std
-        check_finite("rewards", scores, step, "Check the environment's rewards and shaping.")
-        adv, returns = self._advantages(batch, rewards, scores, old_values)
-        check_finite("advantages", adv, step, "Check rewards and the value head.")
-        weights = correction_weights(old_logp, batch.behaviour_logp, mask, mode=cfg.correction.mode,
-                                     threshold=cfg.correction.threshold, lo=cfg.correction.lo,
-                                     hi=cfg.correction.hi, geo_band=tuple(cfg.correction.geo_band))
-        metrics.update({f"mismatch_{k}": v for k, v in mismatch_stats(
-            old_logp, batch.behaviour_logp, mask, weights, threshold=cfg.correction.threshold).items()})
-
         t0 = time.perf_counter()
-        upd = self._update(batch, first if exact else None, old_logp, old_values, adv, returns,
-                           weights, ref_logp, step)
-        metrics.update(upd)
-        s.engine.sync_weights(s.model)
+        norm = self._update_score_stats if cfg.ppo.normalize_rewards else None
+        s.engine_sleep()
+        metrics.update(ppo_update(s, cfg, batch, step, reward_std=norm))
+        s.sync_engine()
         metrics.update(t_rollout=t_rollout, t_update=time.perf_counter() - t0,
                        t_step=time.perf_counter() - t_start, lr=s.scheduler.get_last_lr()[0])
         return metrics
 
-    def _forward(self, b: Batch, *, grad: bool) -> ForwardOut:
-        with torch.set_grad_enabled(grad):
-            return prefix_forward(self.s.model, b, temperature=self.cfg.rollout.temperature,
-                                  value_head=self.s.value_head, with_entropy=grad)
-
-    @torch.no_grad()
-    def _ref_logp(self, b: Batch) -> torch.Tensor | None:
-        if self.s.ref_model is None:
-            return None
-        return prefix_forward(self.s.ref_model, b, temperature=self.cfg.rollout.temperature,
-                              with_entropy=False).logprobs
-
-    def _advantages(self, b: Batch, rewards: torch.Tensor, scores: torch.Tensor,
-                    old_values: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        p = self.cfg.ppo
-        if p.advantage == "group":
-            seq_adv = group_advantages(scores, b.group_ids, normalize_std=p.group_std_normalize)
-            return seq_adv[:, None] * b.policy_mask, None  # (B, T): one advantage per episode
-        assert old_values is not None
-        # values[:, L] (the first pad column) is V of the state after the last token.
-        last = old_values.gather(1, b.lengths[:, None]).squeeze(1)  # (B,)
-        bootstrap = torch.where(b.truncated, last, torch.zeros_like(last))
-        return gae(rewards, old_values, b.policy_mask, gamma=p.gamma, lam=p.lam, bootstrap=bootstrap)
-
-    def _update(self, b: Batch, first: ForwardOut | None, old_logp: torch.Tensor,
-                old_values: torch.Tensor | None, adv: torch.Tensor, returns: torch.Tensor | None,
-                weights: torch.Tensor, ref_logp: torch.Tensor | None, step: int) -> dict[str, float]:
-        p, s = self.cfg.ppo, self.s
-        gen = torch.Generator().manual_seed(self.cfg.seed * 104729 + step)
-        acc: dict[str, list[float]] = {}
-        for _epoch in range(p.epochs):
-            order = torch.randperm(len(b), generator=gen) if p.minibatches > 1 else torch.arange(len(b))
-            for rows in order.chunk(p.minibatches):
-                sub = b if p.minibatches == 1 else b.select(rows)
-                width = sub.input_ids.shape[1]
-
-                def pick(x: torch.Tensor, rows: torch.Tensor = rows, width: int = width) -> torch.Tensor:
-                    return x if p.minibatches == 1 else x[rows, :width]
-
-                out = first if first is not None else self._forward(sub, grad=True)
-                first = None  # only the very first minibatch of the first epoch reuses it
-                m = sub.policy_mask
-                pg, st = ppo_policy_loss(out.logprobs, pick(old_logp), pick(adv), m,
-                                         clip_low=p.clip_low, clip_high=p.clip_high, weights=pick(weights))
-                loss = pg
-                ent = masked_mean(out.entropy, m)
-                st.update(pg_loss=pg.item(), entropy=ent.item())
-                if p.entropy_coef:
-                    loss = loss - p.entropy_coef * ent
-                if out.values is not None and returns is not None and old_values is not None:
-                    vl = value_loss(out.values, pick(old_values), pick(returns), m, clip=p.value_clip)
-                    loss = loss + p.value_coef * vl
-                    st["value_loss"] = vl.item()
-                if ref_logp is not None:
-                    kl = masked_mean(kl_estimate(out.logprobs, pick(ref_logp), p.kl_estimator), m)
-                    st["kl_ref"] = kl.item()
-                    if p.kl_in == "loss":
-                        loss = loss + p.kl_coef * kl
-                check_finite("loss", loss.detach(), step, "Lower ppo.lr, check rewards, or enable "
-                             "rollout correction (correction.mode).")
-                s.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                gn = torch.nn.utils.clip_grad_norm_(s.params, p.max_grad_norm or math.inf)
-                check_finite("grad norm", gn.detach(), step, "Lower ppo.lr or ppo.max_grad_norm.")
-                s.optimizer.step()
-                s.scheduler.step()
-                st.update(loss=loss.item(), grad_norm=gn.item())
-                for key, v in st.items():
-                    acc.setdefault(key, []).append(float(v))
-        out_stats = {k: sum(v) / len(v) for k, v in acc.items()}
-        for key in ("ratio_min", "clip_frac"):
-            if key in acc:
-                out_stats[f"{key}_first"] = acc[key][0]
-        if "ratio_max" in acc:
-            out_stats["ratio_max"] = max(acc["ratio_max"])
-            out_stats["ratio_max_first"] = acc["ratio_max"][0]
-            out_stats["ratio_min"] = min(acc["ratio_min"])
-        return out_stats
-
     def _update_score_stats(self, scores: torch.Tensor) -> float:
-        n, mean, m2 = self.score_stats  # Welford over every score seen so far
+        n, mean, m2 = self.score_stats  # Welford over every score seen so far (all ranks')
         for x in scores.tolist():
             n += 1
             d = x - mean
@@ -400,29 +422,36 @@ class Trainer:
         return max(math.sqrt(m2 / max(n - 1, 1)), 1e-3)
 
     # ------------------------------------------------------------------ eval / checkpoints
-    def _evaluate(self, stage: str, *, full: bool, sampled: bool) -> dict[str, Any]:
+    def _evaluate(self, stage: str, *, full: bool = False, sampled: bool = False) -> dict[str, Any]:
         """Fixed tasks at ``log.eval_temperature`` (and, if ``sampled`` and ``log.eval_sampled``,
         at the rollout temperature; see ``evaluation.py``). ``stage``: ``init`` (before the warm
         start), ``warm_start`` (right after it) or ``ppo``. ``full``: the warm start and the end
-        of PPO, which the report compares, use ``log.eval_episodes_final`` tasks."""
+        of PPO, which the report compares, use ``log.eval_episodes_final`` tasks. Under torchrun
+        the rollout groups split the tasks."""
         cfg, s = self.cfg, self.s
         n = (cfg.log.eval_episodes_final or cfg.log.eval_episodes) if full else cfg.log.eval_episodes
+        mine = _share(n, s.dist)
         runs = [("", cfg.log.eval_temperature)]
         if cfg.log.eval_sampled and sampled:
             runs.append(("sampled_", cfg.rollout.temperature))
         m: dict[str, Any] = {"stage": stage}
         for prefix, temperature in runs:
-            trajs = collect_fixed(s.eval_collector, n, temperature=temperature, sample_seed=12345,
-                                  options=cfg.env.eval_options, seed_base=EVAL_SEED_BASE)
+            with s.compute():
+                trajs = collect_fixed(s.eval_collector, len(mine), temperature=temperature,
+                                      sample_seed=12345 + mine.start, options=cfg.env.eval_options,
+                                      seed_base=EVAL_SEED_BASE + mine.start)
             trajs, _, _ = drop_failed(trajs, list(range(len(trajs))))  # lost with a Ray worker
-            m.update(eval_record(trajs, temperature, prefix))
+            if s.dist is not None and s.dist.tp_rank:
+                trajs = []  # the other ranks of this engine hold the same episodes
+            m.update(eval_record([t for part in D.all_gather_objects(trajs) for t in part], temperature, prefix))
         self.log.log("eval", self.step, m)
         return m
 
     def _checkpoint(self) -> None:
         cfg, s = self.cfg, self.s
         state = {"sft_done": self.sft_done, "score_stats": self.score_stats,
-                 "metrics_lines": len(read_metrics(cfg.log.run_dir)),
+                 "metrics_lines": len(read_metrics(cfg.log.run_dir)) if self.main else 0,
+                 "world_size": s.dist.world if s.dist is not None else 1,
                  "curriculum": self.curriculum.state_dict()}
         save_checkpoint(cfg.log.run_dir, self.step, model=s.model, optimizer=s.optimizer,
                         scheduler=s.scheduler, value_head=s.value_head, state=state,
@@ -435,6 +464,7 @@ class Trainer:
         s = self.s
         state = load_checkpoint(ckpt, model=s.model, optimizer=s.optimizer, scheduler=s.scheduler,
                                 value_head=s.value_head)
+        self.resumed = True
         self.step = int(state["step"])
         self.sft_done = bool(state["sft_done"])
         self.score_stats = list(state["score_stats"])
@@ -447,9 +477,19 @@ class Trainer:
         for g, factor in zip(s.optimizer.param_groups, s.scheduler.lr_lambdas, strict=True):
             g["initial_lr"], g["weight_decay"] = lr, self.cfg.ppo.weight_decay
             g["lr"] = lr * factor(s.scheduler.last_epoch)
-        truncate_metrics(self.cfg.log.run_dir, int(state["metrics_lines"]))
+        if self.main:
+            truncate_metrics(self.cfg.log.run_dir, int(state["metrics_lines"]))
         for r in read_metrics(self.cfg.log.run_dir, "train"):  # the health series so far
             self.health.check(int(r["step"]), r)
         if self.sft_done:
-            s.after_warm_start()
-        s.engine.sync_weights(s.model)
+            s.start_reference(resumed=True)
+        s.sync_engine()
+
+
+def _share(n: int, info: D.DistInfo | None) -> range:
+    """This rank's rollout group's part of ``n`` items (contiguous, sizes differ by at most 1)."""
+    if info is None:
+        return range(n)
+    lo, hi = n * info.group // info.groups, n * (info.group + 1) // info.groups
+    return range(lo, hi)
+

@@ -89,3 +89,12 @@ def test_recipient_in_role_header_is_understood() -> None:
 def test_tool_result_and_signatures_render_in_harmony() -> None:
     assert tok.decode(codec.render_tool_result("add", json.dumps(3))) == (
         "<|start|>functions.add to=assistant<|channel|>commentary<|message|>3<|end|><|start|>assistant")
+
+
+def test_parse_after_a_bare_start_reads_the_role_from_the_header() -> None:
+    """``role=""``: the ids follow ``<|start|>`` alone (an observation), so the header names the role."""
+    ids = codec.render_tool_result("get_order", "HTTP 200 {}")
+    assert ids[0] == codec.START
+    msg = codec.parse(ids[1:], role="").messages[0]
+    assert (msg.role, msg.recipient, msg.channel, msg.content) == (
+        "functions.get_order", "assistant", "commentary", "HTTP 200 {}")

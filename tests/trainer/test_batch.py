@@ -91,3 +91,22 @@ def test_prefix_forward_matches_full_forward_values_and_gradients() -> None:
     assert torch.allclose(lp0, lp1, atol=1e-5)
     assert torch.allclose(v0, v1, atol=1e-4)
     assert float((g0 - g1).norm() / g0.norm()) < 1e-4
+
+
+def test_micro_batches_cover_every_row_once_within_the_budget() -> None:
+    from agentgym.trainer.batch import micro_batches
+
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(5, 200, (37,), generator=g)
+    rows = torch.randperm(37, generator=g)[:30]
+    parts = micro_batches(lengths, rows, max_tokens=600)
+    assert sorted(torch.cat(parts).tolist()) == sorted(rows.tolist())
+    for part in parts:
+        width = int(lengths[part].max()) + 1
+        assert width * len(part) <= 600 or len(part) == 1
+    # bucketing: longest rows first, each micro-batch's rows no longer than the previous one's
+    maxes = [int(lengths[p].max()) for p in parts]
+    assert maxes == sorted(maxes, reverse=True)
+    padded = sum((int(lengths[p].max()) + 1) * len(p) for p in parts)
+    assert padded < (int(lengths[rows].max()) + 1) * len(rows)  # less padding than one batch
+    assert [p.tolist() for p in micro_batches(lengths, rows, 0)] == [rows.tolist()]

@@ -42,7 +42,7 @@ def test_token_mis() -> None:
 
 
 def test_seq_mis() -> None:
-    # prods 1.5 and 1.8: with [lo, hi] = [1/1.6, 1.6] row 1 is dropped, row 0 keeps w = prod
+    # prods 1.5 and 1.8: above C = 1.6 row 1 is dropped, row 0 keeps w = prod
     expected = torch.tensor([[1.5, 1.5, 1.5, 0.0], [0.0, 0.0, 0.0, 0.0]])
     torch.testing.assert_close(w("seq_mis", threshold=1.6), expected)
     # explicit bounds: [1.6, 2.0] keeps only row 1
@@ -107,3 +107,28 @@ def test_mismatch_stats_hand_made() -> None:
 def test_identical_policies_are_healthy() -> None:
     s = mismatch_stats(BEHAVIOUR, BEHAVIOUR, MASK, w("none"))
     assert s["k1"] == 0.0 and s["k3"] == 0.0 and s["abs_dlogp_max"] == 0.0 and s["ess"] == 1.0
+
+
+def test_seq_mis_has_no_lower_bound_by_definition() -> None:
+    # verl's Seq-MIS rejects a sequence only when prod rho > C; a long episode whose tiny
+    # per-token deviations multiply to a small ratio is kept (with its weight prod rho).
+    n = 400
+    old = torch.full((1, n), -0.004)  # log rho_t = -0.004 -> prod rho = exp(-1.6) = 0.20 < 1/C
+    kept = correction_weights(old, torch.zeros(1, n), torch.ones(1, n), mode="seq_mis", threshold=2.0)
+    torch.testing.assert_close(kept, torch.full((1, n), math.exp(-1.6)))
+    # above C: dropped
+    big = correction_weights(torch.full((1, n), 0.004), torch.zeros(1, n), torch.ones(1, n),
+                             mode="seq_mis", threshold=2.0)
+    assert torch.all(big == 0)
+    # an explicit lower bound (an extension, as verl's "lower_upper" rejection spec) still drops it
+    lo = correction_weights(old, torch.zeros(1, n), torch.ones(1, n), mode="seq_mis", threshold=2.0, lo=0.5)
+    assert torch.all(lo == 0)
+
+
+def test_token_tis_combines_with_the_geometric_sequence_mask() -> None:
+    # verl's Geo-RS-Token-TIS: token weights min(rho_t, C) times the geometric-mean filter
+    got = w("token_tis+geo_mask", threshold=2.0, geo_band=(0.9, 1.2))  # type: ignore[arg-type]
+    expected = torch.tensor([[0.5, 1.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0]])  # row 1: geo 1.34 dropped
+    torch.testing.assert_close(got, expected)
+    with pytest.raises(ConfigError, match="at most one"):
+        w("token_tis+seq_tis")

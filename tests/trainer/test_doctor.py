@@ -54,3 +54,24 @@ def test_doctor_main_json(capsys: pytest.CaptureFixture[str]) -> None:
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["verdict"] == "healthy"
     assert report["setup"]["env_id"] == "agentgym/Math-v0" and report["stats"]["n_seqs"] == 2
+
+
+def test_doctor_reports_routing_and_replay_with_a_bfloat16_trainer() -> None:
+    """Engine float32, trainer bfloat16: rounding moves some tokens to other experts; replaying
+    the engine's routing in the trainer removes that part of the mismatch."""
+    fp32 = run_doctor(_sinky_model(), "hf", "eager", "agentgym/MathCalc-v0", 3, **KW)  # type: ignore[arg-type]
+    assert fp32.stats["routing_agree"] == 1.0 and fp32.stats["routing_tokens_all_layers_agree"] == 1.0
+    bf16 = run_doctor(_sinky_model(), "hf", "eager", "agentgym/MathCalc-v0", 3,  # type: ignore[arg-type]
+                      trainer_dtype="bfloat16", **KW)
+    assert bf16.setup["trainer_dtype"] == "bfloat16" and bf16.stats["abs_dlogp_mean"] > 1e-4
+    assert 0.5 < bf16.stats["routing_agree"] <= 1.0
+    assert bf16.stats["abs_dlogp_mean_replay"] <= bf16.stats["abs_dlogp_mean"] + 1e-6
+
+
+@pytest.mark.harmony
+def test_doctor_runs_tiny_gptoss_with_the_real_vocabulary() -> None:
+    pytest.importorskip("openai_harmony", reason="pip install 'agentgym-suite[harmony]'")
+    report = run_doctor("tiny:o200k_harmony", "hf", "eager", "agentgym/MathCalc-v0", 2,
+                        max_new_tokens=8, env_kwargs={"max_turns": 1})
+    assert report.setup["vocab_size"] == 201_088 and report.verdict == "healthy", report.reasons
+    assert report.stats["routing_agree"] == 1.0

@@ -124,17 +124,104 @@ def test_memory_hungry_expert_path_is_replaced(tiny: torch.nn.Module) -> None:
     assert tiny.config._experts_implementation == "eager"
 
 
-def test_chunked_head_gives_same_logprobs_and_grads(tiny: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> None:
-    import agentgym.trainer.logprobs as lp
-
+def test_chunked_head_gives_same_logprobs_and_grads(tiny: torch.nn.Module) -> None:
     ids = torch.randint(0, 263, (2, 33), generator=torch.Generator().manual_seed(4))
     full = policy_forward(tiny, ids)
     full.logprobs.sum().backward()
     g_full = tiny.lm_head.weight.grad.clone()
     tiny.zero_grad()
-    monkeypatch.setattr(lp, "_CHUNK_ELEMENTS", 2 * VOCAB * 5)  # chunks of 5 time steps
-    chunked = policy_forward(tiny, ids)
-    chunked.logprobs.sum().backward()
+    rows: list[int] = []
+    hook = tiny.lm_head.register_forward_hook(lambda _m, inp, _o: rows.append(inp[0].shape[0]))
+    try:
+        chunked = policy_forward(tiny, ids, head_chunk=VOCAB * 5)  # chunks of 5 rows
+        chunked.logprobs.sum().backward()
+    finally:
+        hook.remove()
+    assert max(rows) == 5  # the head never saw more than 5 rows of logits at once (fwd + recompute)
     torch.testing.assert_close(chunked.logprobs, full.logprobs, rtol=0, atol=1e-6)
     torch.testing.assert_close(tiny.lm_head.weight.grad, g_full, rtol=1e-5, atol=1e-6)
     tiny.zero_grad()
+
+
+def test_score_mask_computes_the_head_only_where_asked(tiny: torch.nn.Module) -> None:
+    ids = torch.randint(0, 263, (3, 30), generator=torch.Generator().manual_seed(5))
+    mask = torch.zeros_like(ids)
+    mask[:, 10:16] = 1
+    mask[1, 20:25] = 1
+    full = policy_forward(tiny, ids)
+    (full.logprobs * mask).sum().backward()
+    g_full = [p.grad.clone() for p in tiny.parameters() if p.grad is not None]
+    tiny.zero_grad()
+    rows: list[int] = []
+    hook = tiny.lm_head.register_forward_hook(lambda _m, inp, _o: rows.append(inp[0].shape[0]))
+    try:
+        part = policy_forward(tiny, ids, score_mask=mask)
+    finally:
+        hook.remove()
+    assert rows == [int(mask.sum())]  # 23 rows through the head instead of 3 x 29
+    torch.testing.assert_close(part.logprobs, full.logprobs * mask, rtol=0, atol=1e-6)
+    torch.testing.assert_close(part.entropy, full.entropy * mask, rtol=0, atol=1e-6)
+    part.logprobs.sum().backward()
+    g_part = [p.grad.clone() for p in tiny.parameters() if p.grad is not None]
+    tiny.zero_grad()
+    for a, b in zip(g_full, g_part, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_entropy_has_no_gradient_unless_it_is_in_the_loss(tiny: torch.nn.Module) -> None:
+    ids = torch.randint(0, 263, (2, 12), generator=torch.Generator().manual_seed(6))
+    plain = policy_forward(tiny, ids)
+    assert plain.logprobs.requires_grad and not plain.entropy.requires_grad
+    with_grad = policy_forward(tiny, ids, entropy_grad=True)
+    assert with_grad.entropy.requires_grad
+    torch.testing.assert_close(plain.entropy, with_grad.entropy.detach(), rtol=0, atol=0)
+    assert torch.all(policy_forward(tiny, ids, with_entropy=False).entropy == 0)
+
+
+def test_mxfp4_format_round_trips_exactly() -> None:
+    from agentgym.trainer.mxfp4 import FP4_VALUES, dequantize, quantize
+
+    w = torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(0)) * 0.02
+    blocks, scales = quantize(w)
+    assert blocks.shape == (3, 5, 2, 16) and scales.shape == (3, 5, 2) and blocks.dtype == torch.uint8
+    back = dequantize(blocks, scales, dtype=torch.float32)
+    assert float((back - w).norm() / w.norm()) < 0.2  # 4-bit values: ~10% error
+    again = dequantize(*quantize(back), dtype=torch.float32)
+    assert torch.equal(again, back)  # representable values are fixed points
+    # every value is an FP4 value times its block's power of two
+    unit = back.reshape(3, 5, 2, 32) / torch.exp2(scales.float() - 127).unsqueeze(-1)
+    assert set(unit.flatten().tolist()) <= {abs(v) * s for v in FP4_VALUES for s in (1, -1)}
+
+
+def test_mxfp4_checkpoint_loads_dequantized_for_training(tmp_path: Path) -> None:
+    """A tiny GPT-OSS saved like openai/gpt-oss-20b (MXFP4 experts) loads as plain bf16-shaped
+    experts holding exactly the dequantized values, and trains."""
+    from safetensors.torch import load_file
+
+    from agentgym.trainer.mxfp4 import dequantize, is_mxfp4, quantize, save_mxfp4
+
+    model = build_tiny_gptoss(VOCAB, seed=3)
+    save_mxfp4(model, tmp_path / "mx")
+    assert is_mxfp4(tmp_path / "mx")
+    stored = load_file(str(tmp_path / "mx" / "model.safetensors"))
+    assert stored["model.layers.0.mlp.experts.gate_up_proj_blocks"].dtype == torch.uint8
+    assert "model.layers.0.mlp.experts.gate_up_proj" not in stored
+    loaded = load_policy(str(tmp_path / "mx"))
+    # float32 master weights as asked (transformers 5.19 leaves dequantized experts in bf16)
+    assert {p.dtype for p in loaded.parameters()} == {torch.float32}
+    for i, layer in enumerate(loaded.model.layers):
+        for name in ("gate_up_proj", "down_proj"):
+            orig = getattr(model.model.layers[i].mlp.experts, name).detach()
+            want = dequantize(*quantize(orig.transpose(-1, -2)), dtype=torch.float32).transpose(-1, -2)
+            assert torch.equal(getattr(layer.mlp.experts, name).float(), want), (i, name)
+    q = loaded.model.layers[0].self_attn.q_proj.weight
+    assert torch.equal(q, model.model.layers[0].self_attn.q_proj.weight.bfloat16().float())
+    out = policy_forward(loaded, torch.randint(0, 263, (2, 16)))
+    out.logprobs.sum().backward()
+    assert loaded.model.layers[0].mlp.experts.gate_up_proj.grad is not None
+    # saving it writes what is trained (bf16 experts), not a re-quantized copy
+    from agentgym.trainer.checkpoint import save_model
+
+    save_model(loaded, tmp_path / "again")
+    assert not is_mxfp4(tmp_path / "again")
+    assert "model.layers.0.mlp.experts.gate_up_proj" in load_file(str(tmp_path / "again" / "model.safetensors"))

@@ -179,11 +179,12 @@ def test_policy_mask_excludes_environment_tokens(tiny: torch.nn.Module) -> None:
     adv = torch.randn(ids.shape, generator=torch.Generator().manual_seed(5))
     loss, _ = ppo_policy_loss(out.logprobs, out.logprobs.detach(), adv, pmask)
     loss = loss - 0.01 * (out.entropy * pmask).sum() / pmask.sum()
+    assert not out.entropy.requires_grad  # only with entropy_grad=True
     loss.backward()
     tiny.zero_grad()
-    (logits,) = saved  # (B, T-1, V): logits[:, t-1] predicts token t
-    grad = logits.grad
-    assert grad is not None
+    (logits,) = saved  # (B * (T-1), V): row b * (T-1) + t-1 predicts token t of row b
+    assert logits.grad is not None
+    grad = logits.grad.view(ids.shape[0], ids.shape[1] - 1, -1)
     predicts_policy = pmask[:, 1:].bool()
     assert torch.all(grad[~predicts_policy] == 0)  # env, prompt and padding: exactly zero
     assert torch.all(grad[predicts_policy].abs().sum(-1) > 0)

@@ -84,3 +84,168 @@ def test_evaluations_bracket_the_run_and_the_cli_prints_them(tmp_path: Path,
     assert re.search(rf"eval success, greedy: untrained {cell} -> warm start {cell} -> after PPO {cell}; "
                      r"PPO's own gain [+-]\d\.\d{3} ± \d\.\d{3}", out), out
     assert (tmp_path / "plots" / "reward.png").exists()
+
+
+ONE_TASK = ["env.kwargs={families: [arithmetic]}", "ppo.lr=1e-2", "log.checkpoint_every=1",
+            "ppo.entropy_coef=0.01"]  # an entropy bonus: the policy moves even when all rewards tie
+
+
+def test_kl_reference_is_the_initial_policy_without_warm_start_and_after_resume(tmp_path: Path) -> None:
+    args = [*SMALL, *ONE_TASK, "ppo.kl_coef=0.1"]  # SMALL has sft.steps=0: no warm start
+    full = Trainer(load_config("cpu-quickstart", [*args, f"log.run_dir={tmp_path / 'full'}", "ppo.steps=3"]))
+    initial = {k: v.clone() for k, v in full.s.model.state_dict().items()}
+    full.run()
+    rows = read_metrics(tmp_path / "full", "train")
+    assert all("kl_ref" in r for r in rows), "no KL term although ppo.kl_coef > 0"
+    assert abs(rows[0]["kl_ref"]) < 1e-6 and rows[-1]["kl_ref"] > 1e-4  # anchored at the start
+    Trainer(load_config("cpu-quickstart", [*args, f"log.run_dir={tmp_path / 'part'}", "ppo.steps=2"])).run()
+    resumed = Trainer(load_config("cpu-quickstart", [*args, f"log.run_dir={tmp_path / 'part'}",
+                                                     "ppo.steps=3"]), resume=True)
+    assert resumed.s.ref_model is not None
+    ref = resumed.s.ref_model.state_dict()
+    assert all(torch.equal(ref[k], initial[k]) for k in initial), "the anchor moved on resume"
+    assert not all(torch.equal(resumed.s.model.state_dict()[k], initial[k]) for k in initial)
+    resumed.run()
+    strip = ("t_", "gen_s", "env_s")
+    a = [{k: v for k, v in r.items() if not k.startswith(strip)} for r in read_metrics(tmp_path / "full")]
+    b = [{k: v for k, v in r.items() if not k.startswith(strip)} for r in read_metrics(tmp_path / "part")]
+    assert a == b
+
+
+def test_init_from_a_checkpoint_of_another_model_names_the_keys(tmp_path: Path) -> None:
+    from agentgym.errors import CheckpointError
+    from agentgym.trainer.checkpoint import save_model
+    from agentgym.trainer.model import build_tiny_gptoss
+
+    save_model(build_tiny_gptoss(264, seed=0, num_hidden_layers=2), tmp_path / "two")
+    save_model(build_tiny_gptoss(264, seed=0, num_hidden_layers=6), tmp_path / "six")
+    base = [*SMALL, f"log.run_dir={tmp_path / 'run'}"]
+    with pytest.raises(CheckpointError, match=r"missing.*model\.layers\.2\."):
+        Trainer(load_config("cpu-quickstart", [*base, f"model.init_from={tmp_path / 'two'}"]))
+    with pytest.raises(CheckpointError, match=r"unexpected.*model\.layers\.4\."):
+        Trainer(load_config("cpu-quickstart", [*base, f"model.init_from={tmp_path / 'six'}"]))
+
+
+def test_kl_in_reward_uses_the_configured_estimator(tmp_path: Path) -> None:
+    out = {}
+    for est in ("k1", "k3"):
+        cfg = load_config("cpu-quickstart", [*SMALL, *ONE_TASK, f"log.run_dir={tmp_path / est}",
+                                             "ppo.kl_coef=0.5", "ppo.kl_in=reward", f"ppo.kl_estimator={est}"])
+        t = Trainer(cfg)
+        t.train_step(0)  # moves the policy away from its reference
+        out[est] = t.train_step(1)
+        t.s.close()
+    for est in ("k1", "k3"):  # exactly on-policy: the reward's KL is the loss path's KL
+        assert out[est]["kl_reward"] == pytest.approx(out[est]["kl_ref"], rel=1e-5, abs=1e-7)
+    assert out["k3"]["kl_reward"] >= 0 and out["k1"]["kl_reward"] != out["k3"]["kl_reward"]
+    assert out["k1"]["pg_loss"] != out["k3"]["pg_loss"]
+
+
+def test_carried_warm_start_optimizer_is_measured(tmp_path: Path) -> None:
+    """A fresh AdamW's first step is g / (|g| + eps) per weight (sign g, in units of lr);
+    carried warm-start moments change it. ``adam_step_rms`` reports it every step, and it
+    agrees with the parameter change actually applied."""
+    steps = {}
+    for carry in (False, True):
+        cfg = load_config("cpu-quickstart", [
+            *[a for a in SMALL if not a.startswith("sft.steps")], *ONE_TASK, "sft.steps=3",
+            "sft.batch_size=4", "ppo.warmup_steps=1", f"ppo.carry_sft_optimizer={str(carry).lower()}",
+            f"log.run_dir={tmp_path / str(carry)}", "ppo.steps=1"])
+        t = Trainer(cfg)
+        from agentgym.trainer.sft import run_sft
+
+        run_sft(cfg, t.s, t.log)
+        before = [p.detach().clone() for p in t.s.params]
+        m = t.train_step(0)
+        moved = torch.cat([(p.detach() - b).flatten() for p, b in zip(t.s.params, before)]) / cfg.ppo.lr
+        grads = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
+                           for p in t.s.params])
+        hit = grads != 0
+        measured = float(moved[hit].pow(2).mean().sqrt())
+        assert m["adam_step_rms"] == pytest.approx(measured, rel=1e-3)
+        if not carry:  # fresh: m_hat = g, v_hat = g^2
+            sign = grads[hit] / (grads[hit].abs() + 1e-8)
+            assert m["adam_step_rms"] == pytest.approx(float(sign.pow(2).mean().sqrt()), rel=1e-4)
+        steps[carry] = m["adam_step_rms"]
+        t.s.close()
+    assert abs(steps[True] - steps[False]) > 0.05, steps  # carrying changes the first step measurably
+
+
+def test_a_real_update_has_ratio_one_and_no_clipping_from_the_trainers_loss_path(tmp_path: Path) -> None:
+    """Two epochs: the old log-probs come from a separate no-grad pass, and the ratio of the
+    first epoch's loss is still exactly 1 (same micro-batches, deterministic kernels); the
+    second epoch's is not (the first epoch changed the weights)."""
+    cfg = load_config("cpu-quickstart", [*SMALL, *ONE_TASK, f"log.run_dir={tmp_path}", "ppo.epochs=2",
+                                         "ppo.entropy_coef=0.01", "correction.mode=none"])
+    t = Trainer(cfg)
+    before = [p.detach().clone() for p in t.s.model.parameters()]
+    m = t.train_step(0)
+    assert m["ratio_min_first"] == 1.0 and m["ratio_max_first"] == 1.0 and m["clip_frac_first"] == 0.0
+    assert m["ratio_max"] > 1.0 or m["ratio_min"] < 1.0  # epoch 2 saw the updated weights
+    assert any(not torch.equal(p, b) for p, b in zip(t.s.model.parameters(), before))
+    t.s.close()
+
+
+@pytest.mark.parametrize("advantage", ["group", "gae"])
+def test_micro_batched_update_equals_the_single_batch_update(tmp_path: Path, advantage: str) -> None:
+    """Same step with the whole batch in one forward/backward and cut into micro-batches of
+    at most 400 padded tokens: same losses and the same accumulated gradient."""
+    grads, stats = {}, {}
+    for budget in (0, 400):
+        cfg = load_config("cpu-quickstart", [*SMALL, *ONE_TASK, f"log.run_dir={tmp_path / str(budget)}",
+                                             f"ppo.advantage={advantage}", f"ppo.micro_batch_tokens={budget}",
+                                             "ppo.kl_coef=0.1", "rollout.samples_per_task=3"])
+        t = Trainer(cfg)
+        stats[budget] = t.train_step(0)
+        grads[budget] = torch.cat([p.grad.flatten() for p in t.s.params])
+        t.s.close()
+    assert stats[400]["reward_mean"] == stats[0]["reward_mean"]  # same episodes
+    for key in ("loss", "pg_loss", "entropy", "kl_ref", "grad_norm", "mismatch_k3"):
+        assert stats[400][key] == pytest.approx(stats[0][key], rel=1e-5, abs=1e-7), key
+    if advantage == "gae":
+        assert stats[400]["value_loss"] == pytest.approx(stats[0]["value_loss"], rel=1e-5)
+    torch.testing.assert_close(grads[400], grads[0], rtol=1e-4, atol=1e-7)
+
+
+def test_bf16_compute_update_tracks_the_fp32_update(tmp_path: Path) -> None:
+    """model.dtype=bfloat16 keeps float32 master weights and AdamW state and computes in bf16:
+    on the same episodes its update follows the float32 run's, and at the 20B recipe's lr of
+    1e-6 it moves the weights, which bf16 parameters would mostly not (round-off)."""
+    from agentgym.trainer.batch import make_batch
+    from agentgym.trainer.rollout import group_seeds
+    from agentgym.trainer.update import ppo_update
+
+    runs = {}
+    batch = None
+    for dtype in ("float32", "bfloat16"):
+        cfg = load_config("cpu-quickstart", [*SMALL, *ONE_TASK, f"log.run_dir={tmp_path / dtype}",
+                                             f"model.dtype={dtype}", "ppo.lr=1e-6", "ppo.kl_coef=0.1",
+                                             "ppo.warmup_steps=1", "rollout.samples_per_task=4"])
+        t = Trainer(cfg)
+        assert all(p.dtype == torch.float32 for p in t.s.params)  # master weights
+        if batch is None:
+            seeds, groups = group_seeds(1_000_000, 2, 4)
+            trajs, _ = t.s.collector.collect(seeds, temperature=1.0, sample_seed=3, options={})
+            for i, tr in enumerate(trajs):
+                tr.turns[-1].reward += 0.1 * i
+            batch = make_batch(trajs, groups, pad_id=t.s.pad_id)
+        before = torch.cat([p.detach().flatten() for p in t.s.params])
+        m = ppo_update(t.s, cfg, batch, 0)
+        after = torch.cat([p.detach().flatten() for p in t.s.params])
+        assert all(st["exp_avg"].dtype == torch.float32 for st in t.s.optimizer.state.values())
+        runs[dtype] = (m, after - before, torch.cat([p.grad.flatten() for p in t.s.params]), t)
+    (m32, d32, g32, _), (m16, d16, g16, t16) = runs["float32"], runs["bfloat16"]
+    cos = torch.nn.functional.cosine_similarity
+    assert float(cos(g16, g32, dim=0)) > 0.99  # same gradient up to bf16 rounding
+    assert float(cos(d16, d32, dim=0)) > 0.9  # and the same step (Adam ~ lr * sign(g))
+    assert m16["entropy"] == pytest.approx(m32["entropy"], rel=1e-2)
+    assert m16["mismatch_abs_dlogp_mean"] < 0.05  # bf16 trainer vs the fp32-sampled episodes
+    moved16 = float((d16 != 0).float().mean())
+    assert moved16 > 0.5  # the float32 master copy takes the 1e-6 steps
+    # the same step applied to bf16 parameters is mostly rounded away
+    params = torch.cat([p.detach().flatten() for p in t16.s.params]) - d16
+    lost = float(((params.bfloat16() + d16.bfloat16()).float() == params.bfloat16().float())[d16 != 0]
+                 .float().mean())
+    assert lost > 0.8
+    for _, _, _, t in runs.values():
+        t.s.close()

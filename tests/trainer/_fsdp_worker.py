@@ -1,0 +1,50 @@
+"""One PPO update on fixed episodes, in one plain process or under torchrun (FSDP2, gloo).
+
+    python tests/trainer/_fsdp_worker.py EPISODES.jsonl OUT_DIR [overrides...]
+    torchrun --nproc_per_node 2 tests/trainer/_fsdp_worker.py EPISODES.jsonl OUT_DIR [overrides...]
+
+Each rank takes the episodes of its share of the tasks (as ``Trainer.train_step`` assigns
+them), runs ``ppo_update`` and rank 0 writes ``OUT_DIR/result.pt``: the update's metrics, the
+full gradient and the full weights after the update. ``tests/trainer/test_fsdp.py`` compares
+the two.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+
+def main(episodes: str, out: str, overrides: list[str]) -> None:
+    from agentgym.trainer import distributed as D
+    from agentgym.trainer.batch import make_batch
+    from agentgym.trainer.config import load_config
+    from agentgym.trainer.train import Trainer
+    from agentgym.trainer.update import ppo_update
+    from agentgym.trajectory import read_jsonl
+
+    torch.set_num_threads(1)
+    cfg = load_config("cpu-quickstart", [f"log.run_dir={out}/run", *overrides])
+    trainer = Trainer(cfg)
+    s = trainer.s
+    trajs = read_jsonl(episodes)
+    k = cfg.rollout.samples_per_task
+    mine = D.group_tasks(cfg.rollout.tasks_per_step, s.dist)
+    rows = [i for i in range(len(trajs)) if i // k in mine]
+    batch = make_batch([trajs[i] for i in rows], [i // k for i in rows], pad_id=s.pad_id)
+    metrics = ppo_update(s, cfg, batch, step=0)
+    grads = {n: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).detach().clone()
+             for n, p in s.model.named_parameters()}
+    weights = D.full_state_dict(s.model)
+    ranks = s.dist.world if s.dist is not None else 1
+    if s.dist is None or s.dist.is_main:
+        torch.save({"metrics": metrics, "grads": grads, "weights": weights, "world": ranks},
+                   Path(out) / "result.pt")
+    s.close()
+    D.barrier()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3:])

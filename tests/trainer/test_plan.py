@@ -1,0 +1,64 @@
+"""The dry run of a recipe: process layout, engine/learner consistency, memory per GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentgym.errors import ConfigError
+from agentgym.trainer.cli import main
+from agentgym.trainer.config import load_config
+from agentgym.trainer.plan import GIB, check_engine_checkpoint, make_plan
+
+RECIPE = "gptoss-20b-8gpu-vllm"
+
+
+def test_the_20b_recipe_is_consistent_and_fits_8_gpus_of_80_gb(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--dry-run", "--config", RECIPE]) == 0
+    out = capsys.readouterr().out
+    assert "4 x vllm (tensor parallel 2)" in out and "20.91 B" in out and "consistent, fits" in out
+    plan = make_plan(load_config(RECIPE))
+    assert plan.problems == []
+    # float32 master weights + AdamW (12 bytes per parameter) sharded over 8 ranks
+    assert plan.memory["master weights fp32"] + plan.memory["AdamW state fp32"] == pytest.approx(
+        12 * 20.91e9 / 8, rel=0.01)
+    assert max(plan.memory["peak during rollout"], plan.memory["peak during update"]) < 0.95 * 80 * GIB
+    assert plan.memory["engine KV cache"] > 4 * GIB
+
+
+@pytest.mark.parametrize("override, problem", [
+    ("distributed.rollout_tp=3", "does not divide 8"),
+    ("rollout.engine_kwargs.tensor_parallel_size=4", "tensor_parallel_size=4 but distributed.rollout_tp=2"),
+    ("rollout.engine_kwargs.model=openai/gpt-oss-20b", "MXFP4"),
+    ("rollout.engine_kwargs.dtype=float16", "engine dtype"),
+    ("rollout.engine_kwargs.enable_sleep_mode=false", "enable_sleep_mode"),
+    ("distributed.gpu_memory_gib=40", "95% of 40 GiB"),
+    ("rollout.tasks_per_step=6", "not a multiple of the 4 rollout engines"),
+    ("model.attn_implementation=flash_attention_2", "drops GPT-OSS attention sinks"),
+    ("ppo.kl_coef=0.1", None),  # a KL reference adds 4.9 GiB and still fits
+])
+def test_inconsistent_layouts_are_named(override: str, problem: str | None,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    plan = make_plan(load_config(RECIPE, [override]))
+    if problem is None:
+        assert plan.problems == [] and plan.memory["KL reference"] > 4 * GIB
+        return
+    assert any(problem in p for p in plan.problems), plan.problems
+    assert main(["--dry-run", "--config", RECIPE, override]) == 2
+    assert "NOT consistent" in capsys.readouterr().out
+
+
+def test_a_local_mxfp4_checkpoint_is_refused_as_engine_weights(tmp_path: Path) -> None:
+    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.mxfp4 import save_mxfp4
+
+    save_mxfp4(build_tiny_gptoss(264, seed=0), tmp_path / "mx")
+    with pytest.raises(ConfigError, match="bf16 weights"):
+        check_engine_checkpoint(str(tmp_path / "mx"))
+    check_engine_checkpoint(str(tmp_path / "nothing-here"))  # unknown: nothing to refuse
+
+
+def test_the_cpu_quickstart_plans_too() -> None:
+    plan = make_plan(load_config("cpu-quickstart"))
+    assert plan.problems == [] and plan.model["parameters"] == "0.00 B"

@@ -1,0 +1,344 @@
+"""The learner across processes: ``torchrun`` + FSDP2 (``fully_shard``), data parallel.
+
+    torchrun --nproc_per_node 8 -m agentgym.trainer.cli --config gptoss-20b-8gpu-vllm
+
+Under ``torchrun`` (``WORLD_SIZE`` in the environment) every rank:
+
+* holds a shard of the policy's float32 master weights, gradients and AdamW state
+  (:func:`shard_policy`: one FSDP unit per decoder layer plus the root; compute in
+  ``model.dtype`` through FSDP2's ``MixedPrecisionPolicy``, gradients reduced in float32);
+* collects the episodes of its *rollout group*: ``world / rollout_tp`` groups of
+  ``rollout_tp`` ranks, each group one engine (``rollout_tp = 1``: one engine per rank; more:
+  one tensor-parallel engine per group, every rank of a group collecting the same episodes,
+  as vLLM's ``external_launcher`` runs them) and keeps its share of the group's rows
+  (:func:`group_tasks`, :func:`tp_rows`);
+* learns on its rows; losses are normalised by the policy-token count of all ranks together
+  (:func:`all_reduce_sum`) and multiplied by the world size, because FSDP averages the
+  gradients across ranks: the update is the one a single process would make on all rows.
+
+Full weights are only ever materialised one parameter at a time (:class:`GatheredWeights`,
+used to sync engines) or on rank 0 (saving a model, loading one: rank 0 reads, the others
+receive their shards by broadcast, :func:`load_full_state`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+from torch import nn
+
+from agentgym.errors import ConfigError
+
+__all__ = [
+    "DistInfo",
+    "GatheredWeights",
+    "all_gather_objects",
+    "all_gather_rows",
+    "all_reduce_max",
+    "all_reduce_sum",
+    "barrier",
+    "full_state_dict",
+    "group_tasks",
+    "init_distributed",
+    "is_sharded",
+    "load_full_state",
+    "materialize",
+    "policy_skeleton",
+    "shutdown",
+    "shard_module",
+    "shard_policy",
+    "tp_rows",
+]
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits: rank, world size, device and its rollout group."""
+
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+    rollout_tp: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def group(self) -> int:  # this rank's rollout group (one engine)
+        return self.rank // self.rollout_tp
+
+    @property
+    def groups(self) -> int:
+        return self.world // self.rollout_tp
+
+    @property
+    def tp_rank(self) -> int:  # position inside the rollout group
+        return self.rank % self.rollout_tp
+
+
+def launched_by_torchrun() -> bool:
+    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
+
+
+def init_distributed(*, backend: str, device: str, rollout_tp: int, timeout_s: float = 1800) -> DistInfo | None:
+    """Join the process group ``torchrun`` set up (None when not launched by torchrun).
+
+    ``device`` ``cuda`` binds rank r to ``cuda:LOCAL_RANK``; ``backend`` ``auto`` is nccl on
+    CUDA and gloo on CPU. ``rollout_tp`` must divide the world size.
+    """
+    if not launched_by_torchrun():
+        return None
+    import torch.distributed as dist
+
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    if rollout_tp < 1 or world % rollout_tp:
+        raise ConfigError(f"distributed.rollout_tp={rollout_tp} must divide the {world} processes "
+                          "torchrun started (one rollout engine per group of rollout_tp ranks)")
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        dev = torch.device("cuda", local)
+        torch.cuda.set_device(dev)
+    if backend == "auto":
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    return DistInfo(rank=rank, world=world, local_rank=local, device=dev, rollout_tp=rollout_tp)
+
+
+def shutdown() -> None:
+    """Leave the process group (end of a torchrun run); nothing to do otherwise."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def is_sharded(module: nn.Module | None) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(module, FSDPModule)
+
+
+# ---------------------------------------------------------------------------- building
+
+def policy_skeleton(name: str, vocab_size: int, tiny: dict[str, Any], *, attn_implementation: str,
+                    device: torch.device | str) -> nn.Module:
+    """The policy's architecture on the meta device (float32, no memory, no weights): ``tiny``
+    (with the ``model.tiny`` overrides) or the config of a local dir / hub id. MXFP4 checkpoints
+    give the dequantized (bf16-shaped) expert layout: their weights are loaded dequantized."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from agentgym.trainer.attention import set_attention
+    from agentgym.trainer.model import check_attention, default_attention, tiny_gptoss_config
+
+    attn = default_attention(device) if attn_implementation == "auto" else attn_implementation
+    check_attention(attn, device)
+    if name == "tiny":
+        config = tiny_gptoss_config(vocab_size, **dict(tiny))
+    else:
+        config = AutoConfig.from_pretrained(name)
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    set_attention(model, attn)
+    config._experts_implementation = "grouped_mm" if torch.device(device).type == "cuda" else "eager"
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.pad_token_id = config.pad_token_id
+    return model  # type: ignore[no-any-return]
+
+
+def materialize(model: nn.Module, device: torch.device | str) -> nn.Module:
+    """Allocate a model built on the meta device (values undefined) and recompute its
+    non-persistent buffers (rotary ``inv_freq``: they are in no state dict) from its config."""
+    model.to_empty(device=device)
+    config = getattr(model, "config", None)
+    for name, mod in model.named_modules():
+        bufs: set[str] = getattr(mod, "_non_persistent_buffers_set", set())
+        if not bufs:
+            continue
+        try:
+            fresh = type(mod)(config=getattr(mod, "config", config))
+        except TypeError as e:
+            raise ConfigError(f"cannot rebuild the buffers {sorted(bufs)} of {name or 'the model'} "
+                              f"({type(mod).__name__}) after meta-device construction: {e}") from e
+        for b in bufs:
+            getattr(mod, b).copy_(getattr(fresh, b).to(device))
+    return model
+
+
+def shard_policy(model: nn.Module, *, compute_dtype: torch.dtype, reshard_after_forward: bool = True,
+                 mixed_precision: bool = True) -> nn.Module:
+    """FSDP2 over the default process group: one unit per decoder layer, then the root
+    (embeddings, final norm, output head). With ``mixed_precision`` parameters stay in their
+    dtype (float32 master weights) and are cast to ``compute_dtype`` when gathered; gradients
+    are reduced in float32. :func:`agentgym.trainer.logprobs.policy_forward` is registered as
+    an FSDP forward method, so the root's parameters are gathered around the whole pass."""
+    import types
+
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
+
+    from agentgym.trainer.logprobs import FORWARD_METHOD, forward_tuple
+
+    kw: dict[str, Any] = {}
+    if mixed_precision:
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+    layers = getattr(getattr(model, getattr(model, "base_model_prefix", "model"), None), "layers", None)
+    if layers is None:
+        raise ConfigError(f"cannot shard {type(model).__name__}: expected transformers' "
+                          ".model.layers list of decoder layers")
+    for layer in layers:
+        fully_shard(layer, reshard_after_forward=reshard_after_forward, **kw)
+    # the root's parameters (the output head) are used right after its forward: keep them
+    fully_shard(model, reshard_after_forward=False, **kw)
+    setattr(model, FORWARD_METHOD, types.MethodType(forward_tuple, model))
+    register_fsdp_forward_method(model, FORWARD_METHOD)
+    return model
+
+
+def shard_module(module: nn.Module, *, compute_dtype: torch.dtype) -> nn.Module:
+    """A small module (the value head) as one FSDP unit with the policy's precision policy."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    fully_shard(module, mp_policy=MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32))
+    return module
+
+
+def full_state_dict(model: nn.Module, *, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The full state dict on CPU, on rank 0 only (an empty dict elsewhere); unsharded models
+    give theirs directly. ``dtype`` casts floating-point tensors."""
+    if is_sharded(model):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        sd: dict[str, Any] = get_model_state_dict(
+            model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    else:
+        sd = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    if dtype is not None:
+        sd = {k: v.to(dtype) if v.is_floating_point() else v for k, v in sd.items()}
+    return sd
+
+
+def load_full_state(model: nn.Module, state: Mapping[str, torch.Tensor], *, strict: bool = True) -> None:
+    """Load a full state dict that only rank 0 needs to hold (others pass ``{}``) into a
+    sharded model: rank 0's tensors are broadcast and each rank keeps its shard."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    set_model_state_dict(model, dict(state), options=StateDictOptions(
+        full_state_dict=True, broadcast_from_rank0=True, strict=strict))
+
+
+class GatheredWeights:
+    """What ``Engine.sync_weights`` reads from a sharded policy: ``state_dict()`` yields the
+    full parameters one at a time (all-gathered on the fly, cast to ``dtype``), so no rank ever
+    holds the whole model twice. Every rank must iterate it completely and in the same order
+    (each item is a collective); engines do (``load_state_dict`` / ``load_weights``)."""
+
+    def __init__(self, model: nn.Module, dtype: torch.dtype) -> None:
+        self.model, self.dtype = model, dtype
+
+    def state_dict(self) -> Mapping[str, torch.Tensor]:
+        return _LazyFull(self.model, self.dtype)
+
+
+class _LazyFull(Mapping[str, torch.Tensor]):
+    def __init__(self, model: nn.Module, dtype: torch.dtype) -> None:
+        self._sd = model.state_dict()  # DTensor shards, canonical names
+        self._dtype = dtype
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        t = self._sd[key]
+        full = t.full_tensor() if hasattr(t, "full_tensor") else t
+        return full.detach().to(self._dtype) if full.is_floating_point() else full.detach()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._sd)
+
+    def __len__(self) -> int:
+        return len(self._sd)
+
+
+# ---------------------------------------------------------------------------- collectives
+
+def _dist() -> Any:
+    import torch.distributed as dist
+
+    return dist if dist.is_available() and dist.is_initialized() else None
+
+
+def barrier() -> None:
+    d = _dist()
+    if d is not None:
+        d.barrier()
+
+
+def all_reduce_sum(x: float) -> float:
+    d = _dist()
+    if d is None:
+        return float(x)
+    t = torch.tensor([float(x)], dtype=torch.float64)
+    d.all_reduce(t)
+    return float(t.item())
+
+
+def all_reduce_max(x: float) -> float:
+    d = _dist()
+    if d is None:
+        return float(x)
+    t = torch.tensor([float(x)], dtype=torch.float64)
+    d.all_reduce(t, op=d.ReduceOp.MAX)
+    return float(t.item())
+
+
+def all_gather_objects(obj: Any) -> list[Any]:
+    d = _dist()
+    if d is None:
+        return [obj]
+    out: list[Any] = [None] * d.get_world_size()
+    d.all_gather_object(out, obj)
+    return out
+
+
+def all_gather_rows(t: torch.Tensor) -> torch.Tensor:
+    """Rows of every rank, concatenated in rank order (dim 1 right-padded with zeros)."""
+    parts = all_gather_objects(t.detach().cpu())
+    if len(parts) == 1:
+        return t
+    width = max(p.shape[1] for p in parts) if t.dim() > 1 else 0
+    if t.dim() > 1:
+        parts = [torch.nn.functional.pad(p, (0, width - p.shape[1])) for p in parts]
+    return torch.cat(parts).to(t.device)
+
+
+# ---------------------------------------------------------------------------- work split
+
+def group_tasks(n_tasks: int, info: DistInfo | None) -> range:
+    """Task indices (of one step's ``n_tasks``) that this rank's rollout group collects."""
+    if info is None:
+        return range(n_tasks)
+    if n_tasks % info.groups:
+        raise ConfigError(f"rollout.tasks_per_step={n_tasks} must be a multiple of the {info.groups} "
+                          f"rollout groups (world {info.world} / rollout_tp {info.rollout_tp})")
+    per = n_tasks // info.groups
+    return range(info.group * per, (info.group + 1) * per)
+
+
+def tp_rows(n_rows: int, info: DistInfo | None) -> range:
+    """Rows (of the episodes a rollout group collected) that this rank learns on: the ranks
+    of a tensor-parallel group all hold the same episodes and split them."""
+    if info is None or info.rollout_tp == 1:
+        return range(n_rows)
+    if n_rows % info.rollout_tp:
+        raise ConfigError(f"{n_rows} episodes per rollout group do not split over rollout_tp="
+                          f"{info.rollout_tp} ranks; make tasks_per_step x samples_per_task a multiple")
+    per = n_rows // info.rollout_tp
+    return range(info.tp_rank * per, (info.tp_rank + 1) * per)
