@@ -13,31 +13,27 @@ side by side with a binomial standard error.
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from agentgym.trainer.config import load_config
-from agentgym.trainer.metrics import episode_stats
+from agentgym.trainer.evaluation import collect_fixed, eval_record, gain
 from agentgym.trainer.train import Setup, load_weights
 
 SEED_BASE = 5_000_000  # apart from the eval (0..), warm-start (10,000..) and PPO (1,000,000..) seeds
+# (so these tasks are not the ones the trainer's own evaluations use)
 
 
-def evaluate(setup: Setup, weights: str, episodes: int, temperature: float) -> dict[str, float]:
+def evaluate(setup: Setup, weights: str, episodes: int, temperature: float) -> dict[str, Any]:
     """Sample ``episodes`` fixed tasks with ``weights``, in chunks of the setup's eval collector."""
     load_weights(setup.model, weights)
     setup.engine.sync_weights(setup.model)
-    chunk = setup.cfg.log.eval_episodes
-    trajs = []
-    for start in range(0, episodes, chunk):
-        seeds = [SEED_BASE + start + i for i in range(min(chunk, episodes - start))]
-        got, _ = setup.eval_collector.collect(seeds, temperature=temperature, sample_seed=777 + start,
-                                              options=setup.cfg.env.eval_options)
-        trajs += got
-    return episode_stats(trajs)
+    trajs = collect_fixed(setup.eval_collector, episodes, temperature=temperature, sample_seed=777,
+                          options=setup.cfg.env.eval_options, seed_base=SEED_BASE)
+    return eval_record(trajs, temperature)
 
 
 def main() -> None:
@@ -63,14 +59,15 @@ def main() -> None:
     finally:
         setup.close()
     print(f"{run}: {args.episodes} fixed tasks, temperature {temperature}")
-    print(f"{'weights':<12}{'reward':>9}{'exact':>16}{'malformed/ep':>14}{'seconds':>9}")
+    print(f"{'weights':<12}{'reward':>9}{'success [95% interval]':>26}{'malformed/ep':>14}{'seconds':>9}")
     for name, m in rows.items():
-        se = math.sqrt(m["success"] * (1 - m["success"]) / args.episodes)
-        print(f"{name:<12}{m['reward_mean']:>9.3f}{m['success']:>10.3f} ±{se:.3f}{m['errors_mean']:>14.3f}"
-              f"{m['seconds']:>9.1f}")
+        print(f"{name:<12}{m['reward_mean']:>9.3f}{m['success']:>10.3f} [{m['success_lo']:.3f}, "
+              f"{m['success_hi']:.3f}]{m['errors_mean']:>14.3f}{m['seconds']:>9.1f}")
     a, b = rows["warm start"], rows["after PPO"]
-    print(f"PPO: reward {b['reward_mean'] - a['reward_mean']:+.3f}, exact {b['success'] - a['success']:+.3f}")
-
+    g = gain(a, b)
+    assert g is not None
+    print(f"PPO: reward {b['reward_mean'] - a['reward_mean']:+.3f}, success {g['gain']:+.3f} ± {g['se']:.3f} "
+          f"({g['z']:.1f} SE; paired SE {g['se_paired']:.3f})")
 
 if __name__ == "__main__":
     main()

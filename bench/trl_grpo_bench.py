@@ -1,18 +1,26 @@
-"""agentgym's PPO loop vs TRL's GRPOTrainer, side by side in one process, on the same tiny
-GPT-OSS (same initial weights), the same tasks, batch size and samples per task.
+"""agentgym's PPO loop vs TRL's GRPOTrainer from the main job's imperfect warm start.
 
-    .venv/bin/python bench/trl_grpo_bench.py --init-single RUN_A/warm_start --init-multi RUN_B/warm_start --steps 10
+    .venv/bin/python bench/trl_grpo_bench.py --run runs/cpu-quickstart --steps 20
 
-Both trainers get the same rollouts machinery where TRL has none of its own for token-level
-multi-turn episodes: TRL's experimental ``rollout_func`` hook runs the agentgym environment with
-transformers sampling (agentgym's plain ``hf`` engine on TRL's model), returns prompt ids,
-completion ids (actions + tool results), the env mask (tool results get no loss) and the
-sampling log-probs; the reward function returns the environment's reward. agentgym runs its
-own loop (prefix-sharing engine, exact on-policy ratio, seq-TIS). Same hyper-parameters on
-both sides: lr, clip 0.2/0.28, token-level loss, 1 iteration per batch, no KL, temperature 1.
+Both trainers start from the same weights (``RUN/warm_start``, the quickstart's warm start:
+a tiny GPT-OSS that imitated the imperfect ``guesser`` teacher and mostly answers without
+the calculator), train for the same number of steps on the same task stream (MathCalc-v0
+with the run's env settings, the same task seeds and sampling seeds per step, 4 tasks x 8
+samples), with the same hyper-parameters: the run's ``ppo.lr`` and warmup, clip 0.2/0.28,
+token-level loss (TRL ``loss_type="dapo"``), group baseline normalised by the group's std,
+one update per batch, k3 KL to the warm start in the loss with the run's ``ppo.kl_coef``
+(TRL ``beta``), gradient clipping 1.0, a fresh AdamW on both sides (the warm start's
+optimizer moments are not saved, so agentgym's ``carry_sft_optimizer`` is off here).
 
-Printed: wall seconds per training step (mean over the steps after the first) and the mean
-sampled reward of the last steps, for single-turn Math-v0 and multi-turn MathCalc-v0.
+TRL has no token-level multi-turn rollouts of its own: its ``rollout_func`` hook runs the
+agentgym environment with transformers-style sampling (agentgym's plain ``hf`` engine on
+TRL's own model: every prompt prefilled in full), returning prompt ids, completion ids
+(actions + tool results), the env mask (tool results get no loss) and the sampling log-probs;
+the reward is the environment's (sparse: 1 for the right number). agentgym runs its own loop.
+
+Printed: wall seconds per step (mean after the first) and, for the warm start and each
+trained model, success on the same fixed evaluation tasks (the trainer's eval seeds),
+greedy and at the training temperature, with 95% intervals.
 """
 
 from __future__ import annotations
@@ -24,16 +32,12 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
-TASKS = {"single": "agentgym/Math-v0", "multi": "agentgym/MathCalc-v0"}
-# Both sides: easy arithmetic, shaped reward (outcome + format - malformed - per turn).
-ENV_KWARGS = {"families": ["arithmetic"], "levels": ["easy"], "reward_mode": "shaped"}
-
 
 def hf_byte_tokenizer() -> Any:
     """agentgym's ByteTokenizer as a transformers PreTrainedTokenizer (TRL needs one)."""
@@ -80,13 +84,13 @@ def hf_byte_tokenizer() -> Any:
                     out += t.encode()
             return out.decode("utf-8", errors="replace")
 
-        def decode(self, ids: Any, skip_special_tokens: bool = False, **kw: Any) -> str:
+        def decode(self, ids: Any, skip_special_tokens: bool = False, **kw: Any) -> str:  # type: ignore[override]
             ids = [int(i) for i in (ids.tolist() if hasattr(ids, "tolist") else ids)]
             if skip_special_tokens:
                 ids = [i for i in ids if i < 256]
             return byte.decode(ids)
 
-        def batch_decode(self, seqs: Any, skip_special_tokens: bool = False, **kw: Any) -> list[str]:
+        def batch_decode(self, seqs: Any, skip_special_tokens: bool = False, **kw: Any) -> list[str]:  # type: ignore[override]
             return [self.decode(s, skip_special_tokens=skip_special_tokens) for s in seqs]
 
         def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
@@ -95,74 +99,69 @@ def hf_byte_tokenizer() -> Any:
     return HFByte()
 
 
-def build_model(init: str | None, seed: int) -> Any:
+def build_model(init: str, seed: int) -> Any:
     from agentgym.tokenizers import ByteTokenizer
     from agentgym.trainer.model import build_tiny_gptoss
     from agentgym.trainer.train import load_weights
 
     model = build_tiny_gptoss(ByteTokenizer().vocab_size, seed=seed)
-    if init:
-        load_weights(model, init)
+    load_weights(model, init)
     return model
 
 
-def run_agentgym(task: str, args: argparse.Namespace, run_dir: str) -> dict[str, Any]:
+def bench_config(run: Path, steps: int, run_dir: str, extra: list[str]) -> Any:
+    """The run's own config, continued from its warm start without SFT, for ``steps`` steps."""
     from agentgym.trainer.config import load_config
-    from agentgym.trainer.train import Trainer
 
-    cfg = load_config("cpu-quickstart", [
-        f"env.id={TASKS[task]}", f"log.run_dir={run_dir}", "sft.steps=0", f"ppo.steps={args.steps}",
-        f"rollout.tasks_per_step={args.tasks}", f"rollout.samples_per_task={args.samples}",
-        f"ppo.lr={args.lr}", "ppo.warmup_steps=1", f"threads={args.threads}", "log.eval_every=0",
+    return load_config(run / "config.yaml", [
+        f"log.run_dir={run_dir}", "sft.steps=0", f"model.init_from={run / 'warm_start'}",
+        f"ppo.steps={steps}", "ppo.carry_sft_optimizer=false", "log.eval_every=0",
         "log.checkpoint_every=0", "log.plots=false", "log.progress=false", "log.tensorboard=false",
-        f"env.max_action_tokens={args.max_tokens}", f"env.max_turns={1 if task == 'single' else 2}",
-        "env.reward_mode=shaped", "env.prompt=harmony", "env.kwargs={families: [arithmetic], levels: [easy]}",
-        "ppo.carry_sft_optimizer=false"])
-    trainer = Trainer(cfg)
-    init = getattr(args, f"init_{task}")
-    if init:
-        from agentgym.trainer.train import load_weights
+        "curriculum.levels=[]", *extra])
 
-        load_weights(trainer.s.model, init)
-        trainer.s.engine.sync_weights(trainer.s.model)
+
+def run_agentgym(cfg: Any) -> tuple[dict[str, Any], Any]:
+    from agentgym.trainer.train import TRAIN_SEED_BASE, Trainer
+
+    assert TRAIN_SEED_BASE == 1_000_000
+    trainer = Trainer(cfg)
+    trainer.s.after_warm_start()  # the KL reference: the warm start itself (as TRL's ref model)
     times, rewards = [], []
-    for step in range(args.steps):
+    for step in range(cfg.ppo.steps):
         t0 = time.perf_counter()
         m = trainer.train_step(step)
         times.append(time.perf_counter() - t0)
         rewards.append(m["reward_mean"])
     trainer.s.close()
-    return {"step_s": times, "reward": rewards}
+    return {"step_s": times, "reward": rewards}, trainer.s.model
 
 
-def run_trl(task: str, args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
-    import gymnasium as gym
+def run_trl(cfg: Any, out_dir: str) -> tuple[dict[str, Any], Any]:
     from datasets import Dataset
+    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from agentgym.tokenizers import ByteTokenizer
     from agentgym.trainer.engines.hf import HFEngine
     from agentgym.trainer.rollout import Collector
 
     tok = hf_byte_tokenizer()
-    model = build_model(getattr(args, f"init_{task}"), args.seed)
-    n = args.tasks * args.samples
-    turns = 1 if task == "single" else 2
-
-    def make_env() -> Any:
-        return gym.make(TASKS[task], max_turns=turns, max_action_tokens=args.max_tokens, **ENV_KWARGS)
-
+    model = build_model(str(cfg.model.init_from), cfg.seed)
+    tasks, samples = cfg.rollout.tasks_per_step, cfg.rollout.samples_per_task
+    n = tasks * samples
+    make_env = _env_factory(cfg, ByteTokenizer())
     step_counter = {"i": 0}
     collector: dict[str, Any] = {}
 
     def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, Any]:
-        if "c" not in collector:  # plain transformers sampling on TRL's own model
+        if "c" not in collector:  # plain transformers-style sampling on TRL's own model
             collector["c"] = Collector.from_factory(make_env, n, HFEngine(trainer.model, pad_id=tok.pad_token_id),
-                                                    max_new_tokens=args.max_tokens)
+                                                    max_new_tokens=cfg.env.max_action_tokens)
         i = step_counter["i"]
         step_counter["i"] += 1
-        seeds = [1_000_000 + i * args.tasks + t for t in range(args.tasks) for _ in range(args.samples)]
-        trajs, _ = collector["c"].collect(seeds[:len(prompts)] if len(prompts) < n else seeds,
-                                          temperature=1.0, sample_seed=args.seed * 7919 + i * 131)
+        seeds = [1_000_000 + i * tasks + t for t in range(tasks) for _ in range(samples)]
+        trajs, _ = collector["c"].collect(seeds, temperature=cfg.rollout.temperature,
+                                          sample_seed=cfg.seed * 7919 + i * 131, options=cfg.env.train_options)
         out: dict[str, Any] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],
                                "env_reward": []}
         for t in trajs:
@@ -173,32 +172,32 @@ def run_trl(task: str, args: argparse.Namespace, out_dir: str) -> dict[str, Any]
             out["env_reward"].append(t.total_reward)
         return out
 
-    def env_reward(completions: list[Any], env_reward: list[float], **kw: Any) -> list[float]:
+    def env_reward(completions: list[Any], env_reward: list[float], **kw: Any) -> list[float | None]:
         return list(env_reward)
 
-    data = Dataset.from_list([{"prompt": f"task {i}"} for i in range(args.tasks * (args.steps + 2))])
+    data = Dataset.from_list([{"prompt": f"task {i}"} for i in range(tasks * (cfg.ppo.steps + 2))])
     config = GRPOConfig(
-        output_dir=out_dir, per_device_train_batch_size=n, num_generations=args.samples,
-        gradient_accumulation_steps=1, max_steps=args.steps, learning_rate=args.lr,
-        lr_scheduler_type="constant", max_grad_norm=1.0,
-        epsilon=0.2, epsilon_high=0.28, beta=0.0, loss_type="dapo", num_iterations=1,
-        temperature=1.0, max_completion_length=args.max_tokens * 2 * turns + 64,
+        output_dir=out_dir, per_device_train_batch_size=n, num_generations=samples,
+        gradient_accumulation_steps=1, max_steps=cfg.ppo.steps, learning_rate=cfg.ppo.lr,
+        lr_scheduler_type="constant_with_warmup", warmup_steps=cfg.ppo.warmup_steps,
+        max_grad_norm=cfg.ppo.max_grad_norm, weight_decay=cfg.ppo.weight_decay,
+        epsilon=cfg.ppo.clip_low, epsilon_high=cfg.ppo.clip_high, beta=cfg.ppo.kl_coef,
+        loss_type="dapo", num_iterations=1, temperature=cfg.rollout.temperature,
+        max_completion_length=cfg.env.max_action_tokens * 2 * cfg.env.max_turns + 64,
         logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, bf16=False,
-        shuffle_dataset=False, seed=args.seed, dataloader_num_workers=0, disable_tqdm=True,
+        shuffle_dataset=False, seed=cfg.seed, dataloader_num_workers=0, disable_tqdm=True,
     )
     times: list[float] = []
     rewards: list[float] = []
 
-    from transformers import TrainerCallback
-
-    class Timer(TrainerCallback):
-        def on_step_begin(self, a: Any, state: Any, control: Any, **kw: Any) -> None:
+    class Timer(TrainerCallback):  # type: ignore[misc]
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.t0 = time.perf_counter()
 
-        def on_step_end(self, a: Any, state: Any, control: Any, **kw: Any) -> None:
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             times.append(time.perf_counter() - self.t0)
 
-        def on_log(self, a: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
             if logs and "reward" in logs:
                 rewards.append(float(logs["reward"]))
 
@@ -207,38 +206,88 @@ def run_trl(task: str, args: argparse.Namespace, out_dir: str) -> dict[str, Any]
     trainer.train()
     if "c" in collector:
         collector["c"].close()
-    return {"step_s": times, "reward": rewards}
+    return {"step_s": times, "reward": rewards}, trainer.model
+
+
+def _env_factory(cfg: Any, tokenizer: Any) -> Any:
+    import gymnasium as gym
+
+    import agentgym  # noqa: F401  (registers the environments)
+
+    def make_env() -> Any:
+        return gym.make(cfg.env.id, tokenizer=tokenizer, reward_mode=cfg.env.reward_mode,
+                        max_turns=cfg.env.max_turns, max_tokens=cfg.env.max_tokens,
+                        max_action_tokens=cfg.env.max_action_tokens, prompt=cfg.env.prompt, **cfg.env.kwargs)
+
+    return make_env
+
+
+def evaluate(cfg: Any, model: Any, episodes: int) -> dict[str, Any]:
+    """Success on the trainer's fixed eval tasks, greedy and at the training temperature."""
+    from agentgym.tokenizers import ByteTokenizer
+    from agentgym.trainer.evaluation import collect_fixed, eval_record
+    from agentgym.trainer.rollout import Collector, make_prefix_engine
+    from agentgym.trainer.train import EVAL_SEED_BASE
+
+    model.eval()
+    col = Collector.from_factory(_env_factory(cfg, ByteTokenizer()), min(64, episodes),
+                                 make_prefix_engine(model, pad_id=ByteTokenizer().pad_id),
+                                 max_new_tokens=cfg.env.max_action_tokens)
+    out: dict[str, Any] = {}
+    try:
+        for prefix, t in (("", cfg.log.eval_temperature), ("sampled_", cfg.rollout.temperature)):
+            trajs = collect_fixed(col, episodes, temperature=t, sample_seed=12345,
+                                  options=cfg.env.eval_options, seed_base=EVAL_SEED_BASE)
+            out.update(eval_record(trajs, t, prefix))
+    finally:
+        col.close()
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--init-single", help="warm-start weights for Math-v0 (an agentgym-train run dir)")
-    ap.add_argument("--init-multi", help="warm-start weights for MathCalc-v0 (an agentgym-train run dir)")
-    ap.add_argument("--task", choices=["single", "multi", "both"], default="both")
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--tasks", type=int, default=4)
-    ap.add_argument("--samples", type=int, default=4)
-    ap.add_argument("--lr", type=float, default=5e-4)
-    ap.add_argument("--max-tokens", type=int, default=96)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--run", required=True, help="a finished agentgym-train run of the main job "
+                    "(its config.yaml and warm_start/)")
+    ap.add_argument("--steps", type=int, default=None, help="training steps (default: the run's ppo.steps)")
+    ap.add_argument("--episodes", type=int, default=256, help="fixed evaluation tasks")
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", help="also write the raw numbers here")
+    ap.add_argument("overrides", nargs="*", help="extra KEY=VALUE overrides for both sides")
     args = ap.parse_args()
+    from agentgym.trainer.config import load_config
+    from agentgym.trainer.evaluation import gain
+
     torch.set_num_threads(args.threads)
+    run = Path(args.run)
+    steps = args.steps or load_config(run / "config.yaml").ppo.steps
     results: dict[str, Any] = {}
-    for task in (["single", "multi"] if args.task == "both" else [args.task]):
-        with tempfile.TemporaryDirectory() as d:
-            torch.manual_seed(args.seed)
-            results[f"agentgym/{task}"] = run_agentgym(task, args, os.path.join(d, "ag"))
-            torch.manual_seed(args.seed)
-            results[f"trl/{task}"] = run_trl(task, args, os.path.join(d, "trl"))
-    print(f"{'run':18} {'s/step (mean, steps 2..)':>26} {'reward first':>13} {'reward last':>12}")
+    with tempfile.TemporaryDirectory() as d:
+        cfg = bench_config(run, steps, os.path.join(d, "ag"), [f"threads={args.threads}", *args.overrides])
+        results["warm start"] = {"eval": evaluate(cfg, build_model(str(cfg.model.init_from), cfg.seed), args.episodes)}
+        torch.manual_seed(cfg.seed)
+        r, model = run_agentgym(cfg)
+        results["agentgym"] = {**r, "eval": evaluate(cfg, model, args.episodes)}
+        torch.manual_seed(cfg.seed)
+        r, model = run_trl(cfg, os.path.join(d, "trl"))
+        results["TRL GRPOTrainer"] = {**r, "eval": evaluate(cfg, model, args.episodes)}
+    warm = results["warm start"]["eval"]
+    print(f"{steps} steps of {cfg.rollout.tasks_per_step} tasks x {cfg.rollout.samples_per_task} samples "
+          f"from {run / 'warm_start'}; success on {args.episodes} fixed tasks, 95% intervals")
+    print(f"{'trainer':<17}{'s/step':>8}  {'greedy':<26}{'T=' + format(cfg.rollout.temperature, 'g'):<26}"
+          f"{'gain over warm start (greedy / sampled)'}")
     for name, r in results.items():
-        st = r["step_s"][1:] or r["step_s"]
-        print(f"{name:18} {statistics.mean(st):26.2f} {r['reward'][0]:13.3f} {r['reward'][-1]:12.3f}")
+        e = r["eval"]
+        cells = [f"{e[p + 'success']:.3f} [{e[p + 'success_lo']:.3f}, {e[p + 'success_hi']:.3f}]"
+                 for p in ("", "sampled_")]
+        st = r.get("step_s", [])
+        sps = f"{statistics.mean(st[1:] or st):8.2f}" if st else f"{'-':>8}"
+        gains = ""
+        if name != "warm start":
+            gs = [gain(warm, e, p) for p in ("", "sampled_")]
+            gains = " / ".join(f"{g['gain']:+.3f} ± {g['se']:.3f}" for g in gs if g)
+        print(f"{name:<17}{sps}  {cells[0]:<26}{cells[1]:<26}{gains}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+        Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     return 0
 
 

@@ -122,19 +122,16 @@ def _run(argv: list[str]) -> int:
         print(plan.report())
         return 2 if plan.problems else 0
     from agentgym.trainer.distributed import shutdown
+    from agentgym.trainer.evaluation import report_lines
     from agentgym.trainer.train import Trainer
 
     try:
         summary = Trainer(cfg, resume=bool(resume)).run()
     finally:
         shutdown()
-    names = {"init": "untrained", "warm_start": "after warm start", "ppo": "after PPO"}
-    stages = summary["eval_stages"]
-    if stages and os.environ.get("RANK", "0") == "0":  # under torchrun: rank 0 speaks
-        print("eval reward " + " -> ".join(
-            f"{e['reward_mean']:.3f} {names[k]} (success {e['success']:.2f})"
-            for k, e in sorted(stages.items(), key=lambda kv: list(names).index(kv[0])))
-            + f"; run dir: {summary['run_dir']}")
+    lines = report_lines(summary["run_dir"]) if os.environ.get("RANK", "0") == "0" else []
+    if lines:  # under torchrun: rank 0 speaks
+        print("\n".join(lines))
     return 0
 
 

@@ -26,6 +26,8 @@ import yaml
 
 from agentgym.env import PROMPT_STYLES
 from agentgym.errors import ConfigError
+from agentgym.trainer.curriculum import CurriculumConfig
+from agentgym.trainer.health import HealthConfig
 
 __all__ = [
     "CorrectionConfig", "DistributedConfig", "EnvConfig", "LogConfig", "ModelConfig", "PPOConfig",
@@ -225,6 +227,18 @@ class SFTConfig:
     """Gradient clipping."""
     seed: int = 10_000
     """First task seed of the demonstrations (kept apart from PPO's task seeds)."""
+    teacher: str = "oracle"
+    """Demonstration policy: ``oracle`` (always right), ``guesser`` (imperfect: the oracle, but
+    on a fraction ``skip_tool`` of episodes it skips the tools, restates the arithmetic in its
+    analysis channel and guesses) or ``blind-guesser`` (the same without the analysis)."""
+    skip_tool: float = 0.0
+    """``guesser``: fraction of episodes answered at once with a guess instead of the tools."""
+    guess_right: float = 0.0
+    """``guesser``: probability that a guess is right (else one digit is off)."""
+    oracle_steps: int = 0
+    """The first ``oracle_steps`` steps imitate the oracle, the rest ``teacher``: the tool loop
+    is learned from perfect demos, then a short imitation of the imperfect teacher makes
+    skipping the tool the policy's habit (0 = ``teacher`` from the start)."""
 
 
 @dataclass
@@ -237,6 +251,12 @@ class LogConfig:
     """Evaluation episodes (fixed seeds on the eval split)."""
     eval_temperature: float = 0.0
     """Evaluation temperature (0 = greedy)."""
+    eval_sampled: bool = False
+    """Untrained, warm start and end of PPO: also evaluate the same tasks at rollout.temperature
+    (fixed sampling seed); logged with a ``sampled_`` prefix."""
+    eval_episodes_final: int = 0
+    """Episodes of the two evaluations PPO's gain is measured between (right after the warm
+    start, end of PPO); 0 = eval_episodes. The others (untrained, in between) use eval_episodes."""
     checkpoint_every: int = 10
     """Checkpoint every N PPO steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = 2
@@ -283,6 +303,8 @@ class TrainConfig:
     correction: CorrectionConfig = field(default_factory=CorrectionConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     def derived(self) -> dict[str, Any]:
@@ -304,6 +326,7 @@ class TrainConfig:
             "ppo.kl_in": (self.ppo.kl_in, ("loss", "reward")),
             "model.dtype": (self.model.dtype, ("float32", "bfloat16")),
             "sft.schedule": (self.sft.schedule, ("cosine", "constant")),
+            "sft.teacher": (self.sft.teacher, ("oracle", "guesser", "blind-guesser")),
             "distributed.backend": (self.distributed.backend, ("auto", "nccl", "gloo")),
             "rollout.backend": (self.rollout.backend, ("local", "ray")),
             "rollout.ray.retry": (self.rollout.ray.retry, ("auto", "always", "never")),
@@ -340,7 +363,8 @@ class TrainConfig:
         for key, v in positive.items():
             if not v > 0:
                 raise ConfigError(f"{key}: expected a positive number, got {v!r}")
-        nonneg = {"ppo.steps": self.ppo.steps, "sft.steps": self.sft.steps,
+        nonneg = {"ppo.steps": self.ppo.steps, "sft.steps": self.sft.steps, "sft.oracle_steps": self.sft.oracle_steps,
+                  "log.eval_episodes_final": self.log.eval_episodes_final,
                   "ppo.kl_coef": self.ppo.kl_coef, "ppo.entropy_coef": self.ppo.entropy_coef,
                   "rollout.temperature": self.rollout.temperature,
                   "log.eval_every": self.log.eval_every, "log.checkpoint_every": self.log.checkpoint_every,
@@ -366,6 +390,11 @@ class TrainConfig:
         if self.ppo.advantage == "group" and self.rollout.samples_per_task < 2:
             raise ConfigError("ppo.advantage=group needs rollout.samples_per_task >= 2 (a group "
                               f"baseline over one sample is zero), got {self.rollout.samples_per_task}")
+        for key, v in (("sft.skip_tool", self.sft.skip_tool), ("sft.guess_right", self.sft.guess_right)):
+            if not 0 <= v <= 1:
+                raise ConfigError(f"{key}: expected a probability in [0, 1], got {v!r}")
+        self.health.validate()
+        self.curriculum.validate()
         if self.rollout.sleep_level > 2:
             raise ConfigError(f"rollout.sleep_level: expected 0, 1 or 2, got {self.rollout.sleep_level}")
         if len(self.correction.geo_band) != 2:

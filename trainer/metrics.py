@@ -15,7 +15,8 @@ from typing import Any
 
 from agentgym.errors import ConfigError
 
-__all__ = ["MetricsLogger", "Progress", "episode_stats", "read_metrics", "truncate_metrics"]
+__all__ = ["MetricsLogger", "Progress", "episode_stats", "episode_success", "read_metrics",
+           "truncate_metrics"]
 
 
 def _clean(v: Any) -> Any:
@@ -115,10 +116,22 @@ class Progress:
         if self._bar is not None:
             self._bar.update(self._task, completed=completed, info=info)
 
+    def note(self, message: str) -> None:
+        """A line that stays on screen (above the live bar, or plain when the bar is off)."""
+        if self._bar is not None:
+            self._bar.console.print(message, markup=False, highlight=False)
+        else:
+            print(message, flush=True)
+
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+
+
+def episode_success(traj: Any) -> bool:
+    """The episode solved its task: the outcome of its last turn is above 0.5."""
+    return bool(traj.turns) and traj.turns[-1].components.get("outcome", 0.0) > 0.5
 
 
 def episode_stats(trajectories: list[Any]) -> dict[str, float]:
@@ -126,12 +139,11 @@ def episode_stats(trajectories: list[Any]) -> dict[str, float]:
     n = max(len(trajectories), 1)
     rewards = [t.total_reward for t in trajectories]
     mean = sum(rewards) / n
-    outcomes = [t.turns[-1].components.get("outcome", 0.0) if t.turns else 0.0 for t in trajectories]
     turns = [len(t.turns) for t in trajectories]
     return {
         "reward_mean": mean,
         "reward_std": math.sqrt(sum((r - mean) ** 2 for r in rewards) / n),
-        "success": sum(o > 0.5 for o in outcomes) / n,
+        "success": sum(episode_success(t) for t in trajectories) / n,
         "turns_mean": sum(turns) / n,
         "tool_calls_mean": sum(1 for t in trajectories for u in t.turns if u.tool) / n,
         "errors_mean": sum(1 for t in trajectories for u in t.turns if u.error) / n,

@@ -2,6 +2,9 @@
 
 ``write_plots(run_dir)`` writes ``run_dir/plots/{reward,kl,entropy,grad_norm,clip_frac,
 mismatch,sft}.png`` and returns their paths; a panel whose metric was never logged is skipped.
+The reward panel also draws every evaluation's success on its fixed tasks with its 95%
+interval (greedy, and sampled when the run evaluates both; the untrained policy at step 0
+as a separate marker) and marks the steps where the health monitor raised an alert.
 """
 
 from __future__ import annotations
@@ -16,10 +19,8 @@ __all__ = ["PANELS", "write_plots"]
 # file name -> (title, [(phase, key, label)]); "eval/init" is the evaluation of the untrained
 # policy (drawn as one marker), "eval" the ones after the warm start.
 PANELS: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
-    "reward": ("Reward", [("train", "reward_mean", "train (sampled)"),
-                          ("eval", "reward_mean", "eval (greedy)"),
-                          ("eval/init", "reward_mean", "eval, untrained"),
-                          ("train", "success", "train success")]),
+    "reward": ("Reward and success", [("train", "reward_mean", "train reward (sampled, new tasks)"),
+                                      ("train", "success", "train success")]),
     "kl": ("KL", [("train", "kl_ref", "KL to reference"), ("train", "approx_kl", "approx KL old->new"),
                   ("train", "mismatch_k3", "engine/trainer k3")]),
     "entropy": ("Policy entropy (per policy token)", [("train", "entropy", "entropy")]),
@@ -46,6 +47,50 @@ def _series(rows: list[dict[str, Any]], phase: str, key: str) -> tuple[list[int]
     return xs, ys
 
 
+# evaluation success with 95% intervals on the reward panel: (key prefix, label, stage filter)
+EVAL_SERIES: list[tuple[str, str, str]] = [("", "eval success, greedy", "after"),
+                                           ("sampled_", "eval success, sampled", "after"),
+                                           ("", "untrained, greedy", "init"),
+                                           ("sampled_", "untrained, sampled", "init")]
+
+
+def _eval_points(rows: list[dict[str, Any]], prefix: str, which: str) -> tuple[list[float], ...]:
+    xs: list[float] = []
+    ys: list[float] = []
+    lo: list[float] = []
+    hi: list[float] = []
+    for r in rows:
+        if r["phase"] != "eval" or (r.get("stage") == "init") != (which == "init"):
+            continue
+        y = r.get(prefix + "success")
+        if not isinstance(y, (int, float)):
+            continue
+        xs.append(float(r["step"]))
+        ys.append(float(y))
+        lo.append(float(y) - float(r.get(prefix + "success_lo", y)))
+        hi.append(float(r.get(prefix + "success_hi", y)) - float(y))
+    return xs, ys, lo, hi
+
+
+def _draw_evals(ax: Any, rows: list[dict[str, Any]]) -> int:
+    drawn = 0
+    for prefix, label, which in EVAL_SERIES:
+        xs, ys, lo, hi = _eval_points(rows, prefix, which)
+        if xs:
+            ns = sorted({int(r[prefix + "episodes"]) for r in rows if r["phase"] == "eval"
+                         and (r.get("stage") == "init") == (which == "init") and r.get(prefix + "episodes")})
+            n = "/".join(map(str, ns))  # e.g. "64/256": fewer tasks in between, more at the ends
+            ax.errorbar(xs, ys, yerr=[lo, hi], capsize=3, marker="x" if which == "init" else "o",
+                        markersize=5, linestyle="none" if which == "init" else "-",
+                        label=label + (f" (fixed tasks, n={n})" if n and which != "init" else ""))
+            drawn += 1
+    alerts = [int(r["step"]) for r in rows if r["phase"] == "train" and r.get("health_alerts")]
+    if alerts:
+        ax.scatter(alerts, [0.0] * len(alerts), marker="|", s=80, color="red", label="health alert")
+        drawn += 1
+    return drawn
+
+
 def write_plots(run_dir: str | Path) -> list[Path]:
     try:
         import matplotlib
@@ -70,6 +115,8 @@ def write_plots(run_dir: str | Path) -> list[Path]:
                     style = {"marker": "x", "markersize": 7, "linestyle": "none"}
                 ax.plot(xs, ys, label=label, **style)
                 drawn += 1
+        if name == "reward":
+            drawn += _draw_evals(ax, rows)
         if drawn:
             ax.set_title(title)
             ax.set_xlabel("SFT step" if series[0][0] == "sft" else "PPO step")

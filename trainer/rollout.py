@@ -64,11 +64,13 @@ class Collector:
         return cls(EnvPool(factory, n=n, max_workers=max_workers), engine, max_new_tokens=max_new_tokens)
 
     def collect(self, seeds: Sequence[int], *, temperature: float, sample_seed: int | None,
-                options: dict[str, Any] | None = None) -> tuple[list[Trajectory], RolloutStats]:
+                options: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
+                ) -> tuple[list[Trajectory], RolloutStats]:
         """One episode per seed (``len(seeds) <= len(pool)``); returns the finished trajectories.
 
         ``sample_seed`` seeds the engine's sampler (round ``r`` uses ``sample_seed + r``), so a
-        collection is reproducible given the weights.
+        collection is reproducible given the weights. ``options``: the reset options of every
+        episode, or a list with one dict per episode (e.g. a curriculum's levels).
         """
         import time
 
@@ -78,11 +80,15 @@ class Collector:
                                "build the pool with at least as many envs as episodes per step")
         envs: list[Any] = self.pool.envs[:n]
         t0 = time.perf_counter()
-        if n == len(self.pool):  # concurrent resets (sandboxes, servers start in parallel)
-            self.pool.reset(seeds, options=options)
+        per = [options] * n if options is None or isinstance(options, dict) else list(options)
+        if len(per) != n:
+            raise TrainerError(f"{len(per)} option dicts for {n} episodes; pass one per seed "
+                               "or a single dict for all")
+        if n == len(self.pool) and all(o is per[0] for o in per):
+            self.pool.reset(seeds, options=per[0])  # concurrent (sandboxes, servers start in parallel)
         else:
             for i, s in enumerate(seeds):
-                self.pool.reset_one(i, seed=s, options=options)
+                self.pool.reset_one(i, seed=s, options=per[i])
         env_s = time.perf_counter() - t0  # the prompts now sit in each env's trajectory
         gen_s = 0.0
         active = list(range(n))
@@ -138,7 +144,7 @@ def _common_prefix(prompts: Sequence[Sequence[int]]) -> int:
 
 def make_prefix_engine(model: Any, **kwargs: Any) -> Any:
     """An ``hf`` engine that prefills the prompts' shared prefix once (see PrefixHFEngine)."""
-    from agentgym.trainer.engines.hf import HFEngine, sample_step
+    from agentgym.trainer.engines.hf import HFEngine, decoding_attention, sample_step
 
     class PrefixHFEngine(HFEngine):  # type: ignore[misc, valid-type]
         """``hf`` sampling where the prompt prefix all episodes share (system + developer
@@ -169,6 +175,7 @@ def make_prefix_engine(model: Any, **kwargs: Any) -> Any:
                 return super()._generate_batch(prompts, max_new_tokens, temperature, stop_ids, gen)
             was_training = model.training
             model.eval()
+            attn = decoding_attention(model.config)
             try:
                 B, L = len(prompts), max(len(p) for p in prompts)
                 pre: Any = DynamicCache(config=model.config)
@@ -219,5 +226,6 @@ def make_prefix_engine(model: Any, **kwargs: Any) -> Any:
                 return [Sample(tokens[i], logps[i], reason[i]) for i in range(B)]
             finally:
                 model.train(was_training)
+                model.config._attn_implementation = attn
 
     return PrefixHFEngine(model, **kwargs)

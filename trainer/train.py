@@ -38,7 +38,17 @@ from agentgym.trainer.checkpoint import (
     save_model,
 )
 from agentgym.trainer.config import TrainConfig
-from agentgym.trainer.metrics import MetricsLogger, Progress, episode_stats, read_metrics, truncate_metrics
+from agentgym.trainer.curriculum import CurriculumSampler
+from agentgym.trainer.evaluation import collect_fixed, eval_record
+from agentgym.trainer.health import HealthMonitor
+from agentgym.trainer.metrics import (
+    MetricsLogger,
+    Progress,
+    episode_stats,
+    episode_success,
+    read_metrics,
+    truncate_metrics,
+)
 from agentgym.trainer.ray_rollout import drop_failed
 from agentgym.trainer.rollout import Collector, group_seeds
 from agentgym.trainer.update import check_finite, ppo_update
@@ -287,6 +297,8 @@ class Trainer:
         self.sft_done = cfg.sft.steps == 0
         self.resumed = False
         self.score_stats = [0, 0.0, 0.0]  # running count, mean, M2 of scores (reward norm)
+        self.health = HealthMonitor(cfg.health)
+        self.curriculum = CurriculumSampler(cfg.curriculum, seed=cfg.seed)
         run_dir = Path(cfg.log.run_dir)
         if resume:
             self._resume()
@@ -311,25 +323,29 @@ class Trainer:
             from agentgym.trainer.sft import run_sft
 
             if cfg.log.eval_every:
-                self._evaluate("init")  # the untrained policy: where the run's reward starts
+                self._evaluate("init", full=False, sampled=True)  # the untrained policy: where it starts
             with s.compute():
                 run_sft(cfg, s, self.log)
             self.sft_done = True
             s.after_warm_start()
             s.start_reference(resumed=False)
-            self._evaluate("warm_start")
+            self._evaluate("warm_start", full=True, sampled=True)
             self._checkpoint()
         bar = Progress(cfg.ppo.steps, "ppo", cfg.log.progress and self.main)
         try:
             while self.step < cfg.ppo.steps:
                 m = self.train_step(self.step)
                 self.step += 1
+                alerts = self.health.check(self.step, m)
+                m.update(self.health.flags(alerts), health_alerts=alerts)
                 self.log.log("train", self.step, m)
+                for a in alerts:
+                    bar.note(f"health: {a}")
                 bar.update(self.step, f"reward {m['reward_mean']:.3f} kl_ref {m.get('kl_ref', 0):.4f} "
-                                      f"{m['t_step']:.1f}s/step")
+                                      f"{m['t_step']:.1f}s/step" + (f" | {alerts[0]}" if alerts else ""))
                 last = self.step == cfg.ppo.steps
                 if cfg.log.eval_every and (self.step % cfg.log.eval_every == 0 or last):
-                    self._evaluate("ppo")
+                    self._evaluate("ppo", full=last, sampled=last)
                 if last or (cfg.log.checkpoint_every and self.step % cfg.log.checkpoint_every == 0):
                     self._checkpoint()
         finally:
@@ -357,12 +373,18 @@ class Trainer:
         tasks, k = cfg.rollout.tasks_per_step, cfg.rollout.samples_per_task
         mine = D.group_tasks(tasks, s.dist)  # this rank's rollout group collects these tasks
         seeds, groups = group_seeds(TRAIN_SEED_BASE + step * tasks + mine.start, len(mine), k)
+        options: Any = cfg.env.train_options
+        if self.curriculum.enabled:  # one level per task, shared by its group
+            per_task = self.curriculum.task_options(step, tasks, cfg.env.train_options)
+            options = [per_task[mine.start + g] for g in groups]
         with s.compute():
             trajs, rstats = s.collector.collect(seeds, temperature=cfg.rollout.temperature,
                                                 sample_seed=cfg.seed * 7919 + step * 131 + 7 * mine.start,
-                                                options=cfg.env.train_options)
+                                                options=options)
         keep = D.tp_rows(len(trajs), s.dist)  # ranks of one engine split its episodes
         trajs, groups = trajs[keep.start:keep.stop], [mine.start + g for g in groups[keep.start:keep.stop]]
+        levels = ([o[cfg.curriculum.option] for o, t in zip(options[keep.start:keep.stop], trajs)
+                   if "failed" not in t.meta] if self.curriculum.enabled else [])
         trajs, groups, failed = drop_failed(trajs, groups)  # episodes lost with a Ray worker
         everyone = [t for part in D.all_gather_objects(trajs) for t in part]
         if cfg.log.save_trajectories and self.main:
@@ -374,6 +396,11 @@ class Trainer:
         metrics: dict[str, Any] = episode_stats(everyone)
         metrics.update(gen_s=rstats.gen_seconds, env_s=rstats.env_seconds,
                        episodes_failed=D.all_reduce_sum(failed))
+        if self.curriculum.enabled:  # every rank's episodes, so all ranks keep the same state
+            seen = [x for part in D.all_gather_objects(
+                list(zip(levels, [float(episode_success(t)) for t in trajs]))) for x in part]
+            self.curriculum.update(step + 1, [lv for lv, _ in seen], [ok for _, ok in seen])
+            metrics.update(self.curriculum.metrics())
 
         t0 = time.perf_counter()
         norm = self._update_score_stats if cfg.ppo.normalize_rewards else None
@@ -395,28 +422,37 @@ class Trainer:
         return max(math.sqrt(m2 / max(n - 1, 1)), 1e-3)
 
     # ------------------------------------------------------------------ eval / checkpoints
-    def _evaluate(self, stage: str) -> dict[str, Any]:
-        """``log.eval_episodes`` fixed tasks at ``log.eval_temperature``; ``stage`` is ``init``
-        (before the warm start), ``warm_start`` (right after it) or ``ppo``. Under torchrun the
-        rollout groups split the tasks."""
+    def _evaluate(self, stage: str, *, full: bool = False, sampled: bool = False) -> dict[str, Any]:
+        """Fixed tasks at ``log.eval_temperature`` (and, if ``sampled`` and ``log.eval_sampled``,
+        at the rollout temperature; see ``evaluation.py``). ``stage``: ``init`` (before the warm
+        start), ``warm_start`` (right after it) or ``ppo``. ``full``: the warm start and the end
+        of PPO, which the report compares, use ``log.eval_episodes_final`` tasks. Under torchrun
+        the rollout groups split the tasks."""
         cfg, s = self.cfg, self.s
-        mine = _share(cfg.log.eval_episodes, s.dist)
-        seeds = [EVAL_SEED_BASE + i for i in mine]
-        with s.compute():
-            trajs, _ = s.eval_collector.collect(seeds, temperature=cfg.log.eval_temperature,
-                                                sample_seed=12345 + mine.start, options=cfg.env.eval_options)
-        trajs, _, _ = drop_failed(trajs, seeds)
-        if s.dist is not None and s.dist.tp_rank:
-            trajs = []  # the other ranks of this engine hold the same episodes
-        m = episode_stats([t for part in D.all_gather_objects(trajs) for t in part])
-        self.log.log("eval", self.step, {"stage": stage, **m})
+        n = (cfg.log.eval_episodes_final or cfg.log.eval_episodes) if full else cfg.log.eval_episodes
+        mine = _share(n, s.dist)
+        runs = [("", cfg.log.eval_temperature)]
+        if cfg.log.eval_sampled and sampled:
+            runs.append(("sampled_", cfg.rollout.temperature))
+        m: dict[str, Any] = {"stage": stage}
+        for prefix, temperature in runs:
+            with s.compute():
+                trajs = collect_fixed(s.eval_collector, len(mine), temperature=temperature,
+                                      sample_seed=12345 + mine.start, options=cfg.env.eval_options,
+                                      seed_base=EVAL_SEED_BASE + mine.start)
+            trajs, _, _ = drop_failed(trajs, list(range(len(trajs))))  # lost with a Ray worker
+            if s.dist is not None and s.dist.tp_rank:
+                trajs = []  # the other ranks of this engine hold the same episodes
+            m.update(eval_record([t for part in D.all_gather_objects(trajs) for t in part], temperature, prefix))
+        self.log.log("eval", self.step, m)
         return m
 
     def _checkpoint(self) -> None:
         cfg, s = self.cfg, self.s
         state = {"sft_done": self.sft_done, "score_stats": self.score_stats,
                  "metrics_lines": len(read_metrics(cfg.log.run_dir)) if self.main else 0,
-                 "world_size": s.dist.world if s.dist is not None else 1}
+                 "world_size": s.dist.world if s.dist is not None else 1,
+                 "curriculum": self.curriculum.state_dict()}
         save_checkpoint(cfg.log.run_dir, self.step, model=s.model, optimizer=s.optimizer,
                         scheduler=s.scheduler, value_head=s.value_head, state=state,
                         keep=cfg.log.keep_checkpoints)
@@ -432,6 +468,8 @@ class Trainer:
         self.step = int(state["step"])
         self.sft_done = bool(state["sft_done"])
         self.score_stats = list(state["score_stats"])
+        if "curriculum" in state:
+            self.curriculum.load_state_dict(state["curriculum"])
         # The optimizer state brings back the saved lr and weight decay; the config decides
         # (a resume may change ppo.lr on purpose). Unchanged values give the same floats.
         lr = self.cfg.ppo.lr
@@ -441,6 +479,8 @@ class Trainer:
             g["lr"] = lr * factor(s.scheduler.last_epoch)
         if self.main:
             truncate_metrics(self.cfg.log.run_dir, int(state["metrics_lines"]))
+        for r in read_metrics(self.cfg.log.run_dir, "train"):  # the health series so far
+            self.health.check(int(r["step"]), r)
         if self.sft_done:
             s.start_reference(resumed=True)
         s.sync_engine()

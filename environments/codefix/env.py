@@ -1,7 +1,7 @@
 """CodeFix-v0: fix an injected bug in a HumanEval function, in a sandbox, then submit.
 
     env = gym.make("agentgym/CodeFix-v0", split="train", level=1)   # sandbox="docker"
-    obs, info = env.reset(seed=0)                 # or options={"task_id": ...} / {"index": n}
+    obs, info = env.reset(seed=0)                 # or options={"task_id": ...} / {"index": n} / {"level": 2}
 
 Each episode gets a fresh sandbox (from the shared warm pool for Docker) holding
 ``solution.py`` (the buggy module) and ``test_visible.py`` (a few tests). The agent reads,
@@ -102,7 +102,14 @@ class CodeFixEnv(ToolEnv):
                 raise ConfigError(f"index must be an int in [0, {len(self.tasks)}), got {i!r}")
             t = self.tasks[i]
         else:
-            t = self.tasks[int(rng.integers(len(self.tasks)))]
+            pool = self.tasks
+            if options.get("level") is not None:  # a curriculum's level (trainer/curriculum.py)
+                pool = tuple(t for t in self.tasks if t.level == options["level"])
+                if not pool:
+                    raise ConfigError(f"reset option level={options['level']!r}: no task of "
+                                      f"split={self.split!r} at that level; levels here: "
+                                      f"{sorted({t.level for t in self.tasks})}")
+            t = pool[int(rng.integers(len(pool)))]
         return Task(id=t.id, prompt=self._prompt(t), answer=t,
                     meta={"level": t.level, "problem": t.problem, "split": t.split})
 

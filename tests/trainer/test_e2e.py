@@ -27,7 +27,7 @@ def test_reward_rises_with_warm_start_plus_ppo(tmp_path: Path) -> None:
     cfg = load_config("cpu-quickstart", [
         f"log.run_dir={tmp_path}", "seed=0", "threads=1", "env.id=agentgym/Math-v0",
         f"env.kwargs={{dataset: {data}}}", "env.reward_mode=shaped",
-        "env.max_turns=1", "env.max_action_tokens=48", "sft.steps=30", "sft.batch_size=8",
+        "env.max_turns=1", "env.max_action_tokens=48", "sft.steps=30", "sft.batch_size=8", "sft.teacher=oracle",
         "sft.lr=3e-3", "sft.schedule=cosine", "sft.warmup_steps=5", "env.prompt=harmony", "ppo.steps=20", "ppo.lr=1e-3", "ppo.warmup_steps=2",
         "ppo.kl_coef=0", "ppo.carry_sft_optimizer=true", "correction.mode=seq_tis",
         "rollout.temperature=1.0", "rollout.tasks_per_step=4", "rollout.samples_per_task=8",

@@ -85,3 +85,34 @@ def test_prefix_engine_samples_what_the_plain_hf_engine_samples() -> None:
     for x, y in zip(a, b):
         assert x.tokens == y.tokens and x.finish_reason == y.finish_reason
         assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) < 1e-4
+
+
+def test_decoding_attention_equals_the_models_eager_attention() -> None:
+    """Sampling uses gqa_eager_attention (no repeat_kv copy of the cache); the logits must be
+    GPT-OSS's eager sink attention's, with padding, the sliding window and the cache."""
+    from transformers import DynamicCache
+
+    from agentgym.trainer.engines.hf import decoding_attention
+
+    model = build_tiny_gptoss(264, seed=4, sliding_window=8).eval()
+    ids = torch.randint(0, 256, (3, 21))
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0  # left padding
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+
+    def run() -> torch.Tensor:
+        cache = DynamicCache(config=model.config)
+        first = model(input_ids=ids[:, :17], attention_mask=mask[:, :17], position_ids=pos[:, :17],
+                      past_key_values=cache, use_cache=True).logits
+        rest = [model(input_ids=ids[:, t:t + 1], attention_mask=mask[:, :t + 1], position_ids=pos[:, t:t + 1],
+                      past_key_values=cache, use_cache=True).logits for t in range(17, 21)]
+        return torch.cat([first, *rest], dim=1)
+
+    with torch.no_grad():
+        eager = run()
+        previous = decoding_attention(model.config)
+        assert previous == "eager" and model.config._attn_implementation != "eager"
+        fast = run()
+        model.config._attn_implementation = previous
+    real = mask.bool()
+    assert (fast - eager)[real].abs().max() < 1e-5

@@ -4,14 +4,23 @@ policy tokens."""
 from __future__ import annotations
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
 import agentgym  # noqa: F401
 from agentgym.errors import ConfigError
 from agentgym.trainer.batch import make_batch
+from agentgym.trainer.config import SFTConfig
 from agentgym.trainer.model import build_tiny_gptoss
-from agentgym.trainer.sft import demonstrations, find_oracle, sft_step
+from agentgym.trainer.sft import (
+    _length_buckets,
+    demonstrations,
+    find_oracle,
+    guess_answer,
+    make_teacher,
+    sft_step,
+)
 
 PAD = 263
 
@@ -46,3 +55,45 @@ def test_sft_loss_ignores_environment_tokens_and_decreases() -> None:
 def test_unknown_env_has_no_oracle() -> None:
     with pytest.raises(ConfigError, match="no oracle"):
         find_oracle("agentgym/CodeFix-v0")
+
+
+def test_guess_answer_is_one_digit_off_unless_right() -> None:
+    rng = np.random.default_rng(0)
+    for answer in ("85", "-7/12", "1000", "7"):
+        for _ in range(50):
+            g = guess_answer(answer, rng, right=0.0)
+            assert g != answer and len(g) == len(answer)
+            assert sum(a != b for a, b in zip(g, answer)) == 1
+            assert not (g[0] == "0" and len(g) > 1 and g[1].isdigit())  # no leading zero
+        assert guess_answer(answer, rng, right=1.0) == answer
+
+
+def test_guesser_skips_the_tool_on_its_fraction_and_is_reproducible() -> None:
+    env = gym.make("agentgym/MathCalc-v0", reward_mode="sparse")
+    sc = SFTConfig(teacher="guesser", skip_tool=0.5, guess_right=0.0)
+    seeds = list(range(40))
+    demos = demonstrations(env, make_teacher("agentgym/MathCalc-v0", sc), seeds)
+    guessed = [t for t in demos if len(t.turns) == 1]
+    used_tool = [t for t in demos if len(t.turns) == 2]
+    assert 10 <= len(guessed) <= 30 and len(guessed) + len(used_tool) == len(demos)
+    assert all(t.total_reward == 0.0 for t in guessed)  # wrong guesses earn nothing (sparse)
+    assert all(t.total_reward == 1.0 for t in used_tool)
+    again = demonstrations(env, make_teacher("agentgym/MathCalc-v0", sc), seeds)
+    assert [t.tokens for t in again] == [t.tokens for t in demos]
+    blind = demonstrations(env, make_teacher("agentgym/MathCalc-v0", SFTConfig(
+        teacher="blind-guesser", skip_tool=1.0)), seeds[:4])
+    shown = demonstrations(env, make_teacher("agentgym/MathCalc-v0", SFTConfig(
+        teacher="guesser", skip_tool=1.0)), seeds[:4])
+    # showing the work is an extra analysis message before the same one-turn answer
+    assert all(len(b.tokens) < len(s.tokens) for b, s in zip(blind, shown))
+
+
+def test_length_buckets_split_only_when_padding_drops() -> None:
+    env = gym.make("agentgym/MathCalc-v0", prompt="compact")  # short prompt: lengths differ a lot
+    sc = SFTConfig(teacher="blind-guesser", skip_tool=0.5)
+    demos = demonstrations(env, make_teacher("agentgym/MathCalc-v0", sc), list(range(16)))
+    buckets = _length_buckets(demos)
+    assert sorted(len(t.tokens) for b in buckets for t in b) == sorted(len(t.tokens) for t in demos)
+    assert len(buckets) == 2 and max(len(t.tokens) for t in buckets[0]) <= min(len(t.tokens) for t in buckets[1])
+    same = demonstrations(env, find_oracle("agentgym/MathCalc-v0"), list(range(4)))
+    assert len(_length_buckets(same)) == 1

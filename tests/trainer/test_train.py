@@ -74,13 +74,15 @@ def test_evaluations_bracket_the_run_and_the_cli_prints_them(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     small = [a for a in SMALL if not a.startswith(("log.eval_every", "sft.steps"))]
     code = main(["--config", "cpu-quickstart", *small, f"log.run_dir={tmp_path}", "ppo.steps=2",
-                 "log.eval_every=1", "sft.steps=1", "sft.batch_size=2", "log.plots=true"])
+                 "log.eval_every=1", "sft.steps=1", "sft.batch_size=2", "log.plots=true",
+                 "log.eval_episodes_final=0", "log.eval_sampled=false"])
     assert code == 0
     stages = [(r["step"], r["stage"]) for r in read_metrics(tmp_path, "eval")]
     assert stages == [(0, "init"), (0, "warm_start"), (1, "ppo"), (2, "ppo")]
     out = capsys.readouterr().out
-    assert re.search(r"eval reward -?\d\.\d{3} untrained \(success \d\.\d\d\) -> -?\d\.\d{3} after warm "
-                     r"start \(success \d\.\d\d\) -> -?\d\.\d{3} after PPO", out), out
+    cell = r"\d\.\d\d \[\d\.\d\d, \d\.\d\d\] \(n=2\)"  # success [95% interval] (tasks)
+    assert re.search(rf"eval success, greedy: untrained {cell} -> warm start {cell} -> after PPO {cell}; "
+                     r"PPO's own gain [+-]\d\.\d{3} ± \d\.\d{3}", out), out
     assert (tmp_path / "plots" / "reward.png").exists()
 
 

@@ -1,0 +1,104 @@
+"""The live health monitor: each failure mode is named with its value, bound and step; a
+healthy run raises nothing; the trainer shows alerts in the progress output and the metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentgym.errors import ConfigError
+from agentgym.trainer.config import load_config
+from agentgym.trainer.health import HealthConfig, HealthMonitor, health_summary
+from agentgym.trainer.metrics import read_metrics
+from agentgym.trainer.train import Trainer
+
+
+def feed(mon: HealthMonitor, rows: list[dict[str, float]]) -> list[list[str]]:
+    return [mon.check(i + 1, r) for i, r in enumerate(rows)]
+
+
+def healthy(i: int) -> dict[str, float]:
+    return {"kl_ref": 0.01, "entropy": 0.2, "grad_norm": 0.5, "reward_mean": 0.3 + 0.02 * i}
+
+
+def test_a_healthy_run_raises_nothing() -> None:
+    alerts = feed(HealthMonitor(HealthConfig()), [healthy(i) for i in range(30)])
+    assert alerts == [[]] * 30
+
+
+def test_exploding_kl_is_named_with_value_bound_and_step() -> None:
+    rows = [healthy(i) for i in range(20)]
+    rows[16]["kl_ref"] = 0.2
+    alerts = feed(HealthMonitor(HealthConfig(max_kl_ref=0.1)), rows)
+    assert alerts[16] == ["KL to reference 0.2 > 0.1 at step 17"]
+    assert all(not a for i, a in enumerate(alerts) if i != 16)
+
+
+def test_exploding_entropy_against_its_own_baseline() -> None:
+    mon = HealthMonitor(HealthConfig(window=5, max_entropy_ratio=2.0, min_entropy=0.3))
+    rows = [healthy(i) for i in range(10)]
+    rows[7]["entropy"] = 0.35  # below 2 x 0.2 = 0.4: no alert
+    rows[8]["entropy"] = 0.9
+    alerts = feed(mon, rows)
+    assert not alerts[7]
+    assert len(alerts[8]) == 1 and alerts[8][0].startswith("entropy 0.9 > 0.4") and "step 9" in alerts[8][0]
+    # a tiny baseline doubling stays under the absolute floor
+    mon = HealthMonitor(HealthConfig(window=2, min_entropy=0.3))
+    assert feed(mon, [{"entropy": 0.01}, {"entropy": 0.01}, {"entropy": 0.05}])[-1] == []
+
+
+def test_rising_grad_norm_uses_the_recent_mean() -> None:
+    mon = HealthMonitor(HealthConfig(window=3, max_grad_norm_ratio=3.0, reward_patience=100))
+    norms = [0.5, 0.5, 0.5, 0.6, 2.5, 0.6, 0.7, 2.5, 3.0]
+    alerts = feed(mon, [{"grad_norm": g} for g in norms])
+    assert not any(alerts[:8])  # one spike (2.5) does not move the mean of three past 3 x 0.5
+    assert alerts[8] == ["grad norm rising 2.07 (mean of the last 3 steps) > 1.5 (3x its "
+                         "first-3-step mean 0.5) at step 9"]
+
+
+def test_reward_not_increasing_after_patience() -> None:
+    cfg = HealthConfig(window=5, reward_patience=10)
+    flat = [{"reward_mean": 0.5} for _ in range(12)]
+    alerts = feed(HealthMonitor(cfg), flat)
+    assert not any(alerts[:9])
+    assert alerts[9] == ["reward not increasing: mean 0.500 over the last 5 steps <= 0.500 over the "
+                         "first 5 at step 10"]
+    rising = [{"reward_mean": 0.1 * i} for i in range(12)]
+    assert not any(feed(HealthMonitor(cfg), rising))
+
+
+def test_disabled_monitor_and_flags_and_summary() -> None:
+    assert feed(HealthMonitor(HealthConfig(enabled=False)), [{"kl_ref": 9.0}]) == [[]]
+    mon = HealthMonitor(HealthConfig())
+    alerts = mon.check(3, {"kl_ref": 1.0})
+    flags = mon.flags(alerts)
+    assert flags == {"health_kl": 1, "health_entropy": 0, "health_grad_norm": 0, "health_reward": 0}
+    rows = [{"step": 3, **flags}, {"step": 4, "health_kl": 0}, {"step": 5, "health_kl": 1}]
+    assert health_summary(rows) == {"kl": [3, 5]}
+
+
+@pytest.mark.parametrize("override, match", [
+    ("health.window=0", "health.window"),
+    ("health.reward_patience=3", "reward_patience"),
+    ("health.max_kl_ref=0", "max_kl_ref"),
+])
+def test_bad_thresholds_are_config_errors(override: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config("cpu-quickstart", [override])
+
+
+def test_trainer_names_alerts_in_progress_output_and_metrics(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = load_config("cpu-quickstart", [
+        f"log.run_dir={tmp_path}", "threads=1", "log.progress=false", "log.plots=false",
+        "log.tensorboard=false", "log.eval_every=0", "sft.steps=1", "sft.batch_size=2",
+        "env.max_action_tokens=16", "rollout.tasks_per_step=2", "rollout.samples_per_task=2",
+        "ppo.steps=2", "ppo.lr=1e-2", "ppo.kl_coef=0.05", "health.max_kl_ref=1e-9"])
+    Trainer(cfg).run()
+    rows = read_metrics(tmp_path, "train")
+    out = capsys.readouterr().out
+    # the first step samples from the reference itself (KL 0); the second has moved away
+    assert rows[0]["health_kl"] == 0 and rows[1]["health_kl"] == 1
+    assert rows[1]["health_alerts"][0].startswith("KL to reference") and "at step 2" in rows[1]["health_alerts"][0]
+    assert "health: KL to reference" in out and "> 1e-09 at step 2" in out

@@ -1,0 +1,159 @@
+"""Live training health: the failure modes of a PPO run, named while the run is going.
+
+    monitor = HealthMonitor(cfg.health)
+    alerts = monitor.check(step, metrics)   # -> ["KL to reference 0.20 > 0.1 at step 17", ...]
+
+Four checks, each with its threshold in the config (``health.*``), run after every PPO step
+on the step's metrics:
+
+* ``kl``: KL to the reference (``kl_ref``, the frozen warm start) above ``max_kl_ref``: the
+  policy is running away from where it started (the usual prelude to a collapse).
+* ``entropy``: per-token policy entropy above ``max_entropy_ratio`` x its baseline (the mean
+  over the first ``window`` steps) and above ``min_entropy`` nats: the policy is falling apart
+  into noise (malformed bursts).
+* ``grad_norm``: the mean gradient norm (before clipping) of the last ``window`` steps above
+  ``max_grad_norm_ratio`` x the baseline and above ``min_grad_norm``: updates getting larger
+  and larger.
+* ``reward``: from step ``reward_patience`` on, the mean reward of the last ``window`` steps
+  is not above the baseline's by ``min_reward_gain``: the run is not learning.
+
+An alert is a short sentence naming the metric, its value, the bound and the step. The
+trainer shows the latest alerts in the progress line, prints each new kind once above it,
+and logs ``health_alerts`` (the sentences) and ``health_<check>`` (0/1) with the step's
+metrics; :func:`health_summary` condenses a run's alerts for the final report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from agentgym.errors import ConfigError
+
+__all__ = ["CHECKS", "LABELS", "HealthConfig", "HealthMonitor", "health_summary"]
+
+
+@dataclass
+class HealthConfig:
+    enabled: bool = True
+    """Check the run's health after every PPO step (alerts in the progress line and metrics)."""
+    window: int = 5
+    """Steps averaged for the baseline (the first ones) and for the recent grad-norm/reward."""
+    max_kl_ref: float = 0.1
+    """Alert when the KL to the reference policy exceeds this (nats per policy token)."""
+    max_entropy_ratio: float = 2.0
+    """Alert when the entropy exceeds this multiple of its baseline..."""
+    min_entropy: float = 0.3
+    """...and this absolute value (nats per token): a tiny baseline doubling is not a blow-up."""
+    max_grad_norm_ratio: float = 3.0
+    """Alert when the recent mean gradient norm exceeds this multiple of its baseline..."""
+    min_grad_norm: float = 0.1
+    """...and this value (a group baseline gives zero gradients when every sample of every
+    task scores the same, so a baseline can be tiny)."""
+    reward_patience: int = 10
+    """First step at which a reward that has not risen is an alert."""
+    min_reward_gain: float = 0.0
+    """The recent mean reward must beat the baseline's by more than this."""
+
+    def validate(self) -> None:
+        if self.window < 1:
+            raise ConfigError(f"health.window: expected >= 1 step, got {self.window}")
+        if self.reward_patience < 2 * self.window:
+            raise ConfigError(f"health.reward_patience: expected >= 2 x health.window = "
+                              f"{2 * self.window} (a baseline and a recent window that do not "
+                              f"overlap), got {self.reward_patience}")
+        for key in ("max_kl_ref", "max_entropy_ratio", "max_grad_norm_ratio"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"health.{key}: expected a positive number, got {getattr(self, key)!r}")
+
+
+def _mean(xs: Iterable[float]) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+class HealthMonitor:
+    """Keeps the series it needs and returns the alerts of each step (see the module doc)."""
+
+    def __init__(self, cfg: HealthConfig) -> None:
+        self.cfg = cfg
+        self.series: dict[str, list[float]] = {"kl_ref": [], "entropy": [], "grad_norm": [],
+                                               "reward_mean": []}
+
+    def check(self, step: int, metrics: dict[str, Any]) -> list[str]:
+        """Record ``metrics`` of PPO step ``step`` (1-based) and return this step's alerts."""
+        if not self.cfg.enabled:
+            return []
+        for key, xs in self.series.items():
+            v = metrics.get(key)
+            if isinstance(v, (int, float)):
+                xs.append(float(v))
+        return [a for fn in CHECKS.values() if (a := fn(self, step)) is not None]
+
+    def flags(self, alerts: list[str]) -> dict[str, int]:
+        """``health_<check>``: 1 when that check fired this step (the metrics' numeric form)."""
+        return {f"health_{name}": int(any(a.startswith(LABELS[name]) for a in alerts)) for name in CHECKS}
+
+    # ------------------------------------------------------------------ the checks
+    def _baseline(self, key: str) -> float | None:
+        xs = self.series[key]
+        return _mean(xs[: self.cfg.window]) if len(xs) >= self.cfg.window else None
+
+    def _kl(self, step: int) -> str | None:
+        xs = self.series["kl_ref"]
+        if xs and xs[-1] > self.cfg.max_kl_ref:
+            return f"{LABELS['kl']} {xs[-1]:.3g} > {self.cfg.max_kl_ref:g} at step {step}"
+        return None
+
+    def _entropy(self, step: int) -> str | None:
+        base, xs = self._baseline("entropy"), self.series["entropy"]
+        if base is None or len(xs) <= self.cfg.window:
+            return None
+        bound = max(self.cfg.max_entropy_ratio * base, self.cfg.min_entropy)
+        if xs[-1] > bound:
+            return (f"{LABELS['entropy']} {xs[-1]:.3g} > {bound:.3g} ({self.cfg.max_entropy_ratio:g}x "
+                    f"its first-{self.cfg.window}-step mean {base:.3g}) at step {step}")
+        return None
+
+    def _grad_norm(self, step: int) -> str | None:
+        base, xs = self._baseline("grad_norm"), self.series["grad_norm"]
+        w = self.cfg.window
+        if base is None or len(xs) < 2 * w:
+            return None
+        recent = _mean(xs[-w:])
+        bound = max(self.cfg.max_grad_norm_ratio * base, self.cfg.min_grad_norm)
+        if recent > bound:
+            return (f"{LABELS['grad_norm']} {recent:.3g} (mean of the last {w} steps) > {bound:.3g} "
+                    f"({self.cfg.max_grad_norm_ratio:g}x its first-{w}-step mean {base:.3g}) at step {step}")
+        return None
+
+    def _reward(self, step: int) -> str | None:
+        base, xs = self._baseline("reward_mean"), self.series["reward_mean"]
+        w = self.cfg.window
+        if base is None or step < self.cfg.reward_patience or len(xs) < 2 * w:
+            return None
+        recent = _mean(xs[-w:])
+        if recent <= base + self.cfg.min_reward_gain:
+            return (f"{LABELS['reward']}: mean {recent:.3f} over the last {w} steps <= "
+                    f"{base:.3f} over the first {w}" + (f" + {self.cfg.min_reward_gain:g}"
+                                                        if self.cfg.min_reward_gain else "")
+                    + f" at step {step}")
+        return None
+
+
+LABELS: dict[str, str] = {"kl": "KL to reference", "entropy": "entropy",
+                          "grad_norm": "grad norm rising", "reward": "reward not increasing"}
+# check name -> method; a check returns its alert sentence or None
+CHECKS = {"kl": HealthMonitor._kl, "entropy": HealthMonitor._entropy,
+          "grad_norm": HealthMonitor._grad_norm, "reward": HealthMonitor._reward}
+
+
+def health_summary(train_rows: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """Check name -> the PPO steps at which it fired, from a run's ``train`` metrics rows."""
+    out: dict[str, list[int]] = {}
+    for r in train_rows:
+        for name in CHECKS:
+            if r.get(f"health_{name}"):
+                out.setdefault(name, []).append(int(r["step"]))
+    return out
