@@ -230,11 +230,15 @@ class SFTConfig:
     teacher: str = "oracle"
     """Demonstration policy: ``oracle`` (always right), ``guesser`` (imperfect: the oracle, but
     on a fraction ``skip_tool`` of episodes it skips the tools, restates the arithmetic in its
-    analysis channel and guesses) or ``blind-guesser`` (the same without the analysis)."""
+    analysis channel and guesses), ``blind-guesser`` (the same without the analysis) or
+    ``sign-flipper`` (imperfect: the oracle, but on a fraction ``sign_error`` of episodes its
+    calculator call flips the sign of the expression's first number)."""
     skip_tool: float = 0.0
     """``guesser``: fraction of episodes answered at once with a guess instead of the tools."""
     guess_right: float = 0.0
     """``guesser``: probability that a guess is right (else one digit is off)."""
+    sign_error: float = 0.0
+    """``sign-flipper``: fraction of episodes whose calculator call flips the first number's sign."""
     oracle_steps: int = 0
     """The first ``oracle_steps`` steps imitate the oracle, the rest ``teacher``: the tool loop
     is learned from perfect demos, then a short imitation of the imperfect teacher makes
@@ -326,7 +330,7 @@ class TrainConfig:
             "ppo.kl_in": (self.ppo.kl_in, ("loss", "reward")),
             "model.dtype": (self.model.dtype, ("float32", "bfloat16")),
             "sft.schedule": (self.sft.schedule, ("cosine", "constant")),
-            "sft.teacher": (self.sft.teacher, ("oracle", "guesser", "blind-guesser")),
+            "sft.teacher": (self.sft.teacher, ("oracle", "guesser", "blind-guesser", "sign-flipper")),
             "distributed.backend": (self.distributed.backend, ("auto", "nccl", "gloo")),
             "rollout.backend": (self.rollout.backend, ("local", "ray")),
             "rollout.ray.retry": (self.rollout.ray.retry, ("auto", "always", "never")),
@@ -390,7 +394,8 @@ class TrainConfig:
         if self.ppo.advantage == "group" and self.rollout.samples_per_task < 2:
             raise ConfigError("ppo.advantage=group needs rollout.samples_per_task >= 2 (a group "
                               f"baseline over one sample is zero), got {self.rollout.samples_per_task}")
-        for key, v in (("sft.skip_tool", self.sft.skip_tool), ("sft.guess_right", self.sft.guess_right)):
+        for key, v in (("sft.skip_tool", self.sft.skip_tool), ("sft.guess_right", self.sft.guess_right),
+                       ("sft.sign_error", self.sft.sign_error)):
             if not 0 <= v <= 1:
                 raise ConfigError(f"{key}: expected a probability in [0, 1], got {v!r}")
         self.health.validate()

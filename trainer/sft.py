@@ -13,13 +13,20 @@ analysis channel and answers a guess that is right only ``sft.guess_right`` of t
 (otherwise one digit is off); ``blind-guesser`` guesses without the analysis message. A
 policy that imitates it mostly guesses (its greedy first decision is the guessing mode) but
 has seen the tool-using mode, which is what leaves PPO room: a sparse outcome reward moves
-the first decision to the tool.
+the first decision to the tool. ``sign-flipper`` is imperfect in a narrower way: on a
+fraction ``sft.sign_error`` of the episodes its calculator call flips the sign of the
+expression's first number (``78 - 83`` -> ``-78 - 83``), and it answers the wrong result it
+got back. Every demonstration still copies the question's numbers into the call and the
+tool's output into the answer exactly, so imitating it keeps those skills intact and learns
+one bad habit, a leading minus, whose fix is the same on every task: a sparse outcome reward
+can unlearn it.
 """
 
 from __future__ import annotations
 
 import importlib
 import math
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,8 +38,8 @@ from agentgym.errors import ConfigError
 from agentgym.trainer.batch import make_batch, prefix_forward
 from agentgym.trajectory import Trajectory
 
-__all__ = ["ORACLES", "TEACHERS", "demonstrations", "find_oracle", "guess_answer", "guessing_teacher",
-           "make_teacher", "run_sft", "sft_step"]
+__all__ = ["ORACLES", "TEACHERS", "demonstrations", "find_oracle", "flip_sign", "guess_answer",
+           "guessing_teacher", "make_teacher", "run_sft", "sft_step", "sign_flipping_teacher"]
 
 Policy = Callable[[Any], np.ndarray]  # env -> the next action's token ids
 
@@ -84,6 +91,29 @@ def guessing_teacher(oracle: Policy, *, skip_tool: float, guess_right: float,
     return act
 
 
+def flip_sign(expression: str) -> str:
+    """``expression`` with the sign of its first number flipped (``78 - 83`` -> ``-78 - 83``,
+    ``-3 + 4`` -> ``3 + 4``): a slip whose fix is the same on every task (never write it)."""
+    return expression[1:] if expression.startswith("-") else "-" + expression
+
+
+def sign_flipping_teacher(oracle: Policy, *, sign_error: float) -> Policy:
+    """The oracle, except on a fraction ``sign_error`` of episodes: there its ``calculator``
+    call has the first number's sign flipped (:func:`flip_sign`), and its final answer repeats
+    the (wrong) result, as the oracle always does. Drawn from the episode's seed."""
+
+    def act(env: Any) -> np.ndarray:
+        e = env.unwrapped
+        expr = e.task.meta.get("expression")
+        rng = np.random.default_rng([int(e.trajectory.seed or 0), 0x5167])
+        if expr is None or getattr(e, "last_calc", "") is not None or rng.random() >= sign_error:
+            return oracle(env)  # no expression, past the call, or this episode has no slip
+        return np.asarray(e.codec.tool_call_ids("calculator", {"expression": flip_sign(expr)}),
+                          dtype=np.int64)
+
+    return act
+
+
 # name -> (oracle, sft config) -> the demonstration policy
 TEACHERS: dict[str, Callable[[Policy, Any], Policy]] = {
     "oracle": lambda oracle, sc: oracle,
@@ -91,6 +121,7 @@ TEACHERS: dict[str, Callable[[Policy, Any], Policy]] = {
                                                    guess_right=sc.guess_right),
     "blind-guesser": lambda oracle, sc: guessing_teacher(oracle, skip_tool=sc.skip_tool,
                                                          guess_right=sc.guess_right, show_work=False),
+    "sign-flipper": lambda oracle, sc: sign_flipping_teacher(oracle, sign_error=sc.sign_error),
 }
 
 

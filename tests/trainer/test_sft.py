@@ -17,6 +17,7 @@ from agentgym.trainer.sft import (
     _length_buckets,
     demonstrations,
     find_oracle,
+    flip_sign,
     guess_answer,
     make_teacher,
     sft_step,
@@ -86,6 +87,40 @@ def test_guesser_skips_the_tool_on_its_fraction_and_is_reproducible() -> None:
         teacher="guesser", skip_tool=1.0)), seeds[:4])
     # showing the work is an extra analysis message before the same one-turn answer
     assert all(len(b.tokens) < len(s.tokens) for b, s in zip(blind, shown))
+
+
+def test_flip_sign_flips_the_first_numbers_sign() -> None:
+    assert flip_sign("78 - 83") == "-78 - 83"
+    assert flip_sign("12 * 4 - 3") == "-12 * 4 - 3"
+    assert flip_sign("-3 + 4") == "3 + 4"
+    assert flip_sign(flip_sign("8 + 5 * 10")) == "8 + 5 * 10"
+
+
+def test_sign_flipper_slips_on_its_fraction_and_copies_everything_else() -> None:
+    env = gym.make("agentgym/MathCalc-v0", reward_mode="sparse")
+    text = env.unwrapped.tokenizer.decode
+    sc = SFTConfig(teacher="sign-flipper", sign_error=0.5)
+    seeds = list(range(60))
+    demos = demonstrations(env, make_teacher("agentgym/MathCalc-v0", sc), seeds)
+    oracle = demonstrations(env, find_oracle("agentgym/MathCalc-v0"), seeds)
+    slipped = 0
+    for d, o in zip(demos, oracle):
+        assert len(d.turns) == 2  # every demo calls the tool, then answers
+        if d.tokens == o.tokens:
+            assert d.total_reward == 1.0
+            continue
+        slipped += 1
+        assert d.total_reward == 0.0  # the flipped sign gives a wrong result ...
+        call, o_call = (text(t.tokens[t.turns[0].action_start:t.turns[0].action_end]) for t in (d, o))
+        assert call.replace('"-', '"', 1) == o_call  # the same call with a leading minus
+        # ... which the answer repeats exactly: the copy skills are shown on every episode
+        result = text(d.tokens[d.turns[0].action_end:d.turns[0].obs_end])
+        answer = text(d.tokens[d.turns[1].action_start:d.turns[1].action_end])
+        got = result.split("<|message|>")[-1].split("<|end|>")[0]
+        assert answer.split("<|message|>")[-1].startswith(got)
+    assert 15 <= slipped <= 45
+    again = demonstrations(env, make_teacher("agentgym/MathCalc-v0", sc), seeds)
+    assert [t.tokens for t in again] == [t.tokens for t in demos]
 
 
 def test_length_buckets_split_only_when_padding_drops() -> None:
