@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: finite in float32, far beyond any clip range
+K3_CLAMP = 10.0  # per-token k3 bound (verl's low_var_kl): one rare token cannot own the loss
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, denom: float | None = None) -> torch.Tensor:
@@ -187,13 +188,18 @@ def kl_estimate(
     """Per-token estimate of KL(pi || ref) from samples of pi -> (B, T).
 
     k1 = log pi - log ref (unbiased, can be negative); k3 = r - 1 - log r with
-    r = ref/pi (unbiased, always >= 0, lower variance). Log-ratios clamped to +-20.
+    r = ref/pi (unbiased, always >= 0, lower variance). Log-ratios clamped to +-20, and k3 to
+    at most ``K3_CLAMP`` = 10 per token, as verl's ``low_var_kl``: k3 is heavy-tailed where the
+    policy samples a token it has moved far below the reference (r = 1e3 gives k3 ~ 1e3 and a
+    gradient of the same size), so one such token in a batch of thousands can make a step's
+    KL and its gradient. Beyond the bound the token gets no KL gradient and the estimate is
+    biased low, for those rare tokens only.
     """
     log_r = (ref_logp - logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     if kind == "k1":
         return -log_r
     if kind == "k3":
-        return torch.exp(log_r) - 1.0 - log_r
+        return (torch.exp(log_r) - 1.0 - log_r).clamp(max=K3_CLAMP)
     raise ConfigError(f"kl kind must be 'k1' or 'k3', got {kind!r}")
 
 

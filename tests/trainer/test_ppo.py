@@ -125,6 +125,17 @@ def test_kl_estimates() -> None:
         kl_estimate(logp, ref, "k9")  # type: ignore[arg-type]
 
 
+def test_k3_is_bounded_per_token_and_gives_no_gradient_beyond_the_bound() -> None:
+    # a sampled token the policy has pushed 9 nats below the reference: k3 = e^9 - 10 ~ 8,093
+    logp = torch.tensor([[-10.0, -1.0]], requires_grad=True)
+    ref = torch.tensor([[-1.0, -1.2]])
+    k3 = kl_estimate(logp, ref, "k3")
+    assert k3[0, 0].item() == 10.0  # bounded (verl's low_var_kl clamp) ...
+    assert 0 < k3[0, 1].item() < 0.1  # ... ordinary tokens untouched
+    k3.sum().backward()
+    assert logp.grad is not None and logp.grad[0, 0].item() == 0.0 and logp.grad[0, 1].item() != 0.0
+
+
 @pytest.fixture(scope="module")
 def tiny() -> torch.nn.Module:
     return build_tiny_gptoss(264, seed=0)
