@@ -58,24 +58,25 @@ def test_reward_rises_with_warm_start_plus_ppo(tmp_path: Path) -> None:
 @pytest.mark.timeout(2400)  # ~10 min alone on 2 cores; room for a loaded CI machine
 def test_ppo_own_gain_on_multi_turn_mathcalc(tmp_path: Path) -> None:
     """The main job's recipe (multi-turn MathCalc-v0: calculator call -> tool result -> answer,
-    sparse reward) at seed 1, evaluated on 128 fixed tasks: the warm start imitates an
-    imperfect teacher (a leading minus in 80% of its calculator calls), so it fails almost
+    sparse reward) at seed 1, evaluated on its 256 fixed tasks: the warm start imitates an
+    imperfect teacher (a leading minus in 70% of its calculator calls), so it fails almost
     every task greedily; PPO alone must then raise success on the same tasks, greedy and at
-    the training temperature. ~10 min on 2 cores. Margins measured in bench/RESULTS.md
-    ("Main job"); the thresholds are about half the smallest gain seen over seeds 0-2."""
+    the training temperature, by the issue's bar (+0.15 and 4 standard errors; greedy +0.3).
+    ~11 min on 2 cores. The gains measured over seeds 0-2 are in bench/RESULTS.md ("Main
+    job"); the smallest was about twice these thresholds."""
     cfg = load_config("cpu-quickstart", [
-        f"log.run_dir={tmp_path}", "seed=1", "log.eval_every=20", "log.eval_episodes_final=128",
+        f"log.run_dir={tmp_path}", "seed=1", "log.eval_every=20",
         "log.progress=false", "log.tensorboard=false", "log.plots=false"])
     assert cfg.ppo.steps == 20 and cfg.sft.teacher == "sign-flipper"
     Trainer(cfg).run()
     evals = {r["stage"]: r for r in read_metrics(tmp_path, "eval")}
     warm, final = evals["warm_start"], evals["ppo"]
-    assert warm["episodes"] == final["episodes"] == 128
+    assert warm["episodes"] == final["episodes"] == 256
     assert warm["success"] <= 0.1, warm["success"]  # the warm start has the slip: SFT did not do it
     greedy, sampled = gain(warm, final), gain(warm, final, "sampled_")
     assert greedy is not None and sampled is not None
-    assert greedy["gain"] >= GREEDY_GAIN and greedy["z"] >= 4, greedy
-    assert sampled["gain"] >= SAMPLED_GAIN and sampled["z"] >= 4, sampled
+    assert greedy["gain"] >= 0.3 and greedy["z"] >= 4, greedy
+    assert sampled["gain"] >= 0.15 and sampled["z"] >= 4, sampled
     train = read_metrics(tmp_path, "train")
     assert all(r["ratio_max_first"] == 1.0 and r["clip_frac_first"] == 0.0 for r in train)
     assert max(r["kl_ref"] for r in train) < cfg.health.max_kl_ref * 2
