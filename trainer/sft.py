@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import importlib
 import math
-import re
 import time
 from collections.abc import Callable
 from typing import Any
