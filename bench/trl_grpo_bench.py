@@ -147,6 +147,8 @@ def run_trl(cfg: Any, out_dir: str) -> tuple[dict[str, Any], Any]:
 
     tok = hf_byte_tokenizer()
     model = build_model(str(cfg.model.init_from), cfg.seed)
+    # with beta > 0, GRPOTrainer loads its reference model from the policy's config path
+    model.config._name_or_path = str(cfg.model.init_from)
     tasks, samples = cfg.rollout.tasks_per_step, cfg.rollout.samples_per_task
     n = tasks * samples
     make_env = _env_factory(cfg, ByteTokenizer())
