@@ -11,6 +11,9 @@ another hub's code. ``HubEnv`` adds three things on top of ToolEnv's token contr
   reached. :meth:`HubEnv.infra_fault` ends the episode as *truncated*, with
   ``info["infra_error"]`` and ``trajectory.meta["infra_error"]`` set: never a 0 outcome for the
   policy (the trainer masks such episodes; a leaderboard refuses them).
+* An LLM judge (``judge={...}``, :mod:`agentgym.judge`) on final answers: its score is the outcome
+  (``role: outcome``) or the shaped term ``judge`` (``role: shaped``); its calls are recorded in
+  ``trajectory.meta["judge_calls"]`` and replay re-scores from them (:meth:`HubEnv.load_record`).
 * The no-attempt guard (``no_attempt_guard=True``): the source's score of an answer minus what
   the same source pays for not attempting the task (an empty answer, ``"Done."``, a refusal)
   on the same task, floored at 0. Sources that pay for doing nothing are the source's problem;
@@ -29,6 +32,7 @@ import numpy as np
 
 from agentgym.env import ToolEnv
 from agentgym.errors import ConfigError
+from agentgym.tools import ToolResult
 
 __all__ = ["NO_ATTEMPT_ANSWERS", "HubEnv", "Provenance", "require"]
 
@@ -63,7 +67,13 @@ class HubEnv(ToolEnv):
 
     hub: ClassVar[str] = ""
 
-    def __init__(self, *, no_attempt_guard: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *, no_attempt_guard: bool = False, judge: dict[str, Any] | None = None,
+                 **kwargs: Any) -> None:
+        from agentgym.judge import Judge, JudgeConfig
+
+        self.judge = Judge(JudgeConfig.from_dict(judge)) if judge is not None else None
+        if self.judge is not None and self.judge.config.role == "shaped":
+            self.extra_shaping = {**type(self).extra_shaping, "judge": self.judge.config.weight}
         super().__init__(**kwargs)
         self.no_attempt_guard = bool(no_attempt_guard)
         self._infra: str | None = None
@@ -77,11 +87,40 @@ class HubEnv(ToolEnv):
         raise ConfigError(f"{self.env_id} ({self.provenance().source}) has no oracle: "
                           f"{self.provenance().oracle_note}")
 
-    def infra_fault(self, message: str) -> Any:
+    def score_source(self, answer: str) -> ToolResult:
+        """The source hub's verdict on a final answer (ToolEnv's ``score_final``, before the judge)."""
+        raise NotImplementedError
+
+    def score_final(self, answer: str) -> ToolResult:
+        result = self.score_source(answer)
+        if self.judge is None or not result.terminal or result.error == "infra_error":
+            return result
+        from agentgym.judge import JudgeError
+
+        assert self.task is not None and self.trajectory is not None
+        try:
+            call = self.judge.score(question=self.task.prompt, answer=answer,
+                                    reference="" if self.task.answer is None else str(self.task.answer))
+        except JudgeError as e:
+            return self.infra_fault(f"judge: {e}")
+        self.trajectory.meta.setdefault("judge_calls", []).append(call.to_dict())
+        result.content += f"\njudge: {call.score:g}"
+        if self.judge.config.role == "outcome":
+            result.outcome = call.score
+        else:
+            result.components["judge"] = call.score
+        return result
+
+    def load_record(self, record: Any) -> None:
+        """Replay (leaderboards): the judge answers from ``record``'s recorded calls, never the network."""
+        from agentgym.judge import Judge
+
+        if self.judge is not None:
+            self.judge = Judge.from_record(self.judge.config, list(record.meta.get("judge_calls", [])))
+
+    def infra_fault(self, message: str) -> ToolResult:
         """Report an infrastructure fault from a tool or from scoring: the episode ends truncated,
         never scored (returns the ToolResult to hand back to ToolEnv)."""
-        from agentgym.tools import ToolResult
-
         self._infra = message
         return ToolResult(f"[agentgym] infrastructure fault, the episode is void: {message}", ok=False,
                           error="infra_error", terminal=True, outcome=0.0)

@@ -116,7 +116,7 @@ class ReasoningGymEnv(HubEnv):
         return Task(id=f"{self.dataset}/{self.config['seed']}/{raw}", prompt=str(entry["question"]),
                     answer=entry.get("answer"), meta={"split": split, "index": raw})
 
-    def score_final(self, answer: str) -> ToolResult:
+    def score_source(self, answer: str) -> ToolResult:
         assert self.entry is not None
         entry = self.entry
 

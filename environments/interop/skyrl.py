@@ -122,7 +122,7 @@ class SkyRLEnv(HubEnv):
         return Task(id=str(row.get("id", f"{self.env_class}/{index}")), prompt="\n\n".join(user),
                     meta={"index": int(index)})
 
-    def score_final(self, answer: str) -> ToolResult:
+    def score_source(self, answer: str) -> ToolResult:
         out = self.source.step(answer)
         reward = float(out["reward"])
         if out["done"]:
