@@ -11,6 +11,7 @@ import os
 import select
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -42,8 +43,9 @@ class Server:
 
 def start_server(cmd: list[str], *, timeout: float = 120.0, cwd: str | None = None,
                  env: dict[str, str] | None = None) -> Server:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
-                            cwd=cwd, env=env)
+    log = tempfile.TemporaryFile()  # the child's stderr: quoted when it fails to start, else dropped
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, stderr=log,
+                            start_new_session=True, cwd=cwd, env=env)
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
     buf = b""
@@ -51,8 +53,10 @@ def start_server(cmd: list[str], *, timeout: float = 120.0, cwd: str | None = No
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             proc.wait()
-            raise ServiceError(f"{' '.join(cmd)!r} did not print its url within {timeout:.0f} s (got "
-                               f"{buf.decode(errors='replace')[-300:]!r}); run it by hand to see why")
+            log.seek(0)
+            raise ServiceError(f"{' '.join(cmd)!r} did not print its url within {timeout:.0f} s (stdout "
+                               f"{buf.decode(errors='replace')[-300:]!r}, stderr "
+                               f"{log.read().decode(errors='replace')[-800:]!r})")
         if select.select([proc.stdout], [], [], 0.2)[0]:
             chunk = os.read(proc.stdout.fileno(), 4096)
             buf += chunk
