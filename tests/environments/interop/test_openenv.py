@@ -115,3 +115,28 @@ def test_validate_on_openenv_says_what_it_cannot_check(openenv_math: str) -> Non
     assert "[n/a ] oracle scores 1" in text and "OpenEnv environments carry no oracle" in text
     assert "[n/a ] same seed, same tokens" in text and "not replayable" in text.lower()
 
+
+
+def test_exported_math_runs_under_openenvs_own_llm_client_and_env_client(openenv_math: str,
+                                                                         tiny_server: tuple[str, object]) -> None:
+    """OpenEnv's own code end to end: its OpenAIClient asks agentgym's chat server (a tiny GPT-OSS on
+    loopback) and its EnvClient steps the exported Math with the reply; agentgym scores it."""
+    import asyncio
+    from urllib.parse import urlsplit
+
+    from openenv.core.llm_client import OpenAIClient
+
+    from agentgym.environments.interop.openenv_export import AgentGymAction, AgentGymEnvClient
+
+    base = urlsplit(tiny_server[0])
+    llm = OpenAIClient(f"http://{base.hostname}", base.port, model="agentgym", system_prompt=None, max_tokens=24)
+    rewards = []
+    with AgentGymEnvClient(base_url=openenv_math).sync() as env:
+        for index in range(2):
+            r = env.reset(seed=0, index=index)
+            reply = asyncio.run(llm.complete(f"{r.observation.instructions}\n\n{r.observation.text}"))
+            assert isinstance(reply, str)
+            r = env.step(AgentGymAction(answer=reply))
+            assert r.done and r.reward in (0.0, 1.0) and "outcome" in r.observation.info["reward_components"]
+            rewards.append(r.reward)
+    assert len(rewards) == 2
