@@ -73,7 +73,8 @@ class HubEnv(ToolEnv):
 
         self.judge = Judge(JudgeConfig.from_dict(judge)) if judge is not None else None
         if self.judge is not None and self.judge.config.role == "shaped":
-            self.extra_shaping = {**type(self).extra_shaping, "judge": self.judge.config.weight}
+            # an instance's own shaped terms: the judge's weight comes from its config
+            self.extra_shaping = {**type(self).extra_shaping, "judge": self.judge.config.weight}  # type: ignore[misc]
         super().__init__(**kwargs)
         self.no_attempt_guard = bool(no_attempt_guard)
         self._infra: str | None = None

@@ -169,7 +169,8 @@ def _schema(fn: Any) -> dict[str, Any]:
     for name, p in inspect.signature(fn).parameters.items():
         if name == "self":
             continue
-        props[name] = {"type": _JSON_TYPES.get(typing.get_origin(hints.get(name)) or hints.get(name), "string")}
+        hint = hints.get(name)
+        props[name] = {"type": _JSON_TYPES.get(typing.get_origin(hint) or hint, "string")}  # type: ignore[arg-type]
         if p.default is inspect.Parameter.empty:
             required.append(name)
     return {"type": "object", "properties": props, "required": required}

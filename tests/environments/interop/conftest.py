@@ -42,10 +42,10 @@ def openenv_math() -> Iterator[str]:
 def tiny_server() -> Iterator[tuple[str, Any]]:
     """agentgym's OpenAI-compatible server (``/v1/chat/completions``) sampling an untrained tiny GPT-OSS."""
     torch = pytest.importorskip("torch", reason="the chat server needs the [train] extra")
+    from agentgym.tokenizers import ByteTokenizer
     from agentgym.trainer.engines.hf import HFEngine
     from agentgym.trainer.engines.server import CompletionServer
     from agentgym.trainer.model import build_tiny_gptoss
-    from agentgym.tokenizers import ByteTokenizer
 
     tok = ByteTokenizer()
     model = build_tiny_gptoss(tok.vocab_size, seed=0, num_hidden_layers=2)

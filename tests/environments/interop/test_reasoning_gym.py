@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import gymnasium as gym
-import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
@@ -91,8 +90,8 @@ def test_validate_names_the_source_as_the_culprit() -> None:
 def test_a_submission_on_reasoning_gym_verifies_by_replay_and_tampering_is_caught(tmp_path: Path) -> None:
     from agentgym.leaderboards.evaluate import run_suite
     from agentgym.leaderboards.policies import make_policy
-    from agentgym.leaderboards.suite import load_suite
     from agentgym.leaderboards.submission import read_raw
+    from agentgym.leaderboards.suite import load_suite
     from agentgym.leaderboards.verify import verify_submission
     from tests.environments.interop.conftest import write_suite
 
