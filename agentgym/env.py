@@ -115,6 +115,10 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
     instructions: ClassVar[str] = ""
     extra_shaping: ClassVar[dict[str, float]] = {}  # an env's own shaped terms and weights
     reasoning_effort: ClassVar[str] = "low"
+    # A final answer ends the episode (score_final returns terminal=True). Envs whose user speaks
+    # again (multi-turn text envs from other hubs) set False: a non-terminal score_final result is
+    # then the user's next message.
+    final_ends_episode: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -360,7 +364,7 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
             return result, call.name
         if parsed.final is not None:
             result = self.score_final(parsed.final)
-            if not result.terminal:
+            if not result.terminal and self.final_ends_episode:
                 raise ConfigError(
                     f"{type(self).__name__}.score_final returned terminal=False; a final answer ends the "
                     "episode: return ToolResult(..., terminal=True, outcome=...)")
@@ -376,6 +380,8 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         prefix = [] if ids[-1] in (self.codec.END, *self.codec.stop_ids) else [self.codec.END]
         if tool_name is not None:
             return prefix + self.codec.render_tool_result(tool_name, result.content)
+        if result.ok and not self.final_ends_episode:  # the user's reply to a final answer
+            return prefix + self.codec.render_prompt([Message("user", result.content)])
         # No tool to answer for the model: the notice comes from the user side.
         notice = Message("user", f"[agentgym] {result.content}\nReply with a tool call or a final answer.")
         return prefix + self.codec.render_prompt([notice])

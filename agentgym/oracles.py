@@ -27,6 +27,11 @@ ORACLES: dict[str, str] = {
     "agentgym/MathTool-v0": "agentgym.environments.mathtool.oracle:oracle_policy",
     "agentgym/CodeFix-v0": "agentgym.environments.codefix.oracle:oracle_policy",
     "agentgym/WebAPI-v0": "agentgym.environments.webapi.policies:oracle_action",
+    # Imported envs: the adapter's own oracle where its source has one (it says why not otherwise).
+    "agentgym/ReasoningGym-v0": "agentgym.environments.interop.oracle:oracle_action",
+    "agentgym/Verifiers-v0": "agentgym.environments.interop.oracle:oracle_action",
+    "agentgym/OpenEnv-v0": "agentgym.environments.interop.oracle:oracle_action",
+    "agentgym/SkyRL-v0": "agentgym.environments.interop.oracle:oracle_action",
 }
 
 

@@ -31,6 +31,15 @@ BUILTIN: dict[str, str] = {
 # Clients of the environments above rather than environments of their own: registered for
 # gym.make, left out of registered_ids(). Remote-v0: an env served by `agentgym serve`.
 ADAPTERS: dict[str, str] = {"agentgym/Remote-v0": "agentgym.remote.client:RemoteEnv"}
+# Environments of other hubs (agentgym.environments.interop; `pip install 'agentgym-suite[interop]'`):
+# registered for gym.make, left out of registered_ids() (they need a source: a dataset name, a
+# taskset, a server), like the adapters above.
+INTEROP: dict[str, str] = {
+    "agentgym/ReasoningGym-v0": "agentgym.environments.interop.reasoning_gym:ReasoningGymEnv",
+    "agentgym/Verifiers-v0": "agentgym.environments.interop.verifiers_import:VerifiersEnv",
+    "agentgym/OpenEnv-v0": "agentgym.environments.interop.openenv_import:OpenEnvEnv",
+    "agentgym/SkyRL-v0": "agentgym.environments.interop.skyrl:SkyRLEnv",
+}
 
 _REGISTERED: dict[str, str] = {}  # every id registered through agentgym.register, in order
 
@@ -64,10 +73,10 @@ def register(id: str, entry_point: str, **kwargs: Any) -> None:
 
 def registered_ids() -> list[str]:
     """Every environment id registered through agentgym (the built-ins and your own), sorted;
-    adapters such as Remote-v0 are left out."""
-    return sorted(k for k in _REGISTERED if k not in ADAPTERS)
+    adapters such as Remote-v0 and the interop ids (ReasoningGym-v0, ...) are left out."""
+    return sorted(k for k in _REGISTERED if k not in ADAPTERS and k not in INTEROP)
 
 
 def _register_builtin() -> None:
-    for env_id, entry in {**BUILTIN, **ADAPTERS}.items():
+    for env_id, entry in {**BUILTIN, **ADAPTERS, **INTEROP}.items():
         register(env_id, entry)

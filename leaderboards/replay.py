@@ -7,6 +7,9 @@ token, the policy mask, turn boundaries, every reward and reward component, the 
 of each turn, terminated/truncated, env id, seed, task id, tokenizer name and env settings.
 Only the behaviour log-probs are the policy's own and cannot be recomputed without the model.
 
+An env that consulted an outside service while scoring (an LLM judge) is handed the record first
+(``env.unwrapped.load_record(record)``) and re-scores from the calls recorded there.
+
 Actions the env rejected (nothing appended: empty, out-of-vocabulary or not 1-D) are replayed
 as an action of the same kind, and an action the env cut at ``max_action_tokens`` is replayed
 one token longer so that the env cuts it again.
@@ -64,6 +67,9 @@ def replay(env: Any, record: Trajectory, *, seed: int, options: dict[str, Any]) 
     """Play ``record``'s actions on ``env`` at ``seed``/``options``; returns the env's own trajectory
     and the problems found on the way (turns after the end, an episode left unfinished)."""
     u = env.unwrapped
+    load = getattr(u, "load_record", None)
+    if callable(load):  # an env that scored with an outside service (a judge) re-scores from the record
+        load(record)
     env.reset(seed=seed, options=options)
     problems: list[str] = []
     done = False

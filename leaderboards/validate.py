@@ -11,6 +11,12 @@ Checks, all in sparse reward mode:
 * ``no shared state``: episodes played one after another on one env (the same task twice in a
   row included, so that whatever the first wrote is there for the second to see) and
   concurrently on two envs give exactly the episodes of fresh envs.
+
+Environments imported from other hubs (``agentgym.environments.interop``) state their
+provenance; the report prints it and says what it cannot check: with no oracle in the source,
+the oracle check is ``n/a`` (not a pass); on a source that is not replayable, the determinism and
+isolation checks are ``n/a`` with the reason. A no-attempt probe that earns reward there is named
+as the source env's problem, with the fix (``no_attempt_guard=True``).
 """
 
 from __future__ import annotations
@@ -41,6 +47,11 @@ class Check:
     ok: bool
     detail: str
     seconds: float
+    applies: bool = True  # False: this env cannot be checked this way (detail says why); not a pass
+
+
+def _not_applicable(name: str, why: str) -> Check:
+    return Check(name, True, f"cannot be checked: {why}", 0.0, applies=False)
 
 
 @dataclass
@@ -49,16 +60,23 @@ class ValidationReport:
     kwargs: dict[str, Any]
     tasks: int = 0
     checks: list[Check] = field(default_factory=list)
+    provenance: dict[str, Any] | None = None  # imported envs: hub, source, replayable, oracle
 
     @property
     def ok(self) -> bool:
-        return bool(self.checks) and all(c.ok for c in self.checks)
+        return bool(self.checks) and all(c.ok for c in self.checks if c.applies)
 
     def format(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
         lines = [f"{self.env_id}({args}): {'PASS' if self.ok else 'FAIL'} on {self.tasks} tasks"]
+        if self.provenance:
+            p = self.provenance
+            lines.append(f"  imported from {p['hub']} ({p['source']}): "
+                         f"{'replayable' if p['replayable'] else 'NOT replayable'} ({p['replay_note']}); "
+                         f"{'oracle' if p['oracle'] else 'no oracle'} ({p['oracle_note']})")
         for c in self.checks:
-            lines.append(f"  [{'ok' if c.ok else 'FAIL'}] {c.name:22s} {c.seconds:6.1f} s  {c.detail}")
+            mark = "n/a " if not c.applies else "ok" if c.ok else "FAIL"
+            lines.append(f"  [{mark}] {c.name:22s} {c.seconds:6.1f} s  {c.detail}")
         return "\n".join(lines)
 
 
@@ -182,6 +200,9 @@ def _run_checks(report: ValidationReport, runner: _Runner, probe: Any, *, max_ta
     except Exception as e:  # the checker raises AssertionError and others on a contract break
         report.checks.append(Check("check_env", False, f"{type(e).__name__}: {e}", time.perf_counter() - t0))
     jobs = [(seed + i, o) for i, o in enumerate(opts)]
+    prov = _provenance(probe)
+    report.provenance = prov
+    has_oracle = oracle is not None or prov is None or prov["oracle"]
     policies: list[tuple[str, ScriptedPolicy, float]] = [
         ("oracle scores 1", OraclePolicy(oracle), 1.0),
         ("do-nothing scores 0", DoNothingPolicy(), 0.0),
@@ -189,15 +210,49 @@ def _run_checks(report: ValidationReport, runner: _Runner, probe: Any, *, max_ta
     ]
     pooled: list[Trajectory] = []
     for name, policy, want in policies:
+        if policy.name == "oracle" and not has_oracle:
+            assert prov is not None
+            report.checks.append(_not_applicable(name, f"the source has no oracle ({prov['oracle_note']})"))
+            continue
         t0 = time.perf_counter()
         trajs = runner.play_fresh(policy, jobs)
-        report.checks.append(_expect(name, trajs, opts, want, time.perf_counter() - t0))
+        check = _expect(name, trajs, opts, want, time.perf_counter() - t0)
+        if prov is not None and not check.ok and policy.name != "oracle":
+            check.detail += (f". This is the source env's problem ({prov['hub']}, {prov['source']} pays for not "
+                             "attempting the task), not agentgym's: make the env with no_attempt_guard=True to pay "
+                             "only what beats not attempting")
+        report.checks.append(check)
         if policy.name == "oracle":
             pooled = trajs
+    if prov is not None and not prov["replayable"]:
+        why = f"the source is not replayable ({prov['replay_note']})"
+        report.checks += [_not_applicable("same seed, same tokens", why), _not_applicable("no shared state", why)]
+        return
+    if not pooled:  # no oracle to drive the episodes: the do-nothing probe plays them
+        return _determinism_without_oracle(report, runner, jobs)
     t0 = time.perf_counter()
     fresh = runner.play_each_fresh(OraclePolicy(oracle), jobs[:min(8, len(jobs))])
     report.checks.append(_determinism(runner, jobs, fresh, pooled, OraclePolicy(oracle), time.perf_counter() - t0))
     report.checks.append(_isolation(runner, jobs, fresh, OraclePolicy(oracle)))
+
+
+def _provenance(env: Any) -> dict[str, Any] | None:
+    prov = getattr(env.unwrapped, "provenance", None)
+    return prov().to_dict() if callable(prov) else None
+
+
+def _determinism_without_oracle(report: ValidationReport, runner: _Runner,
+                                jobs: list[tuple[int, dict[str, Any] | None]]) -> None:
+    """With no oracle, the just-answer probe's episodes on fresh envs (twice) must agree."""
+    t0 = time.perf_counter()
+    k = min(8, len(jobs))
+    a = runner.play_each_fresh(JustAnswerPolicy(), jobs[:k])
+    b = runner.play_each_fresh(JustAnswerPolicy(), jobs[:k])
+    diff = [f"seed {x.seed}" for x, y in zip(a, b) if not _same(x, y)]
+    report.checks.append(Check("same seed, same tokens", not diff,
+                               f"{k} just-answer episodes identical on fresh envs (twice; no oracle to play more)"
+                               if not diff else "differs: " + ", ".join(diff[:6]), time.perf_counter() - t0))
+    report.checks.append(_not_applicable("no shared state", "needs an oracle to play whole episodes"))
 
 
 def _determinism(runner: _Runner, jobs: list[tuple[int, dict[str, Any] | None]], fresh: list[Trajectory],

