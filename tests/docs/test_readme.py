@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,7 +43,7 @@ def _commands(code: str) -> list[str]:
             if c and not c.startswith("#")]
 
 
-def _params() -> list[object]:
+def _params() -> list[Any]:
     params = []
     for line, lang, code in _blocks():
         marks = [pytest.mark.slow] if any(code.startswith(s) for s in SLOW) else []
