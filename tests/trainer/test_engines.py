@@ -192,6 +192,7 @@ def test_openai_http_vllm_reload_protocol() -> None:
         OpenAIHTTPEngine("http://vllm.test", reload="nope")
 
 
+@pytest.mark.slow
 def test_server_runs_as_a_process(policy: torch.nn.Module, tmp_path: Path) -> None:
     """``python -m agentgym.trainer.engines.server``: the way a separate serving box runs it."""
     import socket

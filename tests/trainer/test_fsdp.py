@@ -60,6 +60,7 @@ def _episodes(tmp: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # torchrun start-ups
 def test_two_processes_make_the_single_process_update(tmp_path: Path) -> None:
     """Same episodes, same initial weights (an MXFP4 checkpoint, dequantized on load: rank 0
     reads it and broadcasts the shards): 1 plain process vs 2 FSDP2 ranks (each with one
@@ -114,6 +115,7 @@ def test_layout_splits_tasks_over_rollout_groups_and_rows_over_tensor_parallel_r
         group_tasks(3, infos[0])
 
 
+@pytest.mark.slow  # torchrun start-ups
 def test_sharded_checkpoint_resumes_on_another_process_count(tmp_path: Path) -> None:
     """2 ranks warm-start and train 2 steps (evaluations, sharded checkpoints, the KL
     reference); the run then continues for a step on 1 torchrun rank, and a copy of it in a

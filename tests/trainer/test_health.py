@@ -88,6 +88,7 @@ def test_bad_thresholds_are_config_errors(override: str, match: str) -> None:
         load_config("cpu-quickstart", [override])
 
 
+@pytest.mark.slow  # a real Trainer run
 def test_trainer_names_alerts_in_progress_output_and_metrics(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     cfg = load_config("cpu-quickstart", [

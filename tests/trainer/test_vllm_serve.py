@@ -24,7 +24,7 @@ from agentgym.trainer.engines.openai_http import OpenAIHTTPEngine, vllm_serve_co
 from agentgym.trainer.logprobs import policy_forward
 from agentgym.trainer.model import build_tiny_gptoss
 
-pytestmark = [pytest.mark.vllm, pytest.mark.harmony]
+pytestmark = [pytest.mark.vllm, pytest.mark.harmony, pytest.mark.slow]  # a vllm serve start-up
 
 
 def real_vocab_tiny(tok: Any, seed: int, layers: int = 2) -> torch.nn.Module:

@@ -244,8 +244,8 @@ def test_envpool_threads_step_math_envs() -> None:
         pool.close()
 
 
-def test_the_readme_example_is_what_seed_0_gives() -> None:
+def test_the_docs_example_is_what_seed_0_gives() -> None:
     env = gym.make("agentgym/Math-v0", families=["quadratic"], levels=["hard"])
     _, info = env.reset(seed=0)
-    readme = (Path(__file__).parents[3] / "README.md").read_text()
-    assert f'info["prompt"]: "{info["prompt"][:40]}' in readme
+    page = (Path(__file__).parents[3] / "docs" / "environments" / "math.md").read_text()
+    assert f'info["prompt"]: "{info["prompt"][:40]}' in page
