@@ -257,7 +257,7 @@ class AgentGymTaskset(vf.Taskset[AgentGymTask, AgentGymTasksetConfig]):
 
         c = self.config
         env = gym.make(c.env, **c.env_kwargs)
-        u = env.unwrapped
+        u: Any = env.unwrapped
         task_config = AgentGymTaskConfig.model_validate(
             {**c.task.model_dump(), "tools": type(u).tools is not ToolEnv.tools})
         try:

@@ -123,7 +123,9 @@ class VerifiersEnv(HubEnv):
         self.driver: Any = None  # a vf.Env's episode (verifiers_episode.EpisodeDriver)
         self.turn_timeout = float(turn_timeout)
         self._toolsets = list(type(taskset).toolsets(taskset.config))
-        self.seat, self.others, self.ctx = "agent", [], None
+        self.seat: str = "agent"  # the seat the policy plays
+        self.others: list[str] = []  # the env's other seats, played by verifiers' agents
+        self.ctx: Any = None  # their model endpoint (a verifiers ModelContext)
         if env is not None:
             self.final_ends_episode = False  # the env answers a final answer (or ends the episode)
             self.seat, self.others = self._seats(env, seat)
