@@ -23,4 +23,8 @@ for pkg in torchvision torchaudio torchcodec; do
     .venv/bin/pip uninstall -y -q "$pkg"
   fi
 done
+# verifiers installs its harnesses' chat program with `uv sync --script` at run time; a local
+# wheelhouse of that program's dependencies (pinned to this venv's versions) lets uv do it with no
+# index, so exported envs run under vf-eval offline (docs/interop.md).
+.venv/bin/python -m agentgym.environments.interop.verifiers_export --wheelhouse
 .venv/bin/python -c "import agentgym, torch, transformers, vllm; print('agentgym', agentgym.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__, '| vllm', vllm.__version__)"

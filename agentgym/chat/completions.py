@@ -11,11 +11,16 @@ an earlier final answer closes with ``<|end|>``, as GPT-OSS's chat template writ
 tool) forces the header ``<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>``
 and the model writes the arguments (no JSON-schema-guided decoding: they may be invalid);
 ``none`` forces ``<|channel|>final<|message|>``. Forcing skips the analysis channel.
+``stream: true`` is served whole: the completion is generated first, then sent as server-sent
+events, one chunk per choice carrying the whole message (``delta``) and its finish reason, a
+usage chunk when ``stream_options.include_usage`` asks for one, then ``data: [DONE]``
+(:func:`stream_events`; agent loops such as verifiers' chat program always stream).
 Engine-agnostic: anything with the rollout engines' ``generate`` works.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +38,7 @@ from agentgym.chat.messages import (
 from agentgym.env import harmony_preamble
 from agentgym.harmony import HarmonyCodec, Message
 
-__all__ = ["REASONING_EFFORTS", "chat_completion", "render_conversation"]
+__all__ = ["REASONING_EFFORTS", "chat_completion", "render_conversation", "stream_events"]
 
 REASONING_EFFORTS = ("low", "medium", "high")
 MAX_N = 16
@@ -46,10 +51,26 @@ _NEUTRAL: dict[str, Callable[[Any], bool]] = {
     "presence_penalty": lambda v: not v,
     "logit_bias": lambda v: not v,
     "stop": lambda v: not v,
-    "stream": lambda v: not v,
     "top_logprobs": lambda v: not v,
     "response_format": lambda v: v is None or (isinstance(v, Mapping) and v.get("type") == "text"),
 }
+
+
+def stream_events(completion: Mapping[str, Any], include_usage: bool = False) -> list[bytes]:
+    """A finished completion as the server-sent events of a streamed one (module doc)."""
+    head = {k: completion[k] for k in ("id", "created", "model")}
+    events = []
+    for ch in completion["choices"]:
+        delta = dict(ch["message"])
+        if delta.get("tool_calls"):  # a stream's tool-call deltas carry their position
+            delta["tool_calls"] = [{**c, "index": i} for i, c in enumerate(delta["tool_calls"])]
+        choice = {"index": ch["index"], "delta": delta, "finish_reason": ch["finish_reason"],
+                  "logprobs": ch.get("logprobs")}
+        extra = {"token_ids": ch["token_ids"]} if "token_ids" in ch else {}
+        events.append({**head, "object": "chat.completion.chunk", "choices": [{**choice, **extra}]})
+    if include_usage:
+        events.append({**head, "object": "chat.completion.chunk", "choices": [], "usage": completion["usage"]})
+    return [f"data: {json.dumps(e)}\n\n".encode() for e in events] + [b"data: [DONE]\n\n"]
 
 
 def render_conversation(codec: HarmonyCodec, messages: Sequence[Mapping[str, Any]],

@@ -69,6 +69,23 @@ def test_chat_completion_renders_samples_and_reports_token_ids(server: Completio
     assert post(server, body).json()["choices"][0]["token_ids"] == ids  # seeded: reproducible
 
 
+def test_a_streamed_request_gets_the_same_completion_as_server_sent_events(server: CompletionServer) -> None:
+    """``stream: true`` (what agent loops such as verifiers' chat program send) is served whole:
+    the openai SDK's stream reads one chunk carrying the same message, then the usage."""
+    openai = pytest.importorskip("openai")
+    body = {"model": "agentgym", "messages": CONVO, "tools": TOOLS, "temperature": 1.0, "seed": 5, "max_tokens": 12}
+    whole = post(server, body).json()["choices"][0]
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused")
+    chunks = list(client.chat.completions.create(**body, stream=True, stream_options={"include_usage": True}))
+    deltas = [c.choices[0] for c in chunks if c.choices]
+    assert len(deltas) == 1 and deltas[0].finish_reason == whole["finish_reason"]
+    assert deltas[0].delta.content == whole["message"]["content"]
+    calls = [c.function.model_dump() for c in deltas[0].delta.tool_calls or []]
+    assert calls == [c["function"] for c in whole["message"].get("tool_calls", [])]
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+    raw = httpx.post(f"{server.url}/v1/chat/completions", json={**body, "stream": True}, timeout=60)
+    assert raw.headers["content-type"].startswith("text/event-stream") and raw.text.endswith("data: [DONE]\n\n")
+
 def test_named_tool_choice_forces_the_call_header(server: CompletionServer) -> None:
     r = post(server, {"model": "agentgym", "messages": CONVO, "tools": TOOLS, "return_token_ids": True,
                       "logprobs": True, "tool_choice": {"type": "function", "function": {"name": "clock"}}})
@@ -90,7 +107,6 @@ def test_named_tool_choice_forces_the_call_header(server: CompletionServer) -> N
 
 @pytest.mark.parametrize("patch, status, words", [
     ({"top_p": 0.9}, 400, "top_p"),
-    ({"stream": True}, 400, "stream"),
     ({"messages": []}, 400, "non-empty"),
     ({"messages": [{"role": "wizard", "content": "x"}]}, 400, "role"),
     ({"messages": [{"role": "tool", "tool_call_id": "q", "content": "x"}]}, 400, "tool_call_id"),

@@ -3,7 +3,8 @@
 Serves token-id completions with processed log-probs (the wire format in ``wire.py``), chat
 completions with tool calling (``/v1/chat/completions``: the messages rendered in Harmony
 exactly as the environments render them, the sampled action parsed back into an assistant
-message with ``tool_calls``; ``agentgym.chat.completions``), and a ``/reload_weights``
+message with ``tool_calls``; ``stream: true`` sends the finished completion as server-sent
+events; ``agentgym.chat.completions``), and a ``/reload_weights``
 endpoint that loads a safetensors checkpoint into the served model. So the ``openai-http``
 engine, weight sync and the ``openai-chat`` policy are tested end to end over real HTTP
 without vLLM.
@@ -26,10 +27,10 @@ import torch
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from agentgym.chat.completions import REASONING_EFFORTS, chat_completion
+from agentgym.chat.completions import REASONING_EFFORTS, chat_completion, stream_events
 from agentgym.chat.wire import CHAT_PATH
 from agentgym.errors import CheckpointError, ConfigError, ServiceError
 from agentgym.harmony import HarmonyCodec
@@ -130,9 +131,14 @@ def build_app(engine: HFEngine, model_name: str = "agentgym", *, tokenizer: Toke
         except (ValueError, TypeError) as e:
             return JSONResponse({"error": {"message": str(e), "type": "invalid_request"}}, status_code=400)
 
-    async def chat(request: Request) -> JSONResponse:
+    async def chat(request: Request) -> Response:
         try:
-            return JSONResponse(await run_in_threadpool(_chat, await request.json()))
+            body = await request.json()
+            completion = await run_in_threadpool(_chat, body)
+            if isinstance(body, dict) and body.get("stream"):
+                usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                return StreamingResponse(iter(stream_events(completion, usage)), media_type="text/event-stream")
+            return JSONResponse(completion)
         except LookupError as e:
             return JSONResponse({"error": {"message": str(e), "type": "model_not_found"}}, status_code=404)
         except (ValueError, TypeError) as e:  # a malformed JSON body is a ValueError too

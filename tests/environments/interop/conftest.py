@@ -1,5 +1,6 @@
 """Shared by the interop tests: the hubs' packages (the ``[interop]`` extra), suites written to tmp
-dirs, and agentgym's own chat server serving a tiny GPT-OSS on loopback."""
+dirs, agentgym's own chat server serving a tiny GPT-OSS on loopback (untrained, or memorizing
+MathCalc-v0's oracle episode), and verifiers' plugins and offline chat program."""
 
 from __future__ import annotations
 
@@ -12,8 +13,13 @@ import pytest
 import yaml
 
 from agentgym.leaderboards.suite import suite_hash
+from tests.chat import conftest as chat_conftest
 
 MATH_ID = "agentgym/Math-v0"  # the math ids may move to -v1: every interop test names Math through this
+MATHCALC_ID = "agentgym/MathCalc-v0"
+VF_PLUGINS = Path(__file__).parent / "vf_plugins"  # verifiers plugins are top-level modules (vf-guess)
+
+memorized = chat_conftest.memorized  # the fixture: a tiny GPT-OSS that plays MathCalc-v0 seed 0 (~40 s)
 
 
 def write_suite(tmp: Path, name: str, envs: list[dict[str, Any]], trials: int = 1) -> Path:
@@ -53,3 +59,39 @@ def tiny_server() -> Iterator[tuple[str, Any]]:
     del torch
     with CompletionServer(HFEngine(model), max_tokens=48) as server:
         yield f"{server.url}/v1", model
+
+
+@pytest.fixture(scope="session")
+def memorized_server(memorized: Any) -> Iterator[str]:
+    """agentgym's chat server (``/v1``) serving the tiny GPT-OSS that memorized MathCalc-v0's seed-0
+    oracle episode (a calculator call, then the answer): greedy decoding replays it only if the
+    prompt it is served is token for token the env's."""
+    pytest.importorskip("torch", reason="the chat server needs the [train] extra")
+    from agentgym.trainer.engines.hf import HFEngine
+    from agentgym.trainer.engines.server import CompletionServer
+
+    model, _ = memorized
+    with CompletionServer(HFEngine(model), max_tokens=256) as server:
+        yield f"{server.url}/v1"
+
+
+@pytest.fixture(scope="session")
+def vf_plugins() -> Iterator[Path]:
+    """The test's verifiers plugins importable by id, as an installed package would be."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(VF_PLUGINS))
+        yield VF_PLUGINS
+
+
+@pytest.fixture(scope="session")
+def offline_uv() -> dict[str, str]:
+    """The harness environment under which verifiers installs its chat program with uv from the
+    local wheelhouse (nothing is downloaded at test time)."""
+    pytest.importorskip("verifiers.v1", reason="pip install 'agentgym-suite[interop]'")
+    from agentgym.environments.interop.verifiers_export import default_wheelhouse, offline_uv_env
+
+    env = offline_uv_env()
+    if "UV_FIND_LINKS" not in env or "PATH" not in env:
+        pytest.skip(f"no uv or no wheelhouse at {default_wheelhouse()}: build it with "
+                    "python -m agentgym.environments.interop.verifiers_export --wheelhouse (scripts/setup-venv.sh does)")
+    return env
