@@ -77,8 +77,9 @@ def run_with_controls(cfg: TrainConfig, *, resume: bool = False,
     from agentgym.trainer.checkpoint import latest_checkpoint
 
     if trainer_cls is None:
-        from agentgym.trainer.train import Trainer as trainer_cls
+        from agentgym.trainer.train import Trainer
 
+        trainer_cls = Trainer
     main = trainer_cls(cfg, resume=resume)
     try:
         summary = main.run()

@@ -135,7 +135,7 @@ class Setup:
 
         def make_env(split: str | None = env_cfg.train_split) -> Any:
             """An env of ``split`` (given as the constructor argument; null: the env's own)."""
-            extra = {"split": split} if split is not None else {}
+            extra: dict[str, Any] = {"split": split} if split is not None else {}
             return gym.make(env_cfg.id, tokenizer=tokenizer, reward_mode=env_cfg.reward_mode,
                             max_turns=env_cfg.max_turns, max_tokens=env_cfg.max_tokens,
                             max_action_tokens=env_cfg.max_action_tokens, prompt=env_cfg.prompt,
