@@ -74,7 +74,7 @@ def main() -> int:
           f"{args.minibatches} minibatches; each mode - {base} paired on the same held-out problems")
     for prefix, what in (("sampled_", "held-out success at the training temperature"), ("", "held-out success, greedy")):
         print(f"\n{what}")
-        table = seeds_table(res, [base, *[m for m in args.modes if m != base]], base, prefix)
+        table = seeds_table(res, [base, *[m for m in args.modes if m != base]], base, prefix, minus_base=True)
         print("\n".join(table))
     print(f"\n{'seed':>5} {'mode':<20} {'k3':>9} {'|dlogp|':>8} {'ESS':>6} {'capped':>7} {'clip':>6} "
           f"{'stale':>5} {'s/step':>6}  alerts")

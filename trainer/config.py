@@ -534,9 +534,6 @@ class TrainConfig:
         if len(set(self.controls)) != len(self.controls) or arm in self.controls:
             raise ConfigError(f"controls: {self.controls} must name each arm once and not this run's own "
                               f"arm ({arm!r}); fix: e.g. controls=[placebo, rft, sft] with algo=ppo")
-        if self.controls and not self.log.eval_every:
-            raise ConfigError(f"controls={self.controls} are compared on their final evaluations, and "
-                              "log.eval_every=0 evaluates never; fix: log.eval_every=N (e.g. ppo.steps)")
         if r.sync_every > 1 and r.sleep_level:
             raise ConfigError(f"rollout.sync_every={r.sync_every} keeps the engine's weights between syncs, "
                               f"and rollout.sleep_level={r.sleep_level} frees or drops them during updates; "

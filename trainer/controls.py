@@ -76,6 +76,12 @@ def run_with_controls(cfg: TrainConfig, *, resume: bool = False,
     comparison lines)."""
     from agentgym.trainer.checkpoint import latest_checkpoint
 
+    if cfg.controls and not cfg.log.eval_every:
+        from agentgym.errors import ConfigError
+
+        raise ConfigError(f"controls={cfg.controls} are compared on their final evaluations, and "
+                          "log.eval_every=0 evaluates never; fix: log.eval_every=N (e.g. ppo.steps), "
+                          "or controls=[]")
     if trainer_cls is None:
         from agentgym.trainer.train import Trainer
 
@@ -244,24 +250,30 @@ def _cell(e: dict[str, Any] | None, prefix: str) -> str:
     return f"{e[prefix + 'success']:>6.3f}" if e and prefix + "success" in e else f"{'-':>6}"
 
 
-def seeds_table(results: dict[int, dict[str, Any]], arms: Sequence[str], base: str, prefix: str) -> list[str]:
-    """One row per seed: warm start and every arm's held-out success (``prefix``: ``sampled_``
-    for the training temperature, ``""`` greedy), then ``base`` - each other arm, paired on the
-    problems, with its standard error and z."""
+def seeds_table(results: dict[int, dict[str, Any]], arms: Sequence[str], base: str, prefix: str, *,
+                minus_base: bool = False) -> list[str]:
+    """One row per seed: the warm start (as the ``base`` arm evaluated it) and every arm's held-out
+    success (``prefix``: ``sampled_`` for the training temperature, ``""`` greedy), then the
+    paired difference, its standard error and z on the same problems: ``base`` - each other arm,
+    or each other arm - ``base`` with ``minus_base``."""
     others = [a for a in arms if a != base]
-    head = (f"{'seed':>5} {'warm':>6} " + " ".join(f"{a[:10]:>10}" for a in arms) + " | "
-            + " ".join(f"{(base + ' - ' + a)[:24]:>24}" for a in others))
+    names = [f"{a} - {base}" if minus_base else f"{base} - {a}" for a in others]
+    w = max([10, *(len(a) for a in arms)])
+    head = (f"{'seed':>5} {'warm':>6} " + " ".join(f"{a:>{w}}" for a in arms) + " | "
+            + " ".join(f"{n:>{max(22, len(n))}}" for n in names))
     lines = [head]
     for seed, r in results.items():
         if r["status"] != "ok":
             lines.append(f"{seed:>5} {r['status']}")
             continue
-        w = warm_eval(r["dirs"]["warm"])
-        finals = {a: final_eval(r["dirs"][a]) if a in r["dirs"] else None for a in arms}
-        row = f"{seed:>5} {_cell(w, prefix)} " + " ".join(f"{_cell(finals[a], prefix):>10}" for a in arms) + " | "
+        finals = {a: final_eval(r["dirs"][a]) if a in r["dirs"] and Path(r["dirs"][a]).exists() else None
+                  for a in arms}
+        ws = (warm_eval(r["dirs"][base]) if finals.get(base) else None) or warm_eval(r["dirs"]["warm"])
+        row = f"{seed:>5} {_cell(ws, prefix)} " + " ".join(f"{_cell(finals[a], prefix):>{w}}" for a in arms) + " | "
         gaps = []
         for a in others:
-            g = gain(finals[a], finals[base], prefix) if finals[a] and finals[base] else None
+            fa, fb = finals[a], finals[base]
+            g = (gain(fb, fa, prefix) if minus_base else gain(fa, fb, prefix)) if fa and fb else None
             gaps.append(f"{g['gain']:+.3f}±{g['se']:.3f} ({g['z']:+.1f})" if g else "-")
-        lines.append(row + " ".join(f"{x:>24}" for x in gaps))
+        lines.append(row + " ".join(f"{x:>{max(22, len(n))}}" for x, n in zip(gaps, names)))
     return lines
