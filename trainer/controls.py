@@ -87,6 +87,12 @@ def run_with_controls(cfg: TrainConfig, *, resume: bool = False,
 
         trainer_cls = Trainer
     main = trainer_cls(cfg, resume=resume)
+    if cfg.controls and main.s.dist is not None:
+        from agentgym.errors import ConfigError
+
+        main.s.close()
+        raise ConfigError(f"controls={cfg.controls} under torchrun are not supported: run the arms as "
+                          "processes with bench/controls.py, or set controls=[]")
     try:
         summary = main.run()
     finally:

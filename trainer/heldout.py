@@ -106,7 +106,7 @@ class HeldOut:
             ev = distinct_problems(env, n_eval, options=opts)
             check = (distinct_problems(env, sc.check_problems, options=opts, start=CHECK_SEED_BASE,
                                        exclude={t for _, t in ev})
-                     if sc.check_every and sc.steps and not sc.load else [])
+                     if sc.check_every and max(sc.check_from, sc.check_every) <= sc.steps and not sc.load else [])
             needs_tool = bool(getattr(env.unwrapped, "tools", list)())
             stop_ids = tuple(int(t) for t in env.unwrapped.codec.stop_ids)
         finally:

@@ -346,10 +346,9 @@ class Trainer:
         self.cfg = cfg
         self.s: Setup = build_setup(cfg, engine=engine)
         self.main = self.s.dist is None or self.s.dist.is_main
-        if self.s.dist is not None and (cfg.algo != "ppo" or cfg.ppo.drop_uniform_groups or cfg.controls):
-            raise ConfigError(f"algo={cfg.algo} / ppo.drop_uniform_groups / controls under torchrun are not "
-                              "supported: run them in one process (bench/controls.py runs the arms as "
-                              "processes), or use algo=ppo, no dynamic sampling and controls=[]")
+        if self.s.dist is not None and (cfg.algo != "ppo" or cfg.ppo.drop_uniform_groups):
+            raise ConfigError(f"algo={cfg.algo} / ppo.drop_uniform_groups under torchrun is not supported: "
+                              "run it in one process, or use algo=ppo without dynamic sampling")
         self.step = 0  # PPO steps completed
         self.engine_version = 0  # the policy version (updates done) whose weights the engine holds
         self.sft_done = cfg.sft.steps == 0

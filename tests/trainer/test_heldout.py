@@ -135,7 +135,7 @@ def test_math_envs_train_on_train_and_evaluate_on_eval(env_id: str, tmp_path: Pa
 
 
 def test_held_out_sets_are_a_pure_function_of_the_config(tmp_path: Path) -> None:
-    cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "sft.steps=10", "sft.check_every=5",
+    cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "sft.steps=10", "sft.check_every=5", "sft.check_from=0",
                                          "sft.check_problems=16"])
     from agentgym.trainer.train import build_setup
 
