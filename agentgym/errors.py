@@ -14,7 +14,8 @@ Everything agentgym raises on purpose derives from ``AgentGymError``::
     ├── ServiceError            a backing service (the WebAPI server) failed to start or died
     ├── TrainerError            the trainer
     │   ├── NonFiniteError      NaN/inf in rewards, advantages or losses
-    │   └── CheckpointError     a checkpoint that cannot be written, read or resumed
+    │   ├── CheckpointError     a checkpoint that cannot be written, read or resumed
+    │   └── WarmStartFailed     the warm start's tool loop did not learn (a failed seed)
     └── SubmissionError         a leaderboard submission that is malformed or fails replay
 
 Bad *actions* from a policy never raise: ``step`` turns them into an error observation and
@@ -41,6 +42,7 @@ __all__ = [
     "SubmissionError",
     "TokenizerError",
     "TrainerError",
+    "WarmStartFailed",
 ]
 
 
@@ -112,6 +114,11 @@ class NonFiniteError(TrainerError):
 
 class CheckpointError(TrainerError):
     """A checkpoint could not be written, read or resumed from."""
+
+
+class WarmStartFailed(TrainerError):
+    """The warm start did not learn the env's tool loop (``sft.min_wellformed``): the run (a
+    seed of a comparison) stops and counts as failed; nothing is trained after it."""
 
 
 class SubmissionError(AgentGymError):

@@ -47,7 +47,7 @@ def run(name: str, init: str, steps: int, root: Path, seed: int) -> dict[str, ob
     run_dir = root / name
     cmd = [sys.executable, "-m", "agentgym.trainer.cli", "--config", "cpu-quickstart", f"model.init_from={init}",
            "sft.steps=0", f"ppo.steps={steps}", f"seed={seed}", f"log.run_dir={run_dir}", f"log.eval_every={steps}",
-           "log.checkpoint_every=0", "log.progress=false", "log.plots=false", *overrides(name)]
+           "log.checkpoint_every=0", "log.progress=false", "log.plots=false", "controls=[]", *overrides(name)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0

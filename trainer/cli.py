@@ -9,7 +9,8 @@
     agentgym-train serve ...                           OpenAI-compatible completions server
 
 Config mistakes exit with code 2 and a one-paragraph message (expected / got / how to fix),
-never a traceback; training failures (non-finite values, checkpoint problems) exit with 1.
+never a traceback; training failures (non-finite values, checkpoint problems) exit with 1; a
+warm start whose tool loop did not learn (``sft.min_wellformed``) exits with 3.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from agentgym.errors import AgentGymError, ConfigError
+from agentgym.errors import AgentGymError, ConfigError, WarmStartFailed
 
 __all__ = ["main", "parse_args"]
 
@@ -121,15 +122,19 @@ def _run(argv: list[str]) -> int:
         plan = make_plan(cfg)
         print(plan.report())
         return 2 if plan.problems else 0
+    from agentgym.trainer.controls import run_with_controls
     from agentgym.trainer.distributed import shutdown
     from agentgym.trainer.evaluation import report_lines
-    from agentgym.trainer.train import Trainer
 
     try:
-        summary = Trainer(cfg, resume=bool(resume)).run()
+        summary, compared = run_with_controls(cfg, resume=bool(resume))
+    except WarmStartFailed:
+        if os.environ.get("RANK", "0") == "0":
+            print("\n".join(report_lines(cfg.log.run_dir)))
+        raise
     finally:
         shutdown()
-    lines = report_lines(summary["run_dir"]) if os.environ.get("RANK", "0") == "0" else []
+    lines = report_lines(summary["run_dir"]) + compared if os.environ.get("RANK", "0") == "0" else []
     if lines:  # under torchrun: rank 0 speaks
         print("\n".join(lines))
     return 0
@@ -142,6 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"agentgym-train: config error: {e}", file=sys.stderr)
         return 2
+    except WarmStartFailed as e:
+        print(f"agentgym-train: WARM START FAILED: {e}", file=sys.stderr)
+        return 3
     except AgentGymError as e:
         print(f"agentgym-train: {type(e).__name__}: {e}", file=sys.stderr)
         return 1

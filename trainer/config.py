@@ -30,6 +30,7 @@ from agentgym.trainer.curriculum import CurriculumConfig
 from agentgym.trainer.health import HealthConfig
 
 __all__ = [
+    "ALGOS", "ARMS", "TEACHERS",
     "CorrectionConfig", "DistributedConfig", "EnvConfig", "LogConfig", "ModelConfig", "PPOConfig",
     "RECIPES_DIR", "RayConfig",
     "RolloutConfig", "SFTConfig", "TrainConfig", "config_from_dict", "config_help", "config_to_dict",
@@ -57,10 +58,23 @@ class EnvConfig:
     (one short developer message, ~150; for tiny models trained from scratch)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for ``gym.make`` (env specific, e.g. ``difficulty``)."""
-    train_options: dict[str, Any] = field(default_factory=lambda: {"split": "train"})
-    """``reset(options=...)`` for training episodes."""
-    eval_options: dict[str, Any] = field(default_factory=lambda: {"split": "eval"})
-    """``reset(options=...)`` for evaluation episodes (the env's eval split)."""
+    train_split: str | None = "train"
+    """The env's split that SFT demonstrations and RL tasks come from, given to the env as the
+    constructor argument ``split`` and as the reset option ``split``. null: the env has no
+    splits (then set ``exclude_held_out`` so that evaluation stays held out)."""
+    eval_split: str | None = "eval"
+    """The split evaluations and the warm start's stopping check draw their problems from
+    (``test`` where an env has one and you mean it); null: the env has no splits."""
+    exclude_held_out: bool = False
+    """The trainer itself keeps held-out problems out of training: before a training episode it
+    resets a probe env to read the task's id and replaces a task whose id is held out (an
+    evaluation or stopping-check problem), for SFT demonstrations and RL tasks alike. For envs
+    without splits; costs one extra reset per training task. Whatever this says, a training
+    episode on a held-out problem is counted, and is an error when the env has splits."""
+    train_options: dict[str, Any] = field(default_factory=dict)
+    """More ``reset(options=...)`` for training episodes (the split goes in ``train_split``)."""
+    eval_options: dict[str, Any] = field(default_factory=dict)
+    """More ``reset(options=...)`` for evaluation episodes (the split goes in ``eval_split``)."""
 
 
 @dataclass
@@ -136,6 +150,20 @@ class RolloutConfig:
     """A colocated engine's memory during the learner update: 0 = keeps it; 1 = sleeps (vLLM:
     KV cache freed, weights offloaded to CPU); 2 = sleeps and drops its weights (the weight
     sync refills them). Woken before each sync. Needs engine_kwargs.enable_sleep_mode."""
+    engine_weights: str = "shared"
+    """``hf`` engine: ``shared`` (it samples from the learner's own module: engine and learner
+    agree to float noise, the ratio of an exactly on-policy step is 1 by construction) or
+    ``copy`` (its own copy of the weights in ``engine_dtype``, refreshed every ``sync_every``
+    steps: an engine really off the learner, as vLLM or a server is)."""
+    engine_dtype: str = "auto"
+    """Weights of an ``hf`` engine copy: ``auto`` (model.dtype), ``float32`` or ``bfloat16`` (a
+    bf16 engine against the float32 learner: the mismatch rollout correction exists for)."""
+    sync_every: int = 1
+    """Push the learner's weights to the engine every N steps (1: after every update). With N > 1
+    the episodes of a step come from a policy up to N-1 updates old and rollout correction
+    (correction.mode) weighs them; needs an engine with its own weights (engine_weights=copy,
+    vllm, openai-http). Evaluations sync first (a stale engine would evaluate an old policy):
+    keep log.eval_every a multiple of N so that the staleness pattern does not change."""
     backend: str = "local"
     """``local`` (envs on threads of this process) or ``ray`` (rollout workers as Ray actors)."""
     ray: RayConfig = field(default_factory=RayConfig)
@@ -181,9 +209,26 @@ class PPOConfig:
     kl_coef: float = 0.0
     """Weight of the KL to a frozen reference (the warm-started policy); 0 disables it."""
     kl_estimator: str = "k3"
-    """``k1`` or ``k3`` estimator of KL(policy || reference)."""
+    """Estimator of KL(policy || reference) from the sampled tokens (ppo.py ``kl_estimate``):
+    ``k3`` (in the loss its gradient optimises KL(reference || policy)), ``k2`` (0.5 x squared
+    log-ratio: in the loss its gradient is that of KL(policy || reference)) or ``k1`` (the plain
+    log-ratio: reward only, its loss gradient is zero in expectation)."""
     kl_in: str = "loss"
-    """Where the KL goes: ``loss`` (penalty term) or ``reward`` (subtracted from the score)."""
+    """Where the KL goes: ``loss`` (penalty term) or ``reward`` (per token for GAE; with the
+    group baseline the outcome scores are normalised in their group first, then each episode's
+    summed penalty, centred in its group, is subtracted)."""
+    placebo: bool = False
+    """Control: permute the episodes' outcome scores within each batch before the advantages (the
+    placebo arm: what the KL, the optimizer's momentum and noise do without the reward's
+    information; the permuted return sits on the episode's last policy token)."""
+    drop_uniform_groups: bool = False
+    """Dynamic sampling: drop the groups whose scores are all equal (no signal for a group
+    baseline; they only dilute the token mean) before the update. No re-sampling: the episode
+    budget stays the same. Logged as ``groups_dropped_frac``."""
+    mask_overlong: bool = False
+    """Overlong masking: an episode with an action cut at the token limit (env.max_action_tokens,
+    no stop token) gets no policy loss instead of being trained as an ordinary failure; its score
+    still counts in its group's baseline. Logged as ``overlong_frac``."""
     entropy_coef: float = 0.0
     """Entropy bonus weight (subtracted from the loss)."""
     normalize_rewards: bool = False
@@ -228,21 +273,46 @@ class SFTConfig:
     seed: int = 10_000
     """First task seed of the demonstrations (kept apart from PPO's task seeds)."""
     teacher: str = "oracle"
-    """Demonstration policy: ``oracle`` (always right), ``guesser`` (imperfect: the oracle, but
-    on a fraction ``skip_tool`` of episodes it skips the tools, restates the arithmetic in its
-    analysis channel and guesses), ``blind-guesser`` (the same without the analysis) or
-    ``sign-flipper`` (imperfect: the oracle, but on a fraction ``sign_error`` of episodes its
-    calculator call flips the sign of the expression's first number)."""
+    """Demonstration policy: ``oracle`` (always right; the honest warm start). The others plant a
+    defect on purpose, for studying what RL can undo, and say so in their name and in the closing
+    report: ``defect-guesser`` (on a fraction ``skip_tool`` of episodes it skips the tools,
+    restates the arithmetic and guesses), ``defect-blind-guesser`` (the same without the
+    restatement), ``defect-sign-flipper`` (on a fraction ``sign_error`` of episodes its
+    calculator call flips the first number's sign). A gain over such a warm start is the defect
+    being undone, not a gain over an honest baseline."""
     skip_tool: float = 0.0
-    """``guesser``: fraction of episodes answered at once with a guess instead of the tools."""
+    """``defect-guesser``: fraction of episodes answered at once with a guess instead of the tools."""
     guess_right: float = 0.0
-    """``guesser``: probability that a guess is right (else one digit is off)."""
+    """``defect-guesser``: probability that a guess is right (else one digit is off)."""
     sign_error: float = 0.0
-    """``sign-flipper``: fraction of episodes whose calculator call flips the first number's sign."""
+    """``defect-sign-flipper``: fraction of episodes whose calculator call flips the first number's sign."""
     oracle_steps: int = 0
-    """The first ``oracle_steps`` steps imitate the oracle, the rest ``teacher``: the tool loop
-    is learned from perfect demos, then a short imitation of the imperfect teacher makes
-    skipping the tool the policy's habit (0 = ``teacher`` from the start)."""
+    """With a ``defect-*`` teacher: the first ``oracle_steps`` steps imitate the oracle, the rest
+    the teacher (0 = the teacher from the start)."""
+    load: str | None = None
+    """Skip the warm start and start from a saved one: a run's ``warm_start/`` folder (weights,
+    the warm start's AdamW state, its held-out evaluation). How the arms of a comparison share
+    one warm start."""
+    check_every: int = 0
+    """Held-out stopping check every N warm-start steps (0: none): pass@1 and pass@k of the
+    policy at rollout.temperature on ``check_problems`` held-out problems (eval split, none of
+    them in the final evaluation). ``sft.steps`` is then the maximum."""
+    check_from: int = 0
+    """First warm-start step at which the check runs (before it, nothing to see)."""
+    check_problems: int = 32
+    """Held-out problems of the stopping check."""
+    check_samples: int = 8
+    """Samples per problem of the stopping check: the k of its pass@k."""
+    stop_pass_at_k: float | None = None
+    """Stop the warm start once pass@k reaches this: enough successes in a group for RL to learn from."""
+    stop_pass_at_1: float | None = None
+    """... or once pass@1 reaches this: leave room for RL (the warm start must not already solve it)."""
+    min_wellformed: float = 0.5
+    """The warm start failed if fewer than this share of its held-out episodes at the training
+    temperature are well formed (every action parsed, a tool called without error when the env
+    has tools, a final answer given): its tool loop did not learn. The run then stops with exit
+    status 3 after saving and evaluating the warm start; the controls bench counts the seed as
+    failed."""
 
 
 @dataclass
@@ -252,15 +322,19 @@ class LogConfig:
     eval_every: int = 10
     """Evaluate every N PPO steps (and before the first and after the last); 0 = never."""
     eval_episodes: int = 32
-    """Evaluation episodes (fixed seeds on the eval split)."""
+    """Held-out problems of an evaluation: distinct task ids of the eval split (seeds are probed
+    from 0 up and repeats of a problem skipped), the same every time."""
     eval_temperature: float = 0.0
-    """Evaluation temperature (0 = greedy)."""
-    eval_sampled: bool = False
-    """Untrained, warm start and end of PPO: also evaluate the same tasks at rollout.temperature
-    (fixed sampling seed); logged with a ``sampled_`` prefix."""
+    """Temperature of the secondary evaluation (0 = greedy)."""
+    eval_sampled: bool = True
+    """Also evaluate the same problems at rollout.temperature (fixed sampling seeds), logged with
+    a ``sampled_`` prefix: the primary number (the policy as trained, not its argmax)."""
+    eval_samples: int = 1
+    """Samples per problem at rollout.temperature in the warm-start and final evaluations
+    (pass@k for k up to this; success is their mean); in-between evaluations take one."""
     eval_episodes_final: int = 0
-    """Episodes of the two evaluations PPO's gain is measured between (right after the warm
-    start, end of PPO); 0 = eval_episodes. The others (untrained, in between) use eval_episodes."""
+    """Problems of the two evaluations the gain is measured between (right after the warm
+    start, the end); 0 = eval_episodes. The others (untrained, in between) use eval_episodes."""
     checkpoint_every: int = 10
     """Checkpoint every N PPO steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = 2
@@ -294,12 +368,29 @@ class DistributedConfig:
     """Memory of one GPU, for the dry run's per-GPU estimate."""
 
 
+ALGOS = ("ppo", "rft", "sft")
+# control arm -> (algo, ppo.placebo): the arms a run can be compared with (controls.py runs them)
+ARMS: dict[str, tuple[str, bool]] = {"ppo": ("ppo", False), "placebo": ("ppo", True),
+                                     "rft": ("rft", False), "sft": ("sft", False)}
+TEACHERS = ("oracle", "defect-guesser", "defect-blind-guesser", "defect-sign-flipper")
+
+
 @dataclass
 class TrainConfig:
     seed: int = 0
     """Seed of everything: model init, task seeds, sampling."""
     threads: int = 0
     """torch CPU threads (0 = torch's default)."""
+    algo: str = "ppo"
+    """What the steps after the warm start do (ppo.steps of them, each with the same episode
+    budget, rollout.tasks_per_step x samples_per_task, and the same optimizer: ppo.lr, epochs,
+    minibatches): ``ppo``; ``rft`` (rejection-sampling fine-tuning, or expert iteration: the NLL
+    of the policy's own successful episodes); ``sft`` (continued SFT on oracle demonstrations of
+    as many new train problems: the ceiling)."""
+    controls: list[str] = field(default_factory=list)
+    """Arms to run after this one, each from the same saved warm start (RUN_DIR/controls/NAME):
+    ``placebo`` (PPO on permuted rewards), ``rft``, ``sft``, ``ppo``. The closing lines compare
+    this run with each on the same held-out problems (paired differences, standard errors)."""
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -326,11 +417,14 @@ class TrainConfig:
             "env.reward_mode": (self.env.reward_mode, ("sparse", "shaped")),
             "env.prompt": (self.env.prompt, tuple(PROMPT_STYLES)),
             "ppo.advantage": (self.ppo.advantage, ("group", "gae")),
-            "ppo.kl_estimator": (self.ppo.kl_estimator, ("k1", "k3")),
+            "ppo.kl_estimator": (self.ppo.kl_estimator, ("k1", "k2", "k3")),
+            "algo": (self.algo, ALGOS),
+            "rollout.engine_weights": (self.rollout.engine_weights, ("shared", "copy")),
+            "rollout.engine_dtype": (self.rollout.engine_dtype, ("auto", "float32", "bfloat16")),
             "ppo.kl_in": (self.ppo.kl_in, ("loss", "reward")),
             "model.dtype": (self.model.dtype, ("float32", "bfloat16")),
             "sft.schedule": (self.sft.schedule, ("cosine", "constant")),
-            "sft.teacher": (self.sft.teacher, ("oracle", "guesser", "blind-guesser", "sign-flipper")),
+            "sft.teacher": (self.sft.teacher, TEACHERS),
             "distributed.backend": (self.distributed.backend, ("auto", "nccl", "gloo")),
             "rollout.backend": (self.rollout.backend, ("local", "ray")),
             "rollout.ray.retry": (self.rollout.ray.retry, ("auto", "always", "never")),
@@ -341,6 +435,11 @@ class TrainConfig:
             raise ConfigError(f"env.kwargs: {clash} are env.* keys of their own; set them as "
                               + " ".join(f"env.{k}=..." for k in clash if k != "tokenizer")
                               + (" (the tokenizer comes from the model)" if "tokenizer" in clash else ""))
+        if f"defect-{self.sft.teacher}" in TEACHERS:
+            raise ConfigError(f"sft.teacher={self.sft.teacher!r} is now 'defect-{self.sft.teacher}': it "
+                              "plants a defect in the warm start (a gain over it is the defect being "
+                              f"undone); fix: sft.teacher=oracle, or sft.teacher=defect-{self.sft.teacher} "
+                              "if that is what you study")
         for key, (got, allowed) in choices.items():
             if got not in allowed:
                 raise ConfigError(f"{key}: expected one of {list(allowed)}, got {got!r}; "
@@ -363,7 +462,9 @@ class TrainConfig:
                     "distributed.gpu_memory_gib": self.distributed.gpu_memory_gib,
                     "rollout.ray.num_workers": self.rollout.ray.num_workers,
                     "rollout.ray.episodes_per_call": self.rollout.ray.episodes_per_call,
-                    "rollout.ray.max_attempts": self.rollout.ray.max_attempts}
+                    "rollout.ray.max_attempts": self.rollout.ray.max_attempts,
+                  "rollout.sync_every": self.rollout.sync_every, "log.eval_samples": self.log.eval_samples,
+                  "sft.check_problems": self.sft.check_problems, "sft.check_samples": self.sft.check_samples}
         for key, v in positive.items():
             if not v > 0:
                 raise ConfigError(f"{key}: expected a positive number, got {v!r}")
@@ -377,7 +478,8 @@ class TrainConfig:
                   "rollout.sleep_level": self.rollout.sleep_level,
                   "distributed.nproc": self.distributed.nproc,
                   "rollout.ray.max_restarts": self.rollout.ray.max_restarts,
-                  "rollout.ray.call_timeout_s": self.rollout.ray.call_timeout_s}
+                  "rollout.ray.call_timeout_s": self.rollout.ray.call_timeout_s,
+                  "sft.check_every": self.sft.check_every, "sft.check_from": self.sft.check_from}
         for key, v in nonneg.items():
             if v < 0:
                 raise ConfigError(f"{key}: expected >= 0, got {v!r}")
@@ -398,12 +500,68 @@ class TrainConfig:
                        ("sft.sign_error", self.sft.sign_error)):
             if not 0 <= v <= 1:
                 raise ConfigError(f"{key}: expected a probability in [0, 1], got {v!r}")
+        self._validate_evidence()
         self.health.validate()
         self.curriculum.validate()
         if self.rollout.sleep_level > 2:
             raise ConfigError(f"rollout.sleep_level: expected 0, 1 or 2, got {self.rollout.sleep_level}")
         if len(self.correction.geo_band) != 2:
             raise ConfigError(f"correction.geo_band: expected [lo, hi], got {self.correction.geo_band}")
+
+
+    def _validate_evidence(self) -> None:
+        """Splits, controls, the KL estimators and the off-learner engine: what an honest
+        comparison needs, refused early with a fix."""
+        p, r = self.ppo, self.rollout
+        if p.kl_in == "loss" and p.kl_estimator == "k1":
+            raise ConfigError("ppo.kl_estimator=k1 with ppo.kl_in=loss: k1's gradient in the loss is "
+                              "grad log pi, zero in expectation, so it pulls nowhere; fix: "
+                              "ppo.kl_estimator=k2 (gradient of KL(pi || ref)) or k3 (KL(ref || pi)), "
+                              "or ppo.kl_in=reward")
+        for key, opts in (("env.train_options", self.env.train_options), ("env.eval_options", self.env.eval_options)):
+            if "split" in opts:
+                which = "train" if "train" in key else "eval"
+                raise ConfigError(f"{key} holds 'split': the split has its own key; fix: "
+                                  f"env.{which}_split={opts['split']} and drop it from {key}")
+        if p.placebo and self.algo != "ppo":
+            raise ConfigError(f"ppo.placebo=true permutes PPO's rewards, but algo={self.algo}; "
+                              "fix: algo=ppo, or ppo.placebo=false")
+        arm = self.arm()
+        for name in self.controls:
+            if name not in ARMS:
+                raise ConfigError(f"controls: unknown arm {name!r}; expected some of {list(ARMS)}"
+                                  + (f"; did you mean {h!r}?" if (h := _suggest(name, ARMS)) else ""))
+        if len(set(self.controls)) != len(self.controls) or arm in self.controls:
+            raise ConfigError(f"controls: {self.controls} must name each arm once and not this run's own "
+                              f"arm ({arm!r}); fix: e.g. controls=[placebo, rft, sft] with algo=ppo")
+        if r.sync_every > 1 and r.sleep_level:
+            raise ConfigError(f"rollout.sync_every={r.sync_every} keeps the engine's weights between syncs, "
+                              f"and rollout.sleep_level={r.sleep_level} frees or drops them during updates; "
+                              "fix: rollout.sleep_level=0, or rollout.sync_every=1")
+        if r.sync_every > 1 and r.engine == "hf" and r.engine_weights == "shared":
+            raise ConfigError(f"rollout.sync_every={r.sync_every} needs an engine with its own weights, but "
+                              "the hf engine shares the learner's module (always current); fix: "
+                              "rollout.engine_weights=copy (or rollout.sync_every=1)")
+        if r.engine != "hf" and (r.engine_weights != "shared" or r.engine_dtype != "auto"):
+            raise ConfigError(f"rollout.engine_weights / engine_dtype are for the hf engine; the "
+                              f"{r.engine} engine holds its own weights (its dtype goes in "
+                              "rollout.engine_kwargs); fix: drop them")
+        sc = self.sft
+        for key, v in (("sft.stop_pass_at_k", sc.stop_pass_at_k), ("sft.stop_pass_at_1", sc.stop_pass_at_1),
+                       ("sft.min_wellformed", sc.min_wellformed)):
+            if v is not None and not 0 <= v <= 1:
+                raise ConfigError(f"{key}: expected a share in [0, 1], got {v!r}")
+        if (sc.stop_pass_at_k is not None or sc.stop_pass_at_1 is not None) and not sc.check_every:
+            raise ConfigError("sft.stop_pass_at_k / stop_pass_at_1 need the held-out check: set "
+                              "sft.check_every (e.g. 25)")
+        if sc.load and sc.steps:
+            raise ConfigError(f"sft.load={sc.load!r} starts from a saved warm start, and sft.steps={sc.steps} "
+                              "asks for a new one; fix: sft.steps=0 with sft.load, or drop sft.load")
+
+    def arm(self) -> str:
+        """This run's arm name (``ppo``, ``placebo``, ``rft``, ``sft``)."""
+        return next(name for name, (algo, placebo) in ARMS.items()
+                    if algo == self.algo and placebo == self.ppo.placebo)
 
 
 # ---------------------------------------------------------------------------- loading

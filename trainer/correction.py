@@ -157,6 +157,7 @@ def mismatch_stats(
     *,
     threshold: float = 2.0,
     clamp: float = 20.0,
+    mode: str | None = None,
 ) -> dict[str, float]:
     """Engine-vs-trainer mismatch diagnostics over policy tokens.
 
@@ -167,7 +168,10 @@ def mismatch_stats(
     ``w_mean/w_std/w_min/w_max`` and ``ess`` = 1 / mean((w / mean w)^2) in (0, 1] over policy
     tokens, ``masked_token_frac`` (policy tokens with w = 0), ``masked_seq_frac`` (sequences
     with every weight 0), ``truncated_frac`` (policy tokens with rho_t > threshold) and
-    ``seq_truncated_frac`` (sequences with prod rho > threshold), ``n_tokens``, ``n_seqs``.
+    ``seq_truncated_frac`` (sequences with prod rho > threshold), ``capped_frac`` (policy tokens
+    whose weight the rule limited: at the cap C, or set to 0 by a mask; a correction that caps
+    most tokens reweights nothing: a uniform C is a learning-rate change; 0 when ``mode`` is
+    ``"none"``), ``n_tokens``, ``n_seqs``.
     """
     m = mask.to(torch.bool)
     mf = m.float()
@@ -201,6 +205,7 @@ def mismatch_stats(
         "w_max": float(wt.max()),
         "ess": ess,
         "masked_token_frac": float((wt == 0).float().mean()),
+        "capped_frac": 0.0 if mode == "none" else float(((wt >= threshold * (1 - 1e-6)) | (wt == 0)).float().mean()),
         "masked_seq_frac": float(seq_all_zero.float().mean()),
         "truncated_frac": float((rho[m] > threshold).float().mean()),
         "seq_truncated_frac": float((seq_log.exp() > threshold).float().mean()),

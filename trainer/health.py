@@ -3,7 +3,7 @@
     monitor = HealthMonitor(cfg.health)
     alerts = monitor.check(step, metrics)   # -> ["KL to reference 0.20 > 0.1 at step 17", ...]
 
-Four checks, each with its threshold in the config (``health.*``), run after every PPO step
+Seven checks, each with its threshold in the config (``health.*``), run after every PPO step
 on the step's metrics:
 
 * ``kl``: KL to the reference (``kl_ref``, the frozen warm start) above ``max_kl_ref``: the
@@ -16,6 +16,17 @@ on the step's metrics:
   and larger.
 * ``reward``: from step ``reward_patience`` on, the mean reward of the last ``window`` steps
   is not above the baseline's by ``min_reward_gain``: the run is not learning.
+* ``mismatch``: the engine that sampled and the learner disagree on the sampled tokens:
+  ``mismatch_k3`` (k3 estimate of KL(engine || learner)) above ``max_mismatch_k3`` or the mean
+  |log pi_learner - log pi_engine| above ``max_mismatch_abs_dlogp``. Kernels and precision
+  give ~1e-5 (same weights, float32) to ~1e-2 (a bfloat16 engine); a stale engine adds the
+  policy's own drift. Far above that, the behaviour log-probs come from the wrong weights,
+  the wrong temperature or a broken engine, and correction cannot fix it.
+* ``ess``: the effective sample size of the correction weights (``mismatch_ess``, in (0, 1])
+  below ``min_ess``: a few tokens carry the update.
+* ``capped``: the share of policy tokens whose correction weight sits at the cap C or was
+  masked (``mismatch_capped_frac``) above ``max_capped_frac``: the correction is saturated; a
+  uniform weight C reweights nothing.
 
 An alert is a short sentence naming the metric, its value, the bound and the step. The
 trainer shows the latest alerts in the progress line, prints each new kind once above it,
@@ -55,6 +66,14 @@ class HealthConfig:
     """First step at which a reward that has not risen is an alert."""
     min_reward_gain: float = 0.0
     """The recent mean reward must beat the baseline's by more than this."""
+    max_mismatch_k3: float = 0.05
+    """Alert when the engine-vs-learner k3 (KL(engine || learner) per policy token) exceeds this."""
+    max_mismatch_abs_dlogp: float = 0.2
+    """Alert when the mean |log pi_learner - log pi_engine| over sampled tokens exceeds this."""
+    min_ess: float = 0.5
+    """Alert when the correction weights' effective sample size (share of tokens, (0, 1]) is below this."""
+    max_capped_frac: float = 0.2
+    """Alert when more than this share of policy tokens has its correction weight at the cap or masked."""
 
     def validate(self) -> None:
         if self.window < 1:
@@ -63,9 +82,13 @@ class HealthConfig:
             raise ConfigError(f"health.reward_patience: expected >= 2 x health.window = "
                               f"{2 * self.window} (a baseline and a recent window that do not "
                               f"overlap), got {self.reward_patience}")
-        for key in ("max_kl_ref", "max_entropy_ratio", "max_grad_norm_ratio"):
+        for key in ("max_kl_ref", "max_entropy_ratio", "max_grad_norm_ratio", "max_mismatch_k3",
+                    "max_mismatch_abs_dlogp"):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"health.{key}: expected a positive number, got {getattr(self, key)!r}")
+        for key in ("min_ess", "max_capped_frac"):
+            if not 0 <= getattr(self, key) <= 1:
+                raise ConfigError(f"health.{key}: expected a share in [0, 1], got {getattr(self, key)!r}")
 
 
 def _mean(xs: Iterable[float]) -> float:
@@ -80,11 +103,13 @@ class HealthMonitor:
         self.cfg = cfg
         self.series: dict[str, list[float]] = {"kl_ref": [], "entropy": [], "grad_norm": [],
                                                "reward_mean": []}
+        self.now: dict[str, Any] = {}  # the step being checked (the per-step checks read it)
 
     def check(self, step: int, metrics: dict[str, Any]) -> list[str]:
         """Record ``metrics`` of PPO step ``step`` (1-based) and return this step's alerts."""
         if not self.cfg.enabled:
             return []
+        self.now = metrics
         for key, xs in self.series.items():
             v = metrics.get(key)
             if isinstance(v, (int, float)):
@@ -142,11 +167,43 @@ class HealthMonitor:
         return None
 
 
+    def _value(self, key: str) -> float | None:
+        v = self.now.get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def _mismatch(self, step: int) -> str | None:
+        k3, dl = self._value("mismatch_k3"), self._value("mismatch_abs_dlogp_mean")
+        over = []
+        if k3 is not None and k3 > self.cfg.max_mismatch_k3:
+            over.append(f"k3 {k3:.3g} > {self.cfg.max_mismatch_k3:g}")
+        if dl is not None and dl > self.cfg.max_mismatch_abs_dlogp:
+            over.append(f"mean |dlogp| {dl:.3g} > {self.cfg.max_mismatch_abs_dlogp:g}")
+        if over:
+            return f"{LABELS['mismatch']}: {', '.join(over)} at step {step}"
+        return None
+
+    def _ess(self, step: int) -> str | None:
+        ess = self._value("mismatch_ess")
+        if ess is not None and ess < self.cfg.min_ess:
+            return f"{LABELS['ess']} {ess:.3g} < {self.cfg.min_ess:g} at step {step}"
+        return None
+
+    def _capped(self, step: int) -> str | None:
+        frac = self._value("mismatch_capped_frac")
+        if frac is not None and frac > self.cfg.max_capped_frac:
+            return (f"{LABELS['capped']} {frac:.3g} > {self.cfg.max_capped_frac:g} of policy tokens "
+                    f"at step {step}")
+        return None
+
+
 LABELS: dict[str, str] = {"kl": "KL to reference", "entropy": "entropy",
-                          "grad_norm": "grad norm rising", "reward": "reward not increasing"}
+                          "grad_norm": "grad norm rising", "reward": "reward not increasing",
+                          "mismatch": "engine/learner mismatch", "ess": "correction ESS",
+                          "capped": "correction weights capped or masked on"}
 # check name -> method; a check returns its alert sentence or None
 CHECKS = {"kl": HealthMonitor._kl, "entropy": HealthMonitor._entropy,
-          "grad_norm": HealthMonitor._grad_norm, "reward": HealthMonitor._reward}
+          "grad_norm": HealthMonitor._grad_norm, "reward": HealthMonitor._reward,
+          "mismatch": HealthMonitor._mismatch, "ess": HealthMonitor._ess, "capped": HealthMonitor._capped}
 
 
 def health_summary(train_rows: list[dict[str, Any]]) -> dict[str, list[int]]:

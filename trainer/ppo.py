@@ -20,8 +20,11 @@ import torch
 from agentgym.errors import ConfigError
 
 __all__ = [
+    "KL_ESTIMATORS",
+    "KL_IN_LOSS",
     "gae",
     "group_advantages",
+    "group_advantages_with_kl",
     "kl_estimate",
     "kl_reward_penalty",
     "masked_mean",
@@ -115,6 +118,22 @@ def group_advantages(
     return torch.where(count[inv] > 1, adv, torch.zeros_like(adv))
 
 
+@torch.no_grad()
+def group_advantages_with_kl(
+    scores: torch.Tensor, penalties: torch.Tensor, group_ids: torch.Tensor, *, normalize_std: bool = True
+) -> torch.Tensor:
+    """Group baseline with the KL in the reward (``kl_in: reward``) -> (N,).
+
+    The *outcome* scores are normalised within their group first (:func:`group_advantages`);
+    then each episode's KL penalty (``penalties`` (N,): its per-token penalties summed), centred
+    on its group's mean, is subtracted. Normalising the penalised score instead divides the
+    KL's noise by the std of a group whose outcomes are all equal (~0 + eps) and turns
+    penalties of 1e-4 into advantages of about +-1.
+    """
+    adv = group_advantages(scores, group_ids, normalize_std=normalize_std)
+    return adv - group_advantages(penalties, group_ids, normalize_std=False)
+
+
 def ppo_policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -182,31 +201,52 @@ def value_loss(
     return 0.5 * masked_mean(torch.maximum(unclipped, clipped), mask, denom)
 
 
-def kl_estimate(
-    logp: torch.Tensor, ref_logp: torch.Tensor, kind: Literal["k1", "k3"] = "k3"
-) -> torch.Tensor:
-    """Per-token estimate of KL(pi || ref) from samples of pi -> (B, T).
+KL_ESTIMATORS = ("k1", "k2", "k3")
+KL_IN_LOSS = ("k2", "k3")  # k1's loss gradient is zero in expectation (see kl_estimate)
 
-    k1 = log pi - log ref (unbiased, can be negative); k3 = r - 1 - log r with
-    r = ref/pi (unbiased, always >= 0, lower variance). Log-ratios clamped to +-20, and k3 to
-    at most ``K3_CLAMP`` = 10 per token, as verl's ``low_var_kl``: k3 is heavy-tailed where the
-    policy samples a token it has moved far below the reference (r = 1e3 gives k3 ~ 1e3 and a
-    gradient of the same size), so one such token in a batch of thousands can make a step's
-    KL and its gradient. Beyond the bound the token gets no KL gradient and the estimate is
-    biased low, for those rare tokens only.
+
+def kl_estimate(
+    logp: torch.Tensor, ref_logp: torch.Tensor, kind: Literal["k1", "k2", "k3"] = "k3"
+) -> torch.Tensor:
+    """Per-token estimate of KL(pi || ref) from tokens sampled from pi -> (B, T).
+
+    With ``log r = log ref - log pi`` at the sampled token (Schulman's estimators):
+
+    * ``k1 = -log r``: unbiased for KL(pi || ref), can be negative. As a *reward* penalty
+      (``kl_in: reward``) it is the classic RLHF term. In the *loss* it is useless: its
+      gradient with the samples held fixed is ``grad log pi``, whose expectation under pi is 0;
+      the trainer refuses it there.
+    * ``k2 = 0.5 * (log r)^2``: biased as a value, but its gradient in the loss,
+      ``(log pi - log ref) grad log pi``, has expectation ``grad KL(pi || ref)``: in the loss
+      k2 optimises the KL the docs name.
+    * ``k3 = r - 1 - log r``: unbiased for KL(pi || ref) as a value, >= 0, lower variance. Its
+      gradient in the loss, ``(1 - ref/pi) grad log pi``, has expectation
+      ``-sum_a ref(a) grad log pi(a) = grad KL(ref || pi)``: in the loss k3 optimises the
+      *reverse* KL (mass-covering: it punishes pi for dropping what ref does, less for
+      putting mass where ref has little). Both KLs are 0 at pi = ref and agree to second
+      order near it. tests/trainer/test_ppo.py checks all three expectations exactly on small
+      categorical distributions.
+
+    Log-ratios are clamped to +-20, and k3 to at most ``K3_CLAMP`` = 10 per token, as verl's
+    ``low_var_kl``: k3 is heavy-tailed where the policy samples a token it has moved far below
+    the reference (r = 1e3 gives k3 ~ 1e3 and a gradient of the same size), so one such token
+    in a batch of thousands can make a step's KL and its gradient. Beyond the bound the token
+    gets no KL gradient and the estimate is biased low, for those rare tokens only.
     """
     log_r = (ref_logp - logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     if kind == "k1":
         return -log_r
+    if kind == "k2":
+        return 0.5 * log_r**2
     if kind == "k3":
         return (torch.exp(log_r) - 1.0 - log_r).clamp(max=K3_CLAMP)
-    raise ConfigError(f"kl kind must be 'k1' or 'k3', got {kind!r}")
+    raise ConfigError(f"kl kind must be one of {list(KL_ESTIMATORS)}, got {kind!r}")
 
 
 @torch.no_grad()
 def kl_reward_penalty(
     logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, *, coef: float,
-    estimator: Literal["k1", "k3"],
+    estimator: Literal["k1", "k2", "k3"],
 ) -> torch.Tensor:
     """The per-token KL penalty of ``kl_in: reward`` -> (B, T): ``coef * kl_estimate(logp,
     ref_logp, estimator)`` on policy tokens, 0 elsewhere. Subtract it from the token rewards

@@ -24,7 +24,7 @@ from agentgym.errors import TrainerError
 from agentgym.trajectory import Trajectory
 from agentgym.vector import EnvPool
 
-__all__ = ["Collector", "RolloutStats", "group_seeds", "make_prefix_engine"]
+__all__ = ["Collector", "RolloutStats", "cut_actions", "group_seeds", "make_prefix_engine"]
 
 
 @dataclass
@@ -41,6 +41,15 @@ def group_seeds(first_seed: int, tasks: int, samples_per_task: int) -> tuple[lis
     seeds = [first_seed + t for t in range(tasks) for _ in range(samples_per_task)]
     groups = [t for t in range(tasks) for _ in range(samples_per_task)]
     return seeds, groups
+
+
+def cut_actions(traj: Trajectory, max_action_tokens: int, stop_ids: Sequence[int]) -> int:
+    """How many of ``traj``'s actions were cut at the token limit: ``max_action_tokens`` long
+    and not ended by a stop token (the engine ran out of budget mid-action). Read from the
+    record itself, so it holds for any engine and any collector."""
+    stop = set(int(t) for t in stop_ids)
+    return sum(1 for u in traj.turns if u.action_end - u.action_start >= max_action_tokens
+               and traj.tokens[u.action_end - 1] not in stop)
 
 
 class Collector:

@@ -7,19 +7,22 @@ tokens are context), which teaches a tiny model the Harmony format (tool call, s
 final answer) before PPO.
 
 Teachers (``sft.teacher``, :data:`TEACHERS`): ``oracle`` is the environment's perfect
-policy; ``guesser`` is an *imperfect* teacher: the oracle, except that on a fraction
+policy, and the honest warm start. The others *plant a defect* and carry it in their name,
+so that no one mistakes a gain over them for a gain over an honest baseline (the closing
+report says so too): ``defect-guesser`` is the oracle, except that on a fraction
 ``sft.skip_tool`` of the episodes it skips the tools, restates the arithmetic in its
 analysis channel and answers a guess that is right only ``sft.guess_right`` of the time
-(otherwise one digit is off); ``blind-guesser`` guesses without the analysis message. A
-policy that imitates it mostly guesses (its greedy first decision is the guessing mode) but
-has seen the tool-using mode, which is what leaves PPO room: a sparse outcome reward moves
-the first decision to the tool. ``sign-flipper`` is imperfect in a narrower way: on a
-fraction ``sft.sign_error`` of the episodes its calculator call flips the sign of the
-expression's first number (``78 - 83`` -> ``-78 - 83``), and it answers the wrong result it
-got back. Every demonstration still copies the question's numbers into the call and the
-tool's output into the answer exactly, so imitating it keeps those skills intact and learns
-one bad habit, a leading minus, whose fix is the same on every task: a sparse outcome reward
-can unlearn it.
+(otherwise one digit is off); ``defect-blind-guesser`` guesses without the analysis message;
+``defect-sign-flipper``, on a fraction ``sft.sign_error`` of the episodes, flips the sign of
+the expression's first number in its calculator call (``78 - 83`` -> ``-78 - 83``) and answers
+the wrong result it got back: one bad habit whose fix is the same on every task, which a
+sparse outcome reward can unlearn. They are for studying what RL undoes, not for measuring
+what it adds.
+
+Demonstrations come from the train split; with ``env.exclude_held_out`` a demonstration
+whose problem is held out (``heldout.py``) is replaced by another. With ``sft.check_every``
+the warm start stops at a held-out criterion (:func:`stop_reason`): pass@k high enough for
+RL to learn from, or pass@1 so high that little room would be left.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from agentgym.trainer.batch import make_batch, prefix_forward
 from agentgym.trajectory import Trajectory
 
 __all__ = ["ORACLES", "TEACHERS", "demonstrations", "find_oracle", "flip_sign", "guess_answer",
-           "guessing_teacher", "make_teacher", "run_sft", "sft_step", "sign_flipping_teacher"]
+           "guessing_teacher", "load_moments", "make_teacher", "run_sft", "save_moments", "sft_step",
+           "sign_flipping_teacher", "stop_reason"]
 
 Policy = Callable[[Any], np.ndarray]  # env -> the next action's token ids
 
@@ -116,11 +120,11 @@ def sign_flipping_teacher(oracle: Policy, *, sign_error: float) -> Policy:
 # name -> (oracle, sft config) -> the demonstration policy
 TEACHERS: dict[str, Callable[[Policy, Any], Policy]] = {
     "oracle": lambda oracle, sc: oracle,
-    "guesser": lambda oracle, sc: guessing_teacher(oracle, skip_tool=sc.skip_tool,
-                                                   guess_right=sc.guess_right),
-    "blind-guesser": lambda oracle, sc: guessing_teacher(oracle, skip_tool=sc.skip_tool,
-                                                         guess_right=sc.guess_right, show_work=False),
-    "sign-flipper": lambda oracle, sc: sign_flipping_teacher(oracle, sign_error=sc.sign_error),
+    "defect-guesser": lambda oracle, sc: guessing_teacher(oracle, skip_tool=sc.skip_tool,
+                                                          guess_right=sc.guess_right),
+    "defect-blind-guesser": lambda oracle, sc: guessing_teacher(oracle, skip_tool=sc.skip_tool,
+                                                                guess_right=sc.guess_right, show_work=False),
+    "defect-sign-flipper": lambda oracle, sc: sign_flipping_teacher(oracle, sign_error=sc.sign_error),
 }
 
 
@@ -130,11 +134,14 @@ def make_teacher(env_id: str, sft_config: Any) -> Policy:
 
 
 def demonstrations(env: Any, oracle: Policy, seeds: list[int],
-                   options: dict[str, Any] | None = None) -> list[Trajectory]:
+                   options: dict[str, Any] | None = None, held: Any = None) -> list[Trajectory]:
     """Run a teacher (e.g. the oracle) through ``env`` once per seed; the trajectories are the
-    demonstrations."""
+    demonstrations. ``held`` (a :class:`~agentgym.trainer.heldout.HeldOut`): replace the seeds
+    whose problems are held out (when it excludes them)."""
     out = []
     for seed in seeds:
+        if held is not None and held.exclude:
+            seed = held.replace(seed, options)
         env.reset(seed=seed, options=options)
         done = False
         while not done:
@@ -186,13 +193,30 @@ def _length_buckets(trajs: list[Trajectory]) -> list[list[Trajectory]]:
     return [order[:cut], order[cut:]]
 
 
-def run_sft(cfg: Any, setup: Any, log: Any) -> dict[str, float]:
-    """The warm start of a run: ``cfg.sft.steps`` steps of ``cfg.sft.batch_size`` demos."""
+def stop_reason(sc: Any, check: dict[str, float]) -> str | None:
+    """Why the held-out check says to stop the warm start, or None to go on."""
+    k = sc.check_samples
+    if sc.stop_pass_at_k is not None and check[f"pass_at_{k}"] >= sc.stop_pass_at_k:
+        return f"held-out pass@{k} {check[f'pass_at_{k}']:.3f} >= {sc.stop_pass_at_k:g}"
+    if sc.stop_pass_at_1 is not None and check["pass_at_1"] >= sc.stop_pass_at_1:
+        return f"held-out pass@1 {check['pass_at_1']:.3f} >= {sc.stop_pass_at_1:g}"
+    return None
+
+
+def run_sft(cfg: Any, setup: Any, log: Any, *, held: Any = None,
+            check: Callable[[int], dict[str, float]] | None = None) -> dict[str, Any]:
+    """The warm start of a run: up to ``cfg.sft.steps`` steps of ``cfg.sft.batch_size`` demos
+    from the train split. ``check(step)`` is the held-out stopping check (pass@1, pass@k),
+    run every ``sft.check_every`` steps from ``sft.check_from`` on; the warm start stops at the
+    first :func:`stop_reason`. Returns the last step's statistics plus ``steps`` (taken) and
+    ``stop_reason``. The AdamW it used is left in ``setup.sft_optimizer`` (saved with the warm
+    start, so that arms loading it continue from the same moments)."""
     from agentgym.trainer.metrics import Progress
 
     sc = cfg.sft
     teacher, oracle = make_teacher(cfg.env.id, sc), find_oracle(cfg.env.id)
-    env = setup.make_env()
+    env = setup.make_env(cfg.env.train_split)
+    options = setup.train_options()
     opt = torch.optim.AdamW(setup.model.parameters(), lr=sc.lr, weight_decay=0.0)
 
     def lr_at(i: int) -> float:  # linear warmup, then constant or cosine down to 10% of the peak
@@ -205,29 +229,43 @@ def run_sft(cfg: Any, setup: Any, log: Any) -> dict[str, float]:
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     bar = Progress(sc.steps, "warm start", cfg.log.progress)
-    stats: dict[str, float] = {}
+    stats: dict[str, Any] = {}
+    reason, done = "max steps", 0
     try:
         for i in range(sc.steps):
             t0 = time.perf_counter()
             seeds = [sc.seed + i * sc.batch_size + j for j in range(sc.batch_size)]
-            trajs = demonstrations(env, oracle if i < sc.oracle_steps else teacher, seeds,
-                                   cfg.env.train_options)
+            trajs = demonstrations(env, oracle if i < sc.oracle_steps else teacher, seeds, options, held)
+            overlap = held.overlap(trajs, f"warm-start step {i + 1}") if held is not None else 0
             stats = sft_step(setup.model, opt, trajs, pad_id=setup.pad_id,
                              max_grad_norm=sc.max_grad_norm, device=setup.device)
             sched.step()
-            stats.update(lr=float(sched.get_last_lr()[0]), t_step=time.perf_counter() - t0)
-            log.log("sft", i + 1, stats)
-            bar.update(i + 1, f"loss {stats['loss']:.3f} demo p {stats['demo_token_p']:.3f}")
+            done = i + 1
+            stats.update(lr=float(sched.get_last_lr()[0]), t_step=time.perf_counter() - t0,
+                         held_out_overlap=overlap)
+            if check is not None and sc.check_every and done >= sc.check_from and done % sc.check_every == 0:
+                setup.sync_engine()  # a copy engine samples the check from the current weights
+                found = check(done)
+                stats.update({f"check_{k}": v for k, v in found.items()})
+                why = stop_reason(sc, found)
+                if why is not None:
+                    reason = why
+            log.log("sft", done, stats)
+            bar.update(done, f"loss {stats['loss']:.3f} demo p {stats['demo_token_p']:.3f}"
+                       + (f" check pass@1 {stats['check_pass_at_1']:.2f}" if "check_pass_at_1" in stats else ""))
+            if reason != "max steps":
+                break
     finally:
         bar.close()
         env.close()
+    setup.sft_optimizer = opt
     setup.sync_engine()  # gathers a sharded (torchrun) policy
     if cfg.ppo.carry_sft_optimizer:
         # PPO continues with the warm start's AdamW moments: a fresh Adam's first steps move
         # every weight by ~lr whatever its gradient (m/sqrt(v) = sign(g)), which on a tiny
         # model turns PPO's small, noisy gradients into large random steps.
         _carry_moments(opt, setup.optimizer)
-    return stats
+    return {**stats, "steps": done, "stop_reason": reason}
 
 
 def _carry_moments(src: torch.optim.Optimizer, dst: torch.optim.Optimizer) -> None:
@@ -237,3 +275,33 @@ def _carry_moments(src: torch.optim.Optimizer, dst: torch.optim.Optimizer) -> No
             st = by_param.get(id(p))
             if st is not None:
                 dst.state[p] = {k: v.clone() if torch.is_tensor(v) else v for k, v in st.items()}
+
+
+def save_moments(opt: torch.optim.Optimizer, model: torch.nn.Module, path: Any) -> None:
+    """The warm start's AdamW state (moments and step count) by parameter name, to ``path``."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    state = {names[id(p)]: {k: v.detach().cpu() if torch.is_tensor(v) else v for k, v in opt.state[p].items()}
+             for g in opt.param_groups for p in g["params"] if p in opt.state and id(p) in names}
+    torch.save(state, path)
+
+
+def load_moments(path: Any, model: torch.nn.Module, dst: torch.optim.Optimizer) -> None:
+    """Start ``dst`` (the run's AdamW) from a saved warm start's moments, as if the warm start
+    had run in this process (``ppo.carry_sft_optimizer``). Parameters must match by name."""
+    from pathlib import Path
+
+    from agentgym.errors import CheckpointError
+
+    if not Path(path).exists():
+        raise CheckpointError(f"{path} is missing: a warm start saved by agentgym-train holds its AdamW "
+                              "state there; load one saved by a run with sft.steps > 0, or set "
+                              "ppo.carry_sft_optimizer=false")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    params = dict(model.named_parameters())
+    unknown = sorted(set(state) - set(params))
+    if unknown:
+        raise CheckpointError(f"{path}: optimizer state for parameters this model lacks: {unknown[:3]}")
+    for name, st in state.items():
+        p = params[name]
+        # "step" stays where AdamW keeps it (a CPU tensor unless fused / capturable)
+        dst.state[p] = {k: v.to(p.device) if torch.is_tensor(v) and k != "step" else v for k, v in st.items()}

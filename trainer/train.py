@@ -13,12 +13,21 @@ once to ``RUN_DIR/reference/``, loaded from there on ``--resume`` and never re-t
 
 Everything random is derived from ``(seed, step)``: task seeds, sampling seeds, minibatch
 order. So a run resumed from a checkpoint replays the remaining steps bit for bit (CPU).
+
+Evidence (docs/controls.md): training draws from ``env.train_split`` and every evaluation runs
+on the same held-out problems of ``env.eval_split`` (``heldout.py``); the warm start is saved
+with its AdamW state and its evaluation (``RUN_DIR/warm_start``) so that the arms of a
+comparison (``algo``, ``ppo.placebo``, ``controls``) all start from it (``sft.load``); an engine
+with its own weights (``rollout.engine_weights=copy``, vLLM, a server) is synced every
+``rollout.sync_every`` steps, and every training episode records the policy version that
+sampled it (``meta["policy_version"]``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import math
 import time
 from pathlib import Path
@@ -27,7 +36,7 @@ from typing import Any
 import torch
 import yaml
 
-from agentgym.errors import CheckpointError, ConfigError
+from agentgym.errors import CheckpointError, ConfigError, WarmStartFailed
 from agentgym.trainer import distributed as D
 from agentgym.trainer.batch import make_batch
 from agentgym.trainer.checkpoint import (
@@ -41,6 +50,7 @@ from agentgym.trainer.config import TrainConfig
 from agentgym.trainer.curriculum import CurriculumSampler
 from agentgym.trainer.evaluation import collect_fixed, eval_record
 from agentgym.trainer.health import HealthMonitor
+from agentgym.trainer.heldout import HeldOut
 from agentgym.trainer.metrics import (
     MetricsLogger,
     Progress,
@@ -56,8 +66,10 @@ from agentgym.trainer.update import check_finite, ppo_update
 __all__ = ["Setup", "Trainer", "build_setup", "check_finite", "load_weights"]
 
 TRAIN_SEED_BASE = 1_000_000  # task seeds of PPO step s: TRAIN_SEED_BASE + s * tasks_per_step + i
-EVAL_SEED_BASE = 0  # eval tasks: seeds 0..eval_episodes-1 of the eval split, every time
+EVAL_SEED_BASE = 0  # eval problems: the first distinct ones from seed 0 up of the eval split
+SFT_ARM_SEED_BASE = 2_000_000  # algo=sft: step s demonstrates seeds SFT_ARM_SEED_BASE + s * episodes + i
 REFERENCE = "reference"  # RUN_DIR/reference: the KL anchor, saved once
+WARM_START = "warm_start"  # RUN_DIR/warm_start: weights, SFT AdamW state, warm_start.json
 
 
 class Setup:
@@ -92,17 +104,25 @@ class Setup:
             self._load_initial_weights()
             if self.value_head is not None:
                 D.shard_module(self.value_head, compute_dtype=self.compute_dtype)
-        elif cfg.model.init_from:
-            load_weights(self.model, cfg.model.init_from)
+        elif cfg.model.init_from or cfg.sft.load:
+            load_weights(self.model, cfg.sft.load or cfg.model.init_from)
         self.model.train()
         self.params = list(self.model.parameters()) + (
             list(self.value_head.parameters()) if self.value_head is not None else [])
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.ppo.lr, weight_decay=cfg.ppo.weight_decay)
         warm = max(cfg.ppo.warmup_steps, 1)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda i: min(1.0, (i + 1) / warm))
+        self.sft_optimizer: torch.optim.Optimizer | None = None  # the warm start's (run_sft sets it)
+        if cfg.sft.load and cfg.ppo.carry_sft_optimizer:
+            from agentgym.trainer.sft import load_moments
+
+            if self.dist is not None:
+                raise ConfigError("sft.load with ppo.carry_sft_optimizer=true under torchrun is not "
+                                  "supported; set ppo.carry_sft_optimizer=false")
+            load_moments(Path(cfg.sft.load) / "sft_optimizer.pt", self.model, self.optimizer)
         self.ref_model: torch.nn.Module | None = None
         if engine is None:
-            engine = self._make_engine(self._engine_copy() if self.dist is not None else self.model)
+            engine = self._make_engine(self._engine_model())
         if cfg.rollout.sleep_level and not (hasattr(engine, "sleep") and hasattr(engine, "wake_up")):
             raise ConfigError(f"rollout.sleep_level={cfg.rollout.sleep_level}: the {cfg.rollout.engine} "
                               "engine cannot sleep (no sleep/wake_up); set rollout.sleep_level=0")
@@ -111,12 +131,18 @@ class Setup:
         self.sync_engine()
 
         tokenizer = self.tokenizer  # captured alone, so make_env pickles for Ray workers
+        env_cfg = cfg.env
 
-        def make_env() -> Any:
-            return gym.make(cfg.env.id, tokenizer=tokenizer, reward_mode=cfg.env.reward_mode,
-                            max_turns=cfg.env.max_turns, max_tokens=cfg.env.max_tokens,
-                            max_action_tokens=cfg.env.max_action_tokens, prompt=cfg.env.prompt,
-                            **cfg.env.kwargs)
+        def make_env(split: str | None = env_cfg.train_split) -> Any:
+            """An env of ``split`` (given as the constructor argument; null: the env's own)."""
+            extra: dict[str, Any] = {"split": split} if split is not None else {}
+            return gym.make(env_cfg.id, tokenizer=tokenizer, reward_mode=env_cfg.reward_mode,
+                            max_turns=env_cfg.max_turns, max_tokens=env_cfg.max_tokens,
+                            max_action_tokens=env_cfg.max_action_tokens, prompt=env_cfg.prompt,
+                            **env_cfg.kwargs, **extra)
+
+        def make_eval_env() -> Any:
+            return make_env(env_cfg.eval_split)
 
         self.make_env = make_env
         self.collector: Any
@@ -127,18 +153,29 @@ class Setup:
             if self.dist is not None:
                 raise ConfigError("rollout.backend=ray under torchrun is not supported: each rank "
                                   "collects with its own engine; use rollout.backend=local")
+            # one pool of train-split envs; evaluation passes split=eval as a reset option
             self.collector = self.eval_collector = RayCollector.from_config(cfg, make_env, self.model, self.pad_id)
         else:
             groups = self.dist.groups if self.dist is not None else 1  # this rank's engine's share
             self.collector = Collector.from_factory(make_env, cfg.derived()["episodes_per_step"] // groups,
                                                     self.engine, max_new_tokens=cfg.env.max_action_tokens,
                                                     max_workers=cfg.rollout.max_workers)
-            self.eval_collector = Collector.from_factory(make_env, cfg.log.eval_episodes, self.engine,
+            self.eval_collector = Collector.from_factory(make_eval_env, cfg.log.eval_episodes, self.engine,
                                                          max_new_tokens=cfg.env.max_action_tokens,
                                                          max_workers=cfg.rollout.max_workers)
         from agentgym.trainer.config import config_to_dict
 
         self.config_dict = config_to_dict(cfg)
+
+    def train_options(self) -> dict[str, Any]:
+        """Reset options of training episodes: ``env.train_options`` plus the split."""
+        e = self.cfg.env
+        return {**e.train_options, **({"split": e.train_split} if e.train_split is not None else {})}
+
+    def eval_options(self) -> dict[str, Any]:
+        """Reset options of evaluation episodes: ``env.eval_options`` plus the split."""
+        e = self.cfg.env
+        return {**e.eval_options, **({"split": e.eval_split} if e.eval_split is not None else {})}
 
     # ------------------------------------------------------------------ building
     def _build_policy(self, *, meta: bool | None = None) -> tuple[Any, torch.nn.Module]:
@@ -178,11 +215,22 @@ class Setup:
     def _load_initial_weights(self) -> None:
         """Sharded policy: rank 0 reads the initial weights (``init_from``, else the tiny seed or
         ``model.name``), every rank receives its shards."""
-        if self.cfg.model.init_from:
-            load_weights(self.model, self.cfg.model.init_from)
+        if self.cfg.model.init_from or self.cfg.sft.load:
+            load_weights(self.model, self.cfg.sft.load or self.cfg.model.init_from)
             return
         full = self._build_policy(meta=False)[1].state_dict() if self.dist is not None and self.dist.is_main else {}
         D.load_full_state(self.model, full)
+
+    def _engine_model(self) -> torch.nn.Module:
+        """What an in-process engine samples from: the learner's module (``engine_weights:
+        shared``), or its own copy in ``rollout.engine_dtype``, filled by :meth:`sync_engine`."""
+        r = self.cfg.rollout
+        if self.dist is not None:
+            return self._engine_copy()
+        if r.engine == "hf" and r.engine_weights == "copy":
+            dtype = self.compute_dtype if r.engine_dtype == "auto" else getattr(torch, r.engine_dtype)
+            return copy.deepcopy(self.model).to(dtype).requires_grad_(False)
+        return self.model
 
     def _engine_copy(self) -> torch.nn.Module:
         """An unsharded policy for this rank's in-process engine, filled by :meth:`sync_engine`."""
@@ -248,7 +296,7 @@ class Setup:
                                       "started) is saved once per run and never re-taken from resumed "
                                       "weights. Restore it, or resume with ppo.kl_coef=0")
             return
-        if self.cfg.ppo.kl_coef <= 0:
+        if self.cfg.ppo.kl_coef <= 0 or self.cfg.algo != "ppo":
             return
         if self.dist is None:
             ref = copy.deepcopy(self.model).to(self.compute_dtype)
@@ -262,11 +310,16 @@ class Setup:
         self.ref_model = ref
 
     def after_warm_start(self) -> None:
-        """Save the warm-started weights once (``RUN_DIR/warm_start``: the common starting point of
-        comparisons such as bench/trl_grpo_bench.py)."""
-        warm = Path(self.cfg.log.run_dir) / "warm_start"
+        """Save the warm start once (``RUN_DIR/warm_start``: weights, and the warm start's AdamW
+        moments in ``sft_optimizer.pt``): the common starting point of the arms of a comparison
+        (``sft.load``) and of benches such as bench/trl_grpo_bench.py."""
+        warm = Path(self.cfg.log.run_dir) / WARM_START
         if not (warm / "config.json").exists():
             save_model(self.model, warm)
+            if self.sft_optimizer is not None and self.dist is None:
+                from agentgym.trainer.sft import save_moments
+
+                save_moments(self.sft_optimizer, self.model, warm / "sft_optimizer.pt")
 
     def close(self) -> None:
         self.collector.close()
@@ -293,15 +346,22 @@ class Trainer:
         self.cfg = cfg
         self.s: Setup = build_setup(cfg, engine=engine)
         self.main = self.s.dist is None or self.s.dist.is_main
+        if self.s.dist is not None and (cfg.algo != "ppo" or cfg.ppo.drop_uniform_groups):
+            raise ConfigError(f"algo={cfg.algo} / ppo.drop_uniform_groups under torchrun is not supported: "
+                              "run it in one process, or use algo=ppo without dynamic sampling")
         self.step = 0  # PPO steps completed
+        self.engine_version = 0  # the policy version (updates done) whose weights the engine holds
         self.sft_done = cfg.sft.steps == 0
         self.resumed = False
         self.score_stats = [0, 0.0, 0.0]  # running count, mean, M2 of scores (reward norm)
         self.health = HealthMonitor(cfg.health)
         self.curriculum = CurriculumSampler(cfg.curriculum, seed=cfg.seed)
+        self.held = HeldOut.build(cfg, self.s.make_env)
+        self._demo_env: Any = None  # algo=sft: the oracle's train-split env
         run_dir = Path(cfg.log.run_dir)
         if resume:
             self._resume()
+            self.engine_version = self.step  # _resume synced the engine
         else:
             if latest_checkpoint(run_dir) is not None:
                 raise ConfigError(f"{run_dir} already holds checkpoints of a run; continue it with "
@@ -313,8 +373,16 @@ class Trainer:
         D.barrier()
         self.log: Any = (MetricsLogger(cfg.log.run_dir, tensorboard=cfg.log.tensorboard, wandb=cfg.log.wandb,
                                        config=self.s.config_dict) if self.main else _Silent())
+        if not self.resumed:
+            e = cfg.env
+            how = (f"split {e.eval_split!r}, training on {e.train_split!r}" if self.held.splits else "no splits")
+            if self.held.exclude:
+                how += "; the trainer keeps them out of training"
+            self.log.log("held_out", 0, {"eval_problems": len(self.held.eval),
+                                         "check_problems": len(self.held.check), "how": how,
+                                         "needs_tool": self.held.needs_tool})
         if self.sft_done and not self.resumed:
-            self.s.start_reference(resumed=False)  # no warm start: the initial policy is the anchor
+            self.s.start_reference(resumed=False)  # no warm start: the initial (or loaded) policy is the anchor
 
     # ------------------------------------------------------------------ driver
     def run(self) -> dict[str, Any]:
@@ -323,15 +391,20 @@ class Trainer:
             from agentgym.trainer.sft import run_sft
 
             if cfg.log.eval_every:
-                self._evaluate("init", full=False, sampled=True)  # the untrained policy: where it starts
+                self._evaluate("init", full=False)  # the untrained policy: where it starts
             with s.compute():
-                run_sft(cfg, s, self.log)
+                done = run_sft(cfg, s, self.log, held=self.held,
+                               check=self._sft_check if cfg.sft.check_every else None)
             self.sft_done = True
             s.after_warm_start()
             s.start_reference(resumed=False)
-            self._evaluate("warm_start", full=True, sampled=True)
+            ev = self._evaluate("warm_start", full=True)
+            verdict = self._warm_start_verdict(ev, steps=int(done["steps"]), stop_reason=str(done["stop_reason"]))
             self._checkpoint()
-        bar = Progress(cfg.ppo.steps, "ppo", cfg.log.progress and self.main)
+            self._check_warm_start(verdict)
+        elif cfg.sft.load and self.step == 0 and not self.resumed:
+            self._check_warm_start(self._load_warm_start())
+        bar = Progress(cfg.ppo.steps, cfg.arm(), cfg.log.progress and self.main)
         try:
             while self.step < cfg.ppo.steps:
                 m = self.train_step(self.step)
@@ -341,16 +414,19 @@ class Trainer:
                 self.log.log("train", self.step, m)
                 for a in alerts:
                     bar.note(f"health: {a}")
-                bar.update(self.step, f"reward {m['reward_mean']:.3f} kl_ref {m.get('kl_ref', 0):.4f} "
+                bar.update(self.step, f"reward {m.get('reward_mean', 0.0):.3f} kl_ref {m.get('kl_ref', 0):.4f} "
                                       f"{m['t_step']:.1f}s/step" + (f" | {alerts[0]}" if alerts else ""))
                 last = self.step == cfg.ppo.steps
                 if cfg.log.eval_every and (self.step % cfg.log.eval_every == 0 or last):
-                    self._evaluate("ppo", full=last, sampled=last)
+                    self._evaluate("ppo", full=last)
                 if last or (cfg.log.checkpoint_every and self.step % cfg.log.checkpoint_every == 0):
                     self._checkpoint()
         finally:
             bar.close()
             self.log.close()
+            self.held.close()
+            if self._demo_env is not None:
+                self._demo_env.close()
         if cfg.log.plots and self.main:
             from agentgym.trainer.plots import write_plots
 
@@ -366,17 +442,114 @@ class Trainer:
                 "eval_stages": {r.get("stage", "ppo"): r for r in evals},
                 "train_steps": len(train), "run_dir": self.cfg.log.run_dir}
 
-    # ------------------------------------------------------------------ one PPO step
+    # ------------------------------------------------------------------ the warm start's verdict
+    def _warm_start_verdict(self, ev: dict[str, Any], *, steps: int | None, stop_reason: str | None,
+                            loaded_from: str | None = None) -> dict[str, Any]:
+        """The warm start's record (phase ``warm_start``; saved as warm_start/warm_start.json):
+        did its tool loop learn (``sft.min_wellformed`` of its held-out episodes at the training
+        temperature well formed)?"""
+        cfg = self.cfg
+        key = "sampled_wellformed" if "sampled_wellformed" in ev else "wellformed"
+        wellformed = float(ev.get(key, 0.0))
+        rec = {"teacher": cfg.sft.teacher, "steps": steps, "stop_reason": stop_reason,
+               "wellformed": wellformed, "min_wellformed": cfg.sft.min_wellformed,
+               "failed": wellformed < cfg.sft.min_wellformed, "loaded_from": loaded_from}
+        self.log.log("warm_start", 0, rec)
+        warm = Path(cfg.log.run_dir) / WARM_START
+        if loaded_from is None and self.main and warm.exists():
+            spec = self._eval_spec()
+            (warm / "warm_start.json").write_text(json.dumps({**rec, "eval": ev, "eval_spec": spec}, indent=1))
+        return rec
+
+    def _check_warm_start(self, rec: dict[str, Any]) -> None:
+        if rec["failed"]:
+            raise WarmStartFailed(
+                f"the warm start's tool loop did not learn: {rec['wellformed']:.2f} of its held-out episodes "
+                f"at T={self.cfg.rollout.temperature:g} are well formed, below sft.min_wellformed="
+                f"{rec['min_wellformed']:g}. This seed counts as failed (nothing was trained after it); "
+                f"inspect {Path(self.cfg.log.run_dir) / WARM_START}, or change the warm start "
+                "(sft.steps, sft.lr, sft.check_*)")
+
+    def _eval_spec(self) -> dict[str, Any]:
+        """What a warm-start evaluation depends on besides the weights: reused across arms only
+        when these agree."""
+        cfg = self.cfg
+        n = cfg.log.eval_episodes_final or cfg.log.eval_episodes
+        r = cfg.rollout
+        return {"problems": self.held.eval_ids(n), "samples": cfg.log.eval_samples,
+                "temperature": r.temperature, "eval_temperature": cfg.log.eval_temperature,
+                "eval_sampled": cfg.log.eval_sampled, "engine": r.engine, "engine_kwargs": r.engine_kwargs,
+                "engine_weights": r.engine_weights, "engine_dtype": r.engine_dtype,
+                "model_dtype": cfg.model.dtype, "device": cfg.model.device, "env": config_env(cfg)}
+
+    def _load_warm_start(self) -> dict[str, Any]:
+        """``sft.load``: log the saved warm start's evaluation as this run's (when it was made
+        under the same evaluation spec; else evaluate again) and its verdict."""
+        path = Path(str(self.cfg.sft.load))
+        saved = json.loads((path / "warm_start.json").read_text()) if (path / "warm_start.json").exists() else {}
+        if saved.get("eval_spec") == json.loads(json.dumps(self._eval_spec())):
+            ev = {**saved["eval"], "loaded_from": str(path)}
+            self.log.log("eval", self.step, ev)
+        else:
+            ev = self._evaluate("warm_start", full=True)
+        return self._warm_start_verdict(ev, steps=saved.get("steps"), stop_reason=saved.get("stop_reason"),
+                                        loaded_from=str(path))
+
+    def _sft_check(self, step: int) -> dict[str, float]:
+        """The warm start's held-out stopping check: pass@1 and pass@k at the training temperature
+        on the check problems (none of them an evaluation problem)."""
+        cfg, s = self.cfg, self.s
+        k = cfg.sft.check_samples
+        trajs = collect_fixed(s.eval_collector, temperature=cfg.rollout.temperature, sample_seed=777_000,
+                              options=s.eval_options(), seeds=self.held.check_seeds, samples=k)
+        rec = eval_record(trajs, cfg.rollout.temperature, samples=k, needs_tool=self.held.needs_tool)
+        return {"pass_at_1": rec["pass_at_1"], f"pass_at_{k}": rec[f"pass_at_{k}"],
+                "wellformed": rec["wellformed"]}
+
+    # ------------------------------------------------------------------ one step
     def train_step(self, step: int) -> dict[str, Any]:
+        """One step of ``cfg.algo``: collect (or demonstrate), then update, then sync the engine
+        every ``rollout.sync_every`` steps."""
         cfg, s = self.cfg, self.s
         t_start = time.perf_counter()
+        staleness = step - self.engine_version  # updates the engine's weights are behind
+        if cfg.algo == "sft":
+            trajs, groups = self._demos(step), None
+            metrics: dict[str, Any] = {"demo_episodes": len(trajs)}
+        else:
+            trajs, groups, metrics = self._collect(step)
+        t_rollout = time.perf_counter() - t_start
+        t0 = time.perf_counter()
+        s.engine_sleep()
+        if cfg.algo == "ppo":
+            assert groups is not None
+            metrics.update(self._ppo(trajs, groups, step))
+        else:
+            from agentgym.trainer.imitation import imitation_update, successful
+
+            chosen = successful(trajs) if cfg.algo == "rft" else trajs
+            if cfg.algo == "rft":
+                metrics["rft_kept_frac"] = len(chosen) / max(len(trajs), 1)
+            metrics.update(imitation_update(s, cfg, chosen, step))
+        if (step + 1) % cfg.rollout.sync_every == 0:
+            s.sync_engine()
+            self.engine_version = step + 1
+        metrics.update(t_rollout=t_rollout, t_update=time.perf_counter() - t0, engine_staleness=staleness,
+                       t_step=time.perf_counter() - t_start, lr=s.scheduler.get_last_lr()[0])
+        return metrics
+
+    def _collect(self, step: int) -> tuple[list[Any], list[int], dict[str, Any]]:
+        """This step's episodes from the engine: tasks of the train split (held-out ones replaced
+        with ``env.exclude_held_out``), ``samples_per_task`` each."""
+        cfg, s = self.cfg, self.s
         tasks, k = cfg.rollout.tasks_per_step, cfg.rollout.samples_per_task
         mine = D.group_tasks(tasks, s.dist)  # this rank's rollout group collects these tasks
         seeds, groups = group_seeds(TRAIN_SEED_BASE + step * tasks + mine.start, len(mine), k)
-        options: Any = cfg.env.train_options
+        options: Any = s.train_options()
         if self.curriculum.enabled:  # one level per task, shared by its group
-            per_task = self.curriculum.task_options(step, tasks, cfg.env.train_options)
+            per_task = self.curriculum.task_options(step, tasks, s.train_options())
             options = [per_task[mine.start + g] for g in groups]
+        seeds = self.held.train_seeds(seeds, options if isinstance(options, list) else [options] * len(seeds))
         with s.compute():
             trajs, rstats = s.collector.collect(seeds, temperature=cfg.rollout.temperature,
                                                 sample_seed=cfg.seed * 7919 + step * 131 + 7 * mine.start,
@@ -386,30 +559,63 @@ class Trainer:
         levels = ([o[cfg.curriculum.option] for o, t in zip(options[keep.start:keep.stop], trajs)
                    if "failed" not in t.meta] if self.curriculum.enabled else [])
         trajs, groups, failed = drop_failed(trajs, groups)  # episodes lost with a Ray worker
+        for t in trajs:
+            t.meta["policy_version"] = self.engine_version
+        overlap = self.held.overlap(trajs, f"step {step + 1}")
         everyone = [t for part in D.all_gather_objects(trajs) for t in part]
         if cfg.log.save_trajectories and self.main:
             from agentgym.trajectory import write_jsonl
 
             write_jsonl(f"{cfg.log.run_dir}/trajectories.jsonl", everyone, append=True)
-        batch = make_batch(trajs, groups, pad_id=s.pad_id).to(s.device)
-        t_rollout = time.perf_counter() - t_start
         metrics: dict[str, Any] = episode_stats(everyone)
         metrics.update(gen_s=rstats.gen_seconds, env_s=rstats.env_seconds,
-                       episodes_failed=D.all_reduce_sum(failed))
+                       episodes_failed=D.all_reduce_sum(failed), held_out_overlap=D.all_reduce_sum(overlap),
+                       overlong_frac=sum(1 for t in everyone if self._cut(t)) / max(len(everyone), 1))
         if self.curriculum.enabled:  # every rank's episodes, so all ranks keep the same state
             seen = [x for part in D.all_gather_objects(
                 list(zip(levels, [float(episode_success(t)) for t in trajs]))) for x in part]
             self.curriculum.update(step + 1, [lv for lv, _ in seen], [ok for _, ok in seen])
             metrics.update(self.curriculum.metrics())
+        return trajs, groups, metrics
 
-        t0 = time.perf_counter()
+    def _ppo(self, trajs: list[Any], groups: list[int], step: int) -> dict[str, Any]:
+        """PPO's update on the step's episodes, after dynamic sampling and overlong masking."""
+        cfg, s = self.cfg, self.s
+        out: dict[str, Any] = {}
+        if cfg.ppo.drop_uniform_groups:
+            from agentgym.trainer.imitation import informative_groups
+
+            keep = informative_groups(trajs, groups)
+            out["groups_dropped_frac"] = 1 - len({groups[i] for i in keep}) / max(len(set(groups)), 1)
+            if not keep:  # every group uniform: nothing to learn from this step
+                return {**out, "update_skipped": 1.0}
+            trajs, groups = [trajs[i] for i in keep], [groups[i] for i in keep]
+        batch = make_batch(trajs, groups, pad_id=s.pad_id)
+        if cfg.ppo.mask_overlong:
+            cut = torch.tensor([self._cut(t) for t in trajs])
+            batch.policy_mask[cut] = 0.0  # no policy loss; the score still counts in the baseline
         norm = self._update_score_stats if cfg.ppo.normalize_rewards else None
-        s.engine_sleep()
-        metrics.update(ppo_update(s, cfg, batch, step, reward_std=norm))
-        s.sync_engine()
-        metrics.update(t_rollout=t_rollout, t_update=time.perf_counter() - t0,
-                       t_step=time.perf_counter() - t_start, lr=s.scheduler.get_last_lr()[0])
-        return metrics
+        out.update(ppo_update(s, cfg, batch.to(s.device), step, reward_std=norm))
+        return out
+
+    def _cut(self, traj: Any) -> bool:
+        """An action of ``traj`` was cut at the token limit (overlong)."""
+        from agentgym.trainer.rollout import cut_actions
+
+        return cut_actions(traj, self.cfg.env.max_action_tokens, self.held.stop_ids) > 0
+
+    def _demos(self, step: int) -> list[Any]:
+        """``algo: sft``: oracle demonstrations of as many new train problems as PPO's episodes."""
+        from agentgym.trainer.sft import demonstrations, find_oracle
+
+        cfg, s = self.cfg, self.s
+        if self._demo_env is None:
+            self._demo_env = s.make_env(cfg.env.train_split)
+        n = cfg.derived()["episodes_per_step"]
+        seeds = [SFT_ARM_SEED_BASE + step * n + i for i in range(n)]
+        trajs = demonstrations(self._demo_env, find_oracle(cfg.env.id), seeds, s.train_options(), self.held)
+        self.held.overlap(trajs, f"step {step + 1}")
+        return trajs
 
     def _update_score_stats(self, scores: torch.Tensor) -> float:
         n, mean, m2 = self.score_stats  # Welford over every score seen so far (all ranks')
@@ -422,28 +628,34 @@ class Trainer:
         return max(math.sqrt(m2 / max(n - 1, 1)), 1e-3)
 
     # ------------------------------------------------------------------ eval / checkpoints
-    def _evaluate(self, stage: str, *, full: bool = False, sampled: bool = False) -> dict[str, Any]:
-        """Fixed tasks at ``log.eval_temperature`` (and, if ``sampled`` and ``log.eval_sampled``,
-        at the rollout temperature; see ``evaluation.py``). ``stage``: ``init`` (before the warm
-        start), ``warm_start`` (right after it) or ``ppo``. ``full``: the warm start and the end
-        of PPO, which the report compares, use ``log.eval_episodes_final`` tasks. Under torchrun
-        the rollout groups split the tasks."""
+    def _evaluate(self, stage: str, *, full: bool = False) -> dict[str, Any]:
+        """The held-out problems (``heldout.py``) at ``log.eval_temperature`` and, with
+        ``log.eval_sampled``, at the rollout temperature (``log.eval_samples`` samples per problem
+        when ``full``; see ``evaluation.py``). ``stage``: ``init`` (before the warm start),
+        ``warm_start`` (right after it) or ``ppo`` (any arm's steps). ``full``: the warm start and
+        the end, which the report compares, use ``log.eval_episodes_final`` problems. A stale
+        engine is synced first. Under torchrun the rollout groups split the problems."""
         cfg, s = self.cfg, self.s
+        if self.engine_version != self.step and self.sft_done:
+            s.sync_engine()  # evaluate the current policy, not the engine's stale copy
+            self.engine_version = self.step
         n = (cfg.log.eval_episodes_final or cfg.log.eval_episodes) if full else cfg.log.eval_episodes
-        mine = _share(n, s.dist)
-        runs = [("", cfg.log.eval_temperature)]
-        if cfg.log.eval_sampled and sampled:
-            runs.append(("sampled_", cfg.rollout.temperature))
+        seeds, ids = self.held.eval_seeds(n), self.held.eval_ids(n)
+        mine = _share(len(seeds), s.dist)
+        runs = [("", cfg.log.eval_temperature, 1)]
+        if cfg.log.eval_sampled:
+            runs.append(("sampled_", cfg.rollout.temperature, cfg.log.eval_samples if full else 1))
         m: dict[str, Any] = {"stage": stage}
-        for prefix, temperature in runs:
+        for prefix, temperature, samples in runs:
             with s.compute():
-                trajs = collect_fixed(s.eval_collector, len(mine), temperature=temperature,
-                                      sample_seed=12345 + mine.start, options=cfg.env.eval_options,
-                                      seed_base=EVAL_SEED_BASE + mine.start)
+                trajs = collect_fixed(s.eval_collector, temperature=temperature,
+                                      sample_seed=12345 + mine.start * samples, options=s.eval_options(),
+                                      seeds=[seeds[i] for i in mine], samples=samples)
             trajs, _, _ = drop_failed(trajs, list(range(len(trajs))))  # lost with a Ray worker
             if s.dist is not None and s.dist.tp_rank:
                 trajs = []  # the other ranks of this engine hold the same episodes
-            m.update(eval_record([t for part in D.all_gather_objects(trajs) for t in part], temperature, prefix))
+            m.update(eval_record([t for part in D.all_gather_objects(trajs) for t in part], temperature, prefix,
+                                 samples=samples, needs_tool=self.held.needs_tool, task_ids=ids))
         self.log.log("eval", self.step, m)
         return m
 
@@ -484,6 +696,13 @@ class Trainer:
         if self.sft_done:
             s.start_reference(resumed=True)
         s.sync_engine()
+
+
+def config_env(cfg: TrainConfig) -> dict[str, Any]:
+    """The env settings an evaluation depends on."""
+    import dataclasses
+
+    return dataclasses.asdict(cfg.env)
 
 
 def _share(n: int, info: D.DistInfo | None) -> range:

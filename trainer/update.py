@@ -9,6 +9,12 @@ gradients accumulate. Every loss term is a sum over the micro-batch's policy tok
 by the policy-token count of the whole minibatch on all ranks, so the accumulated gradient is
 the full minibatch's token mean whatever the split (tested against one single-batch pass).
 
+Rewards. The outcome scores of all ranks are gathered; ``ppo.placebo`` permutes them
+(:func:`placebo_permutation`, seeded by (seed, step)) before anything else, and the permuted
+return sits on each episode's last policy token. ``kl_in: reward`` then subtracts the KL
+penalty: per token for GAE; after the group normalisation of the outcome scores for the group
+baseline (:func:`~agentgym.trainer.ppo.group_advantages_with_kl`).
+
 Old log-probs. With one epoch and one minibatch every micro-batch's old log-probs are the
 detached log-probs of its own differentiated pass (ratio exactly 1). Otherwise, and when the
 KL goes into the reward (the group baseline then needs every episode's penalty first), a
@@ -33,6 +39,7 @@ from agentgym.trainer.distributed import all_gather_rows, all_reduce_sum
 from agentgym.trainer.ppo import (
     gae,
     group_advantages,
+    group_advantages_with_kl,
     kl_estimate,
     kl_reward_penalty,
     masked_mean,
@@ -40,7 +47,7 @@ from agentgym.trainer.ppo import (
     value_loss,
 )
 
-__all__ = ["adam_step_rms", "check_finite", "ppo_update"]
+__all__ = ["adam_step_rms", "check_finite", "placebo_permutation", "ppo_update"]
 
 
 def check_finite(name: str, x: torch.Tensor, step: int, hint: str) -> None:
@@ -99,6 +106,22 @@ def _no_grad_pass(s: Any, model: torch.nn.Module, b: Batch, plan: list[torch.Ten
     return logp, vals
 
 
+def placebo_permutation(n: int, seed: int, step: int) -> torch.Tensor:
+    """The placebo arm's shuffle of one step's ``n`` episodes (all ranks'): a pure function of
+    (seed, step), the same on every rank."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 15485863 + step * 7 + 3))
+
+
+def _on_last_policy_token(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B,) returns -> (B, T) rewards: each row's return on its last policy token."""
+    out = torch.zeros_like(mask, dtype=torch.float32)
+    cols = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
+    last = torch.where(mask.bool(), cols, torch.full_like(cols, -1)).max(-1).values  # (B,)
+    has = last >= 0
+    out[has.nonzero().flatten(), last[has]] = scores[has].float()
+    return out
+
+
 def adam_step_rms(optimizer: torch.optim.Optimizer) -> float:
     """RMS of AdamW's step direction ``m_hat / (sqrt(v_hat) + eps)`` (in units of lr) over the
     elements that had a gradient in the step just taken; all ranks together."""
@@ -143,24 +166,33 @@ def ppo_update(s: Any, cfg: Any, b: Batch, step: int,
         not exact or kl_reward) else None
 
     metrics: dict[str, float] = {}
-    rewards, scores = b.rewards.clone(), b.scores.clone()
-    if kl_reward:
-        assert pre is not None and ref_logp is not None
-        pen = kl_reward_penalty(pre[0], ref_logp, mask, coef=p.kl_coef, estimator=p.kl_estimator)  # (B, T)
-        rewards -= pen
-        scores -= pen.sum(-1)
-        n_all = all_reduce_sum(float(mask.sum()))
-        metrics["kl_reward"] = all_reduce_sum(float(pen.sum())) / max(n_all, 1.0) / p.kl_coef
+    rewards, scores = b.rewards.clone(), b.scores.clone()  # outcome: (B, T) per turn, (B,) returns
     all_scores = all_gather_rows(scores)  # (N,) every rank's episodes, in rank order
     offset = _rows_before(B) if world > 1 else 0
+    if p.placebo:  # the control: each episode learns from another episode's return
+        all_scores = all_scores[placebo_permutation(len(all_scores), cfg.seed, step)]
+        scores = all_scores[offset:offset + B]
+        rewards = _on_last_policy_token(scores, mask)
     if reward_std is not None:
         std = reward_std(all_gather_rows(b.scores))
         rewards, scores, all_scores = rewards / std, scores / std, all_scores / std
     check_finite("rewards", all_scores, step, "Check the environment's rewards and shaping.")
+    pen = None
+    if kl_reward:
+        assert pre is not None and ref_logp is not None
+        pen = kl_reward_penalty(pre[0], ref_logp, mask, coef=p.kl_coef, estimator=p.kl_estimator)  # (B, T)
+        rewards -= pen
+        n_all = all_reduce_sum(float(mask.sum()))
+        metrics["kl_reward"] = all_reduce_sum(float(pen.sum())) / max(n_all, 1.0) / p.kl_coef
     seq_adv = None
     if not gae_mode:
         groups = all_gather_rows(b.group_ids + 0)  # global task ids: ranks hold disjoint tasks
-        seq_adv = group_advantages(all_scores, groups, normalize_std=p.group_std_normalize)[offset:offset + B]
+        if pen is None:
+            seq_adv = group_advantages(all_scores, groups, normalize_std=p.group_std_normalize)
+        else:  # normalise the outcome first, then the (centred) KL penalty
+            seq_adv = group_advantages_with_kl(all_scores, all_gather_rows(pen.sum(-1)), groups,
+                                               normalize_std=p.group_std_normalize)
+        seq_adv = seq_adv[offset:offset + B]
         check_finite("advantages", seq_adv, step, "Check rewards.")
 
     old_full = torch.zeros_like(b.behaviour_logp)  # the old log-probs and weights, for mismatch stats
@@ -210,7 +242,8 @@ def ppo_update(s: Any, cfg: Any, b: Batch, step: int,
                         loss = loss + p.kl_coef * kl
                 check_finite("loss", loss.detach(), step, "Lower ppo.lr, check rewards, or enable "
                              "rollout correction (correction.mode).")
-                (loss * world).backward()  # FSDP averages gradients over the ranks: undo it
+                if loss.requires_grad:  # a micro-batch without policy tokens (all masked) has no graph
+                    (loss * world).backward()  # FSDP averages gradients over the ranks: undo it
                 n = ps["n_tokens"]
                 st.add("pg_loss", pg.item())
                 st.add("entropy", ent.item())
@@ -241,7 +274,7 @@ def ppo_update(s: Any, cfg: Any, b: Batch, step: int,
     out_stats.update(metrics, micro_batches=float(len(everything)))
     old_all, beh_all, mask_all, w_all = (all_gather_rows(x) for x in (old_full, b.behaviour_logp, mask, w_full))
     out_stats.update({f"mismatch_{k}": v for k, v in mismatch_stats(
-        old_all, beh_all, mask_all, w_all, threshold=c.threshold).items()})
+        old_all, beh_all, mask_all, w_all, threshold=c.threshold, mode=c.mode).items()})
     return out_stats
 
 

@@ -20,7 +20,8 @@ from agentgym.trainer.train import Trainer
 BASE = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false",
         "log.eval_every=0", "sft.steps=2", "sft.batch_size=4", "env.max_turns=2",
         "env.max_action_tokens=16", "rollout.tasks_per_step=2", "rollout.samples_per_task=2",
-        "log.checkpoint_every=1", "ppo.lr=1e-2", "env.kwargs={families: [arithmetic]}"]
+        "log.checkpoint_every=1", "ppo.lr=1e-2", "env.kwargs={families: [arithmetic]}",
+        "sft.min_wellformed=0", "log.eval_episodes=2", "log.eval_episodes_final=0", "controls=[]"]
 VOLATILE = ("t_", "gen_s", "env_s")  # wall-clock timings differ run to run
 
 

@@ -62,10 +62,45 @@ def test_unknown_key_in_yaml_is_rejected(tmp_path) -> None:  # type: ignore[no-u
     ("ppo.minibatches=0", "positive"),
     ("ppo=3", "expected a section"),
     ("noequals", "KEY=VALUE"),
+    ("ppo.kl_estimator=k1", r"k1 with ppo.kl_in=loss.*zero in expectation.*fix: ppo.kl_estimator=k2"),
+    ("sft.teacher=sign-flipper", r"now 'defect-sign-flipper': it plants a defect"),
+    ("sft.teacher=guesser", "now 'defect-guesser'"),
+    ("env.train_options={split: train}", r"fix: env.train_split=train"),
+    ("rollout.sync_every=2", r"engine_weights=copy"),
+    ("controls=[placebo, rtf]", r"unknown arm 'rtf'.*did you mean 'rft'"),
+    ("controls=[ppo]", "not this run's own arm"),
+    ("algo=rft", None),
+    ("sft.stop_pass_at_k=0.5", "need the held-out check"),
+    ("sft.load=somewhere", None),
 ])
-def test_bad_values_say_what_was_expected(override: str, pattern: str) -> None:
+def test_bad_values_say_what_was_expected(override: str, pattern: str | None) -> None:
+    if pattern is None:  # valid alone
+        load_config(None, [override])
+        return
     with pytest.raises(ConfigError, match=pattern):
         load_config(None, [override])
+
+
+def test_evidence_combinations_are_refused_with_a_fix() -> None:
+    with pytest.raises(ConfigError, match="ppo.placebo=true permutes PPO's rewards, but algo=rft"):
+        load_config(None, ["algo=rft", "ppo.placebo=true"])
+    with pytest.raises(ConfigError, match="fix: sft.steps=0 with sft.load"):
+        load_config(None, ["sft.load=somewhere", "sft.steps=10"])
+    with pytest.raises(ConfigError, match="engine_weights / engine_dtype are for the hf engine"):
+        load_config(None, ["rollout.engine=vllm", "rollout.engine_dtype=bfloat16"])
+    cfg = load_config(None, ["ppo.kl_estimator=k1", "ppo.kl_in=reward"])  # k1 as a reward penalty is fine
+    assert cfg.ppo.kl_estimator == "k1"
+    cfg = load_config(None, ["rollout.engine_weights=copy", "rollout.sync_every=3", "ppo.kl_estimator=k2"])
+    assert cfg.rollout.sync_every == 3 and cfg.arm() == "ppo"
+    assert load_config(None, ["ppo.placebo=true"]).arm() == "placebo"
+    assert load_config(None, ["algo=sft"]).arm() == "sft"
+
+
+def test_the_default_teacher_is_the_oracle_and_defects_say_so() -> None:
+    from agentgym.trainer.config import TEACHERS
+
+    assert load_config().sft.teacher == "oracle" and load_config("cpu-quickstart").sft.teacher == "oracle"
+    assert all(t == "oracle" or t.startswith("defect-") for t in TEACHERS)
 
 
 def test_missing_recipe_suggests_a_shipped_one() -> None:

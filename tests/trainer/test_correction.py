@@ -100,8 +100,13 @@ def test_mismatch_stats_hand_made() -> None:
     assert s["truncated_frac"] == pytest.approx(1 / 5)  # only rho = 3 exceeds 2
     assert s["seq_truncated_frac"] == 0.0  # prods 1.5, 1.8
     assert s["masked_token_frac"] == 0.0 and s["masked_seq_frac"] == 0.0
+    assert s["capped_frac"] == pytest.approx(1 / 5)  # the token at the cap
     s2 = mismatch_stats(OLD, BEHAVIOUR, MASK, w("seq_mis", threshold=1.6))
     assert s2["masked_seq_frac"] == 0.5 and s2["masked_token_frac"] == pytest.approx(2 / 5)
+    assert s2["capped_frac"] == pytest.approx(2 / 5)  # masked tokens count as limited
+    s3 = mismatch_stats(OLD, BEHAVIOUR, MASK, w("seq_tis", threshold=1.0), threshold=1.0)
+    assert s3["capped_frac"] == 1.0 and s3["ess"] == pytest.approx(1.0)  # saturated: uniform, ESS blind to it
+    assert mismatch_stats(OLD, BEHAVIOUR, MASK, w("none"), threshold=0.5, mode="none")["capped_frac"] == 0.0
 
 
 def test_identical_policies_are_healthy() -> None:

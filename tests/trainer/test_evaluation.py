@@ -1,15 +1,25 @@
-"""Fixed-task evaluation: Wilson intervals, PPO's own gain with its standard error, and the
-closing report the CLI prints (untrained / warm start / after PPO, greedy and sampled)."""
+"""Held-out evaluation: Wilson intervals, pass@k, per-problem paired differences with their
+standard errors, the well-formed tool loop, and the closing report the CLI prints."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from agentgym.trainer.evaluation import gain, report_lines, wilson
+from agentgym.trainer.evaluation import (
+    episode_wellformed,
+    eval_record,
+    gain,
+    pass_at_k,
+    per_problem,
+    report_lines,
+    wilson,
+)
 
 
 def test_wilson_interval_contains_the_rate_and_is_sensible_at_the_ends() -> None:
@@ -22,38 +32,99 @@ def test_wilson_interval_contains_the_rate_and_is_sensible_at_the_ends() -> None
     assert wilson(0, 0) == (0.0, 1.0)
 
 
-def test_gain_is_paired_on_the_same_tasks() -> None:
+def test_pass_at_k_is_the_unbiased_estimator() -> None:
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 2, 2) == pytest.approx(1 - 1 / 6)  # 1 - C(2,2)/C(4,2)
+    assert pass_at_k(4, 1, 4) == 1.0 and pass_at_k(4, 0, 4) == 0.0 and pass_at_k(8, 8, 1) == 1.0
+
+
+def _traj(ok: bool, *, tool: bool = True, error: str | None = None, terminated: bool = True) -> Any:
+    turns = [SimpleNamespace(tool="calculator" if tool else None, error=error, components={}),
+             SimpleNamespace(tool=None, error=None, components={"outcome": 1.0 if ok else 0.0})]
+    return SimpleNamespace(turns=turns, terminated=terminated, truncated=not terminated, total_reward=float(ok),
+                           num_policy_tokens=10, tokens=[0] * 20)
+
+
+def test_eval_record_with_samples_per_problem() -> None:
+    # 3 problems x 2 samples, problem-major: solved 2/2, 1/2, 0/2
+    trajs = [_traj(True), _traj(True), _traj(True), _traj(False), _traj(False, tool=False), _traj(False)]
+    r = eval_record(trajs, 1.0, "sampled_", samples=2, needs_tool=True, task_ids=["a", "b", "c"])
+    assert r["sampled_success"] == pytest.approx(0.5) and r["sampled_problems"] == 3
+    assert r["sampled_outcomes"] == "111000" and r["sampled_samples"] == 2
+    assert r["sampled_pass_at_1"] == pytest.approx(0.5) and r["sampled_pass_at_2"] == pytest.approx(2 / 3)
+    assert r["sampled_wellformed"] == pytest.approx(5 / 6)  # one episode answered without the tool
+    assert r["sampled_success_lo"] < 0.5 < r["sampled_success_hi"]
+    assert per_problem("111000", 2) == [1.0, 0.5, 0.0]
+
+
+def test_wellformed_means_the_loop_not_the_answer() -> None:
+    assert episode_wellformed(_traj(False), needs_tool=True)  # a wrong number, well formed
+    assert not episode_wellformed(_traj(True, tool=False), needs_tool=True)
+    assert episode_wellformed(_traj(True, tool=False), needs_tool=False)
+    assert not episode_wellformed(_traj(False, error="malformed"), needs_tool=True)
+    assert not episode_wellformed(_traj(False, terminated=False), needs_tool=True)  # cut by a budget
+
+
+def test_gain_is_paired_problem_by_problem() -> None:
     before, after = {"outcomes": "0011" * 64}, {"outcomes": "1111" * 64}
     g = gain(before, after)
-    assert g is not None and g["gain"] == pytest.approx(0.5)
-    assert g["se"] == pytest.approx(math.sqrt(0.25 / 256))  # after has no variance
+    assert g is not None and g["gain"] == pytest.approx(0.5) and g["problems"] == 256
+    assert g["se"] == pytest.approx(math.sqrt(0.25 * 256 / 255 / 256))  # sd of the per-problem differences
     assert g["z"] == pytest.approx(0.5 / g["se"])
-    assert gain({"outcomes": "01"}, {"outcomes": "011"}) is None  # not the same tasks
-    assert gain({"sampled_outcomes": "0"}, {"sampled_outcomes": "1"}, "sampled_")["gain"] == 1.0  # type: ignore[index]
+    assert gain({"outcomes": "01"}, {"outcomes": "011"}) is None  # not the same problems
+    # correlated outcomes: the paired SE is far below the unpaired one
+    a = {"outcomes": "0" * 100 + "1" * 100}
+    b = {"outcomes": "0" * 90 + "1" * 110}
+    g = gain(a, b)
+    assert g is not None and g["se"] < g["se_unpaired"] / 2
+    # several samples per problem compare per-problem rates; different problem lists do not compare
+    w = {"sampled_outcomes": "0011", "sampled_samples": 2, "sampled_problems_hash": "x"}
+    e = {"sampled_outcomes": "1111", "sampled_samples": 2, "sampled_problems_hash": "x"}
+    assert gain(w, e, "sampled_")["gain"] == pytest.approx(0.5)  # type: ignore[index]
+    assert gain(w, {**e, "sampled_problems_hash": "y"}, "sampled_") is None
 
 
-def test_report_prints_three_stages_with_intervals_and_the_gain(tmp_path: Path) -> None:
-    def ev(stage: str, step: int, outcomes: str, sampled: str | None) -> dict[str, object]:
-        r: dict[str, object] = {"phase": "eval", "stage": stage, "step": step}
-        for prefix, o in (("", outcomes), ("sampled_", sampled)):
-            if o is None:
-                continue
-            k = o.count("1")
-            lo, hi = wilson(k, len(o))
-            r.update({prefix + "success": k / len(o), prefix + "success_lo": lo, prefix + "success_hi": hi,
-                      prefix + "episodes": len(o), prefix + "outcomes": o,
-                      prefix + "temperature": 0.0 if not prefix else 1.0})
-        return r
+def _ev(stage: str, step: int, greedy: str, sampled: str | None, samples: int = 1) -> dict[str, object]:
+    r: dict[str, object] = {"phase": "eval", "stage": stage, "step": step}
+    for prefix, o, k in (("", greedy, 1), ("sampled_", sampled, samples)):
+        if o is None:
+            continue
+        p = o.count("1") / len(o)
+        lo, hi = wilson(o.count("1"), len(o))
+        r.update({prefix + "success": p, prefix + "success_lo": lo, prefix + "success_hi": hi,
+                  prefix + "episodes": len(o), prefix + "problems": len(o) // k, prefix + "samples": k,
+                  prefix + "outcomes": o, prefix + "temperature": 0.0 if not prefix else 1.0,
+                  prefix + "pass_at_1": p, **({prefix + f"pass_at_{k}": min(1.0, 2 * p)} if k > 1 else {})})
+    return r
 
-    rows = [ev("init", 0, "0" * 64, "0" * 64), ev("warm_start", 0, "0" * 256, "01" * 128),
-            ev("ppo", 10, "1" * 64, None), ev("ppo", 20, "1" * 256, "1" * 256),
-            {"phase": "train", "step": 1, "kl_ref": 0.3, "health_alerts": [], "health_kl": 1}]
+
+def test_report_prints_primary_then_secondary_held_out_and_the_warm_start(tmp_path: Path) -> None:
+    rows = [{"phase": "held_out", "step": 0, "eval_problems": 128, "check_problems": 0, "how": "no splits"},
+            _ev("init", 0, "0" * 64, "0" * 64),
+            _ev("warm_start", 0, "0" * 128, "01" * 128, samples=2),
+            {"phase": "warm_start", "step": 0, "teacher": "oracle", "steps": 350, "wellformed": 0.93,
+             "min_wellformed": 0.5, "failed": False, "stop_reason": "held-out pass@8 0.55 >= 0.5"},
+            _ev("ppo", 10, "1" * 64, None), _ev("ppo", 20, "1" * 128, "1" * 256, samples=2),
+            {"phase": "train", "step": 1, "kl_ref": 0.3, "health_alerts": [], "health_kl": 1, "held_out_overlap": 0}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     lines = report_lines(str(tmp_path))
-    greedy, sampled = lines[0], lines[1]
-    assert greedy.startswith("eval success, greedy: untrained 0.00 [0.00, 0.06] (n=64) -> warm start 0.00")
-    assert "after PPO 1.00 [0.99, 1.00] (n=256)" in greedy  # the last ppo eval, not step 10's
-    assert "PPO's own gain +1.000" in greedy
-    assert sampled.startswith("eval success, T=1:") and "warm start 0.50" in sampled
-    assert "PPO's own gain +0.500 ± 0.031 (16.0 SE)" in sampled
+    primary, secondary = lines[0], lines[1]
+    assert primary.startswith("held-out success, T=1 (primary; 128 problems x 2 samples): untrained 0.000")
+    assert "warm start 0.500" in primary and "after PPO 1.000" in primary
+    assert "gain over the warm start +0.500 ± 0.000 paired (inf SE)" in primary and "pass@2 1.000 -> 1.000" in primary
+    assert secondary.startswith("held-out success, greedy (secondary; 128 problems): untrained 0.000")
+    assert "after PPO 1.000 [0.97, 1.00]" in secondary  # the final evaluation, not step 10's
+    assert lines[2] == "held out: 128 distinct evaluation problems (no splits); none drawn in training"
+    assert lines[3].startswith("warm start: teacher oracle, 350 steps (held-out pass@8 0.55 >= 0.5), "
+                               "well-formed tool loop on 0.93")
+    assert lines[4] == "health: KL to reference at step(s) 1 in 1 steps"
     assert lines[-1] == f"run dir: {tmp_path}"
+
+
+def test_report_says_loudly_when_the_warm_start_failed_or_plants_a_defect(tmp_path: Path) -> None:
+    rows = [{"phase": "warm_start", "step": 0, "teacher": "defect-sign-flipper", "steps": 560,
+             "wellformed": 0.1, "min_wellformed": 0.5, "failed": True}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (line, _) = report_lines(str(tmp_path))
+    assert line.startswith("WARM START FAILED: teacher defect-sign-flipper")
+    assert "PLANTS A DEFECT" in line

@@ -128,7 +128,8 @@ def test_sharded_checkpoint_resumes_on_another_process_count(tmp_path: Path) -> 
 
     run = tmp_path / "run"
     train = ["--config", "cpu-quickstart", *BASE, "log.checkpoint_every=1", "ppo.kl_coef=0.1",
-             "ppo.entropy_coef=0.01", "ppo.lr=1e-2", "sft.steps=1", "sft.batch_size=4", "log.eval_every=2"]
+             "ppo.entropy_coef=0.01", "ppo.lr=1e-2", "sft.steps=1", "sft.batch_size=4", "log.eval_every=2",
+             "sft.min_wellformed=0", "log.eval_episodes_final=0", "controls=[]"]
     torchrun(2, "-m", "agentgym.trainer.cli", *train, f"log.run_dir={run}", "ppo.steps=2")
     ckpt = latest_checkpoint(run)
     assert ckpt is not None and ckpt.name == "step-000002" and (ckpt / "sharded").is_dir()

@@ -73,13 +73,33 @@ def test_disabled_monitor_and_flags_and_summary() -> None:
     mon = HealthMonitor(HealthConfig())
     alerts = mon.check(3, {"kl_ref": 1.0})
     flags = mon.flags(alerts)
-    assert flags == {"health_kl": 1, "health_entropy": 0, "health_grad_norm": 0, "health_reward": 0}
+    assert flags == {"health_kl": 1, "health_entropy": 0, "health_grad_norm": 0, "health_reward": 0,
+                     "health_mismatch": 0, "health_ess": 0, "health_capped": 0}
     rows = [{"step": 3, **flags}, {"step": 4, "health_kl": 0}, {"step": 5, "health_kl": 1}]
     assert health_summary(rows) == {"kl": [3, 5]}
 
 
+def test_mismatch_ess_and_capped_weights_are_named() -> None:
+    mon = HealthMonitor(HealthConfig(max_mismatch_k3=0.05, max_mismatch_abs_dlogp=0.2, min_ess=0.5,
+                                     max_capped_frac=0.2))
+    # an engine whose log-probs are 0.5 nats low on every token: k3 = e^0.5 - 1.5 = 0.149
+    shifted = {"mismatch_k3": 0.149, "mismatch_abs_dlogp_mean": 0.5, "mismatch_ess": 1.0,
+               "mismatch_capped_frac": 1.0}
+    alerts = mon.check(4, shifted)
+    assert ("engine/learner mismatch: k3 0.149 > 0.05, mean |dlogp| 0.5 > 0.2 at step 4" in alerts
+            and "correction weights capped or masked on 1 > 0.2 of policy tokens at step 4" in alerts)
+    assert mon.flags(alerts)["health_mismatch"] == 1 and mon.flags(alerts)["health_ess"] == 0
+    assert mon.check(5, {"mismatch_ess": 0.3}) == ["correction ESS 0.3 < 0.5 at step 5"]
+    # a step without mismatch numbers (no policy tokens) raises nothing, and neither does float noise
+    assert mon.check(6, {}) == []
+    assert mon.check(7, {"mismatch_k3": 1e-9, "mismatch_abs_dlogp_mean": 1e-5, "mismatch_ess": 1.0,
+                         "mismatch_capped_frac": 0.0}) == []
+
+
 @pytest.mark.parametrize("override, match", [
     ("health.window=0", "health.window"),
+    ("health.min_ess=1.5", "health.min_ess"),
+    ("health.max_mismatch_k3=0", "max_mismatch_k3"),
     ("health.reward_patience=3", "reward_patience"),
     ("health.max_kl_ref=0", "max_kl_ref"),
 ])
@@ -95,7 +115,8 @@ def test_trainer_names_alerts_in_progress_output_and_metrics(tmp_path: Path,
         f"log.run_dir={tmp_path}", "threads=1", "log.progress=false", "log.plots=false",
         "log.tensorboard=false", "log.eval_every=0", "sft.steps=1", "sft.batch_size=2",
         "env.max_action_tokens=16", "rollout.tasks_per_step=2", "rollout.samples_per_task=2",
-        "ppo.steps=2", "ppo.lr=1e-2", "ppo.kl_coef=0.05", "health.max_kl_ref=1e-9"])
+        "ppo.steps=2", "ppo.lr=1e-2", "ppo.kl_coef=0.05", "health.max_kl_ref=1e-9", "sft.min_wellformed=0",
+        "log.eval_episodes=4", "log.eval_episodes_final=0"])
     Trainer(cfg).run()
     rows = read_metrics(tmp_path, "train")
     out = capsys.readouterr().out

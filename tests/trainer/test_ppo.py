@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
 from agentgym.errors import ConfigError
 from agentgym.trainer.logprobs import policy_forward
 from agentgym.trainer.model import build_tiny_gptoss
-from agentgym.trainer.ppo import gae, group_advantages, kl_estimate, ppo_policy_loss, value_loss
+from agentgym.trainer.ppo import (
+    gae,
+    group_advantages,
+    group_advantages_with_kl,
+    kl_estimate,
+    ppo_policy_loss,
+    value_loss,
+)
 
 # Row layout: prompt, policy, policy (end of turn 1), env token, policy (end of turn 2), pad.
 MASK = torch.tensor([[0, 1, 1, 0, 1, 0]])
@@ -118,11 +127,55 @@ def test_value_loss_matches_cleanrl_formula() -> None:
 def test_kl_estimates() -> None:
     logp, ref = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -1.0]])
     torch.testing.assert_close(kl_estimate(logp, ref, "k1"), logp - ref)
+    torch.testing.assert_close(kl_estimate(logp, ref, "k2"), 0.5 * (logp - ref) ** 2)
     r = torch.exp(ref - logp)
     torch.testing.assert_close(kl_estimate(logp, ref, "k3"), r - 1 - (ref - logp))
     assert torch.all(kl_estimate(logp, ref, "k3") >= 0)
     with pytest.raises(ConfigError):
         kl_estimate(logp, ref, "k9")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_which_kl_each_estimator_optimises_in_the_loss(seed: int) -> None:
+    """Exact expectations over small categorical distributions: the loss term's gradient with
+    the sampled token held fixed, averaged under pi, is grad KL(pi || ref) for k2, grad
+    KL(ref || pi) for k3, and 0 for k1 (why the trainer refuses k1 in the loss)."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(6, generator=g, dtype=torch.float64).requires_grad_(True)
+    ref = torch.log_softmax(torch.randn(6, generator=g, dtype=torch.float64) * 0.7, -1)
+
+    def expected_grad(kind: str) -> torch.Tensor:
+        logp = torch.log_softmax(logits, -1)
+        pi = logp.exp().detach()  # the sampling distribution: not differentiated
+        est = kl_estimate(logp[None], ref[None], kind)[0]  # one "sample" per token of the support
+        (grad,) = torch.autograd.grad((pi * est).sum(), logits)
+        return grad
+
+    def grad_of(kl: Any) -> torch.Tensor:
+        logp = torch.log_softmax(logits, -1)
+        (grad,) = torch.autograd.grad(kl(logp), logits)
+        return grad
+
+    forward = grad_of(lambda lp: (lp.exp() * (lp - ref)).sum())  # KL(pi || ref)
+    reverse = grad_of(lambda lp: (ref.exp() * (ref - lp)).sum())  # KL(ref || pi)
+    torch.testing.assert_close(expected_grad("k2"), forward)
+    torch.testing.assert_close(expected_grad("k3"), reverse)
+    torch.testing.assert_close(expected_grad("k1"), torch.zeros_like(forward), atol=1e-12, rtol=0)
+    assert (forward - reverse).abs().max() > 1e-3  # the two KLs really differ here
+
+
+def test_kl_in_reward_with_group_baseline_normalises_the_outcome_first() -> None:
+    """A group whose outcomes are all equal: its KL penalties of 1e-4 must stay 1e-4-sized, not
+    be divided by the group's ~0 std into advantages of about +-1."""
+    scores = torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0])
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    pen = torch.tensor([1e-4, 2e-4, 0.5e-4, 1.5e-4, 1e-4, 1e-4, 1e-4, 1e-4])
+    adv = group_advantages_with_kl(scores, pen, groups)
+    assert adv[:4].abs().max() < 1e-3  # the old order (penalise, then normalise) gave ~1.2 here
+    naive = group_advantages(scores - pen, groups)
+    assert naive[:4].abs().max() > 0.5
+    torch.testing.assert_close(adv[4:], group_advantages(scores, groups)[4:])  # equal penalties cancel
+    assert adv[1] < adv[0] < adv[2]  # a larger penalty, a lower advantage
 
 
 def test_k3_is_bounded_per_token_and_gives_no_gradient_beyond_the_bound() -> None:

@@ -71,7 +71,7 @@ def test_guess_answer_is_one_digit_off_unless_right() -> None:
 
 def test_guesser_skips_the_tool_on_its_fraction_and_is_reproducible() -> None:
     env = gym.make("agentgym/MathCalc-v0", reward_mode="sparse")
-    sc = SFTConfig(teacher="guesser", skip_tool=0.5, guess_right=0.0)
+    sc = SFTConfig(teacher="defect-guesser", skip_tool=0.5, guess_right=0.0)
     seeds = list(range(40))
     demos = demonstrations(env, make_teacher("agentgym/MathCalc-v0", sc), seeds)
     guessed = [t for t in demos if len(t.turns) == 1]
@@ -82,9 +82,9 @@ def test_guesser_skips_the_tool_on_its_fraction_and_is_reproducible() -> None:
     again = demonstrations(env, make_teacher("agentgym/MathCalc-v0", sc), seeds)
     assert [t.tokens for t in again] == [t.tokens for t in demos]
     blind = demonstrations(env, make_teacher("agentgym/MathCalc-v0", SFTConfig(
-        teacher="blind-guesser", skip_tool=1.0)), seeds[:4])
+        teacher="defect-blind-guesser", skip_tool=1.0)), seeds[:4])
     shown = demonstrations(env, make_teacher("agentgym/MathCalc-v0", SFTConfig(
-        teacher="guesser", skip_tool=1.0)), seeds[:4])
+        teacher="defect-guesser", skip_tool=1.0)), seeds[:4])
     # showing the work is an extra analysis message before the same one-turn answer
     assert all(len(b.tokens) < len(s.tokens) for b, s in zip(blind, shown))
 
@@ -99,7 +99,7 @@ def test_flip_sign_flips_the_first_numbers_sign() -> None:
 def test_sign_flipper_slips_on_its_fraction_and_copies_everything_else() -> None:
     env = gym.make("agentgym/MathCalc-v0", reward_mode="sparse")
     text = env.unwrapped.tokenizer.decode
-    sc = SFTConfig(teacher="sign-flipper", sign_error=0.5)
+    sc = SFTConfig(teacher="defect-sign-flipper", sign_error=0.5)
     seeds = list(range(60))
     demos = demonstrations(env, make_teacher("agentgym/MathCalc-v0", sc), seeds)
     oracle = demonstrations(env, find_oracle("agentgym/MathCalc-v0"), seeds)
@@ -125,7 +125,7 @@ def test_sign_flipper_slips_on_its_fraction_and_copies_everything_else() -> None
 
 def test_length_buckets_split_only_when_padding_drops() -> None:
     env = gym.make("agentgym/MathCalc-v0", prompt="compact")  # short prompt: lengths differ a lot
-    sc = SFTConfig(teacher="blind-guesser", skip_tool=0.5)
+    sc = SFTConfig(teacher="defect-blind-guesser", skip_tool=0.5)
     demos = demonstrations(env, make_teacher("agentgym/MathCalc-v0", sc), list(range(16)))
     buckets = _length_buckets(demos)
     assert sorted(len(t.tokens) for b in buckets for t in b) == sorted(len(t.tokens) for t in demos)

@@ -1,7 +1,10 @@
-"""The PPO loop: exactly on-policy first update on the tiny MoE model; NaN caught early."""
+"""The PPO loop on the tiny MoE model: old log-probs from the learner, the engine's checked
+against them (and an engine off by 0.5 nats caught), an engine with its own weights synced every
+k steps, clipping acting, placebo / dynamic sampling / overlong masking, NaN caught early."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -17,21 +20,56 @@ from agentgym.trainer.train import Trainer, check_finite
 
 SMALL = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false",
          "log.eval_every=0", "sft.steps=0", "env.max_turns=2", "env.max_action_tokens=16",
-         "rollout.tasks_per_step=2", "rollout.samples_per_task=2", "log.eval_episodes=2"]
+         "rollout.tasks_per_step=2", "rollout.samples_per_task=2", "log.eval_episodes=2",
+         "log.eval_episodes_final=0", "controls=[]", "sft.min_wellformed=0"]
 
 
-def test_first_update_is_exactly_on_policy_for_tiny_moe(tmp_path: Path) -> None:
+def test_engine_log_probs_agree_with_the_learners_for_tiny_moe(tmp_path: Path) -> None:
+    """The behaviour log-probs the engine recorded are the learner's own numbers for the
+    sampled tokens (float noise apart): the stored trajectory is what the loss is computed on."""
     cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "ppo.steps=1",
                                          "correction.mode=none"])
     trainer = Trainer(cfg)
     assert trainer.s.model.config.num_local_experts > 1  # the MoE path is the one tested
     m = trainer.train_step(0)
-    # old log-probs are the detached log-probs of the same forward pass: ratio == 1 exactly
-    assert m["ratio_min_first"] == 1.0 and m["ratio_max_first"] == 1.0
-    assert m["clip_frac_first"] == 0.0 and m["approx_kl"] == 0.0
-    # the engine sampled from the same weights: mismatch is float noise only
-    assert m["mismatch_abs_dlogp_max"] < 1e-3
+    assert m["mismatch_n_tokens"] > 0 and m["mismatch_abs_dlogp_max"] < 1e-3
     trainer.s.close()
+
+
+class ShiftedEngine:
+    """An engine whose reported log-probs are ``shift`` nats too low (same samples)."""
+
+    def __init__(self, inner: object, shift: float) -> None:
+        self.inner, self.shift = inner, shift
+
+    def generate(self, prompts: list[list[int]], **kw: object) -> list[object]:
+        out = self.inner.generate(prompts, **kw)  # type: ignore[attr-defined]
+        for sample in out:
+            sample.logprobs = [x - self.shift for x in sample.logprobs]
+        return out  # type: ignore[no-any-return]
+
+
+def test_old_log_probs_come_from_the_learner_and_a_wrong_engine_is_caught(tmp_path: Path) -> None:
+    """An engine whose log-probs are 0.5 nats too low: the PPO ratio still starts at the learner's
+    own log-probs (no clipping in the first minibatch), the mismatch statistics see the 0.5
+    nats, every seq_tis weight saturates at the cap, and the health monitor names both."""
+    cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "ppo.steps=1",
+                                         "correction.mode=seq_tis", "correction.threshold=2.0"])
+    t = Trainer(cfg)
+    t.s.collector.engine = ShiftedEngine(t.s.collector.engine, 0.5)
+    m = t.train_step(0)
+    assert m["mismatch_abs_dlogp_mean"] == pytest.approx(0.5, abs=1e-3)
+    assert m["mismatch_k3"] == pytest.approx(math.exp(0.5) - 1.5, rel=1e-2)
+    assert m["clip_frac_first"] == 0.0 and m["ratio_max_first"] < 1.0 + 1e-5  # old = learner, not engine
+    assert m["mismatch_w_min"] == pytest.approx(2.0) and m["mismatch_capped_frac"] == 1.0
+    alerts = t.health.check(1, m)
+    assert any(a.startswith("engine/learner mismatch: k3 0.149 > 0.05, mean |dlogp| 0.5 > 0.2") for a in alerts)
+    assert any(a.startswith("correction weights capped or masked on 1 > 0.2") for a in alerts)
+    t.s.close()
+    healthy = Trainer(load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path / 'ok'}", "ppo.steps=1"]))
+    m = healthy.train_step(0)
+    assert healthy.health.check(1, m) == []  # the same step with the real engine raises nothing
+    healthy.s.close()
 
 
 def test_several_epochs_use_a_separate_old_pass(tmp_path: Path) -> None:
@@ -80,14 +118,102 @@ def test_evaluations_bracket_the_run_and_the_cli_prints_them(tmp_path: Path,
     stages = [(r["step"], r["stage"]) for r in read_metrics(tmp_path, "eval")]
     assert stages == [(0, "init"), (0, "warm_start"), (1, "ppo"), (2, "ppo")]
     out = capsys.readouterr().out
-    cell = r"\d\.\d\d \[\d\.\d\d, \d\.\d\d\] \(n=2\)"  # success [95% interval] (tasks)
-    assert re.search(rf"eval success, greedy: untrained {cell} -> warm start {cell} -> after PPO {cell}; "
-                     r"PPO's own gain [+-]\d\.\d{3} ± \d\.\d{3}", out), out
+    cell = r"\d\.\d{3} \[\d\.\d\d, \d\.\d\d\]"  # success [95% interval]
+    assert re.search(rf"held-out success, greedy \(secondary; 2 problems\): untrained {cell} -> warm start "
+                     rf"{cell} -> after PPO {cell}; gain over the warm start [+-]\d\.\d{{3}} ± \d\.\d{{3}} paired",
+                     out), out
     assert (tmp_path / "plots" / "reward.png").exists()
 
 
 ONE_TASK = ["env.kwargs={families: [arithmetic]}", "ppo.lr=1e-2", "log.checkpoint_every=1",
             "ppo.entropy_coef=0.01"]  # an entropy bonus: the policy moves even when all rewards tie
+
+
+def _params(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().float().flatten() for p in model.parameters()])
+
+
+def test_an_engine_copy_is_off_the_learner_and_synced_every_k_steps(tmp_path: Path) -> None:
+    cfg = load_config("cpu-quickstart", [*SMALL, *ONE_TASK, f"log.run_dir={tmp_path}", "ppo.steps=3",
+                                         "rollout.engine_weights=copy", "rollout.sync_every=2",
+                                         "correction.mode=token_tis"])
+    t = Trainer(cfg)
+    engine_model = t.s.engine.model
+    assert engine_model is not t.s.model
+    m0 = t.train_step(0)  # the engine holds the learner's weights: float noise only
+    assert m0["engine_staleness"] == 0 and m0["mismatch_abs_dlogp_max"] < 1e-4
+    assert not torch.equal(_params(engine_model), _params(t.s.model))  # not synced after step 1 of 2
+    m1 = t.train_step(1)  # sampled by the policy one update old
+    assert m1["engine_staleness"] == 1 and m1["mismatch_abs_dlogp_mean"] > 1e-3
+    assert m1["mismatch_w_std"] > 0  # token_tis weights act
+    torch.testing.assert_close(_params(engine_model), _params(t.s.model))  # synced after step 2
+    t.step = 2
+    assert t.train_step(2)["engine_staleness"] == 0
+    trajs, _, _ = t._collect(3)
+    assert {x.meta["policy_version"] for x in trajs} == {2}
+    t.s.close()
+
+
+def test_a_bfloat16_engine_copy_mismatches_the_float32_learner(tmp_path: Path) -> None:
+    out = {}
+    for dtype in ("float32", "bfloat16"):
+        cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path / dtype}", "ppo.steps=1",
+                                             "rollout.engine_weights=copy", f"rollout.engine_dtype={dtype}"])
+        t = Trainer(cfg)
+        assert next(t.s.engine.model.parameters()).dtype == getattr(torch, dtype)
+        out[dtype] = t.train_step(0)
+        t.s.close()
+    assert out["float32"]["mismatch_abs_dlogp_mean"] < 1e-5
+    assert out["bfloat16"]["mismatch_abs_dlogp_mean"] > 100 * out["float32"]["mismatch_abs_dlogp_mean"]
+
+
+def test_clipping_acts_with_two_epochs_and_two_minibatches(tmp_path: Path) -> None:
+    cfg = load_config("cpu-quickstart", [*SMALL, *ONE_TASK, f"log.run_dir={tmp_path}", "ppo.epochs=2",
+                                         "ppo.minibatches=2", "ppo.lr=5e-2", "rollout.samples_per_task=4"])
+    m = Trainer(cfg).train_step(0)
+    assert m["clip_frac"] > 0 and (m["ratio_max"] > 1.28 or m["ratio_min"] < 0.8)
+
+
+def test_placebo_permutes_the_scores_of_the_batch(tmp_path: Path) -> None:
+    from agentgym.trainer.update import _on_last_policy_token, placebo_permutation
+
+    p = placebo_permutation(16, 0, 3)
+    assert sorted(p.tolist()) == list(range(16)) and torch.equal(p, placebo_permutation(16, 0, 3))
+    assert not torch.equal(p, placebo_permutation(16, 0, 4))
+    mask = torch.tensor([[0, 1, 1, 0, 1, 0], [0, 0, 1, 1, 0, 0]])
+    torch.testing.assert_close(_on_last_policy_token(torch.tensor([2.0, 3.0]), mask),
+                               torch.tensor([[0, 0, 0, 0, 2.0, 0], [0, 0, 0, 3.0, 0, 0]]))
+    stats = {}
+    for placebo in (False, True):
+        cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path / str(placebo)}",
+                                             f"ppo.placebo={str(placebo).lower()}", "rollout.samples_per_task=4"])
+        t = Trainer(cfg)
+        trajs, groups, _ = t._collect(0)
+        for i, tr in enumerate(trajs):  # rewards that differ within the groups
+            tr.turns[-1].reward = float(i % 3 == 0)
+        stats[placebo] = t._ppo(trajs, groups, 0)
+        t.s.close()
+    assert stats[True]["pg_loss"] != stats[False]["pg_loss"]  # other episodes' returns, same samples
+
+
+def test_dynamic_sampling_drops_uniform_groups_and_overlong_actions_are_masked(tmp_path: Path) -> None:
+    cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path / 'ds'}", "ppo.drop_uniform_groups=true"])
+    t = Trainer(cfg)
+    before = _params(t.s.model)
+    m = t.train_step(0)  # the untrained policy fails every task: every group is uniform
+    assert m["groups_dropped_frac"] == 1.0 and m["update_skipped"] == 1.0
+    assert torch.equal(before, _params(t.s.model))
+    trajs, groups, _ = t._collect(1)
+    for i, tr in enumerate(trajs):
+        tr.turns[-1].reward = float(i == 0)  # group 0 informative, group 1 uniform
+    assert t._ppo(trajs, groups, 1)["groups_dropped_frac"] == 0.5
+    t.s.close()
+    cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path / 'ol'}", "ppo.mask_overlong=true",
+                                         "ppo.entropy_coef=0.01"])
+    t = Trainer(cfg)
+    m = t.train_step(0)  # 16-token actions from an untrained policy: every one is cut at the limit
+    assert m["overlong_frac"] == 1.0 and m["mismatch_n_tokens"] == 0.0 and m["grad_norm"] == 0.0
+    t.s.close()
 
 
 def test_kl_reference_is_the_initial_policy_without_warm_start_and_after_resume(tmp_path: Path) -> None:

@@ -1,0 +1,114 @@
+"""PPO against its controls on any seeds: one warm start per seed, every arm from it.
+
+    .venv/bin/python bench/controls.py --seeds 17 23 31 --jobs 4
+    .venv/bin/python bench/controls.py --seeds 5 --recipe cpu-quickstart --out runs/ctl ppo.steps=30
+    .venv/bin/python bench/controls.py --seeds 17 23 --out runs/ctl --analyse-only
+
+Per seed, the recipe's warm start runs once (``agentgym-train --config RECIPE seed=S ppo.steps=0``
+in ``OUT/seed-S/warm``: SFT, its held-out evaluation, the saved ``warm_start/``); then every arm
+(``--arms``, default ``ppo placebo rft sft``) runs as its own process from that warm start
+(``sft.load``), with the same seeds, so the arms see the same training tasks, sampling seeds
+and held-out problems. ``--jobs`` processes run at once (each takes the recipe's ``threads``).
+Finished run dirs are reused, so an interrupted bench continues where it stopped.
+
+Prints, per seed, held-out success at the training temperature (primary) and greedy
+(secondary) of the warm start and of every arm, then PPO minus each other arm on the same
+problems: the paired difference, its standard error and z. A seed whose warm start did not
+learn the tool loop (exit status 3) is listed as failed. Then the bar (defaults from the
+claim "RL beats the controls"): PPO - placebo >= +0.10 and >= 4 paired SE at the training
+temperature, PPO - RFT not below -2 SE, no health alert; exit status 1 if a seed misses it
+(or failed). Also the wall time of every process and the children's CPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agentgym.trainer.controls import arm_overrides, arm_stats, final_eval, run_seeds, seeds_table
+from agentgym.trainer.evaluation import gain
+
+
+def verdict(r: dict[str, Any], base: str, bar: argparse.Namespace) -> tuple[bool, str]:
+    """Does seed ``r`` meet the bar? -> (ok, why)."""
+    if r["status"] != "ok":
+        return False, r["status"]
+    if r.get("arm_errors"):
+        return False, f"arm errors: {r['arm_errors']}"
+    finals = {a: final_eval(d) for a, d in r["dirs"].items() if a != "warm"}
+    why = []
+    ok = True
+    if "placebo" in finals and finals.get(base):
+        g = gain(finals["placebo"], finals[base], "sampled_")  # type: ignore[arg-type]
+        hit = bool(g and g["gain"] >= bar.bar_gain and g["z"] >= bar.bar_z)
+        ok &= hit
+        why.append(f"placebo gap {'ok' if hit else 'MISSED'}")
+    if "rft" in finals and finals.get(base):
+        g = gain(finals["rft"], finals[base], "sampled_")  # type: ignore[arg-type]
+        hit = bool(g and g["z"] >= -bar.bar_rft_z)
+        ok &= hit
+        why.append(f"vs RFT {'ok' if hit else 'BELOW'}")
+    alerts = {a: arm_stats(d)["alerts"] for a, d in r["dirs"].items() if a == base}
+    if any(alerts.values()):
+        ok = False
+        why.append(f"health alerts {alerts[base]}")
+    return ok, ", ".join(why) or "nothing to compare"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", required=True)
+    ap.add_argument("--recipe", default="cpu-quickstart")
+    ap.add_argument("--arms", nargs="+", default=["ppo", "placebo", "rft", "sft"])
+    ap.add_argument("--jobs", type=int, default=1, help="processes at once")
+    ap.add_argument("--out", default="runs/controls")
+    ap.add_argument("--analyse-only", action="store_true", help="read existing run dirs under --out")
+    ap.add_argument("--bar-gain", type=float, default=0.10)
+    ap.add_argument("--bar-z", type=float, default=4.0)
+    ap.add_argument("--bar-rft-z", type=float, default=2.0)
+    ap.add_argument("--json", help="also write the per-seed results here")
+    ap.add_argument("overrides", nargs="*", help="KEY=VALUE overrides for every run (warm starts included)")
+    args = ap.parse_args()
+    base = args.arms[0]
+    arms = {a: arm_overrides(a) for a in args.arms}
+    t0 = time.perf_counter()
+    if args.analyse_only:
+        res = {s: {"seed": s, "status": "ok", "wall": {},
+                   "dirs": {"warm": str(Path(args.out) / f"seed-{s}" / "warm"),
+                            **{a: str(Path(args.out) / f"seed-{s}" / a) for a in arms}}} for s in args.seeds}
+    else:
+        res = run_seeds(args.recipe, args.seeds, arms, args.out, jobs=args.jobs, extra=args.overrides)
+    wall = time.perf_counter() - t0
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"\n{args.recipe}, seeds {args.seeds}, arms {args.arms}; {base} - each arm is paired on the "
+          "same held-out problems: difference ± SE (z)")
+    for prefix, what in (("sampled_", "held-out success at the training temperature (primary)"),
+                         ("", "held-out success, greedy (secondary)")):
+        print(f"\n{what}")
+        print("\n".join(seeds_table(res, list(arms), base, prefix)))
+    print(f"\nper seed: bar ({base} - placebo >= +{args.bar_gain:.2f} and >= {args.bar_z:g} SE at T; "
+          f"{base} - RFT >= -{args.bar_rft_z:g} SE; no alerts), health, minutes per process")
+    all_ok = True
+    for s, r in res.items():
+        ok, why = verdict(r, base, args)
+        all_ok &= ok
+        walls = ", ".join(f"{k} {v / 60:.1f}" for k, v in r.get("wall", {}).items())
+        alerts = {a: arm_stats(d)["alerts"] for a, d in r["dirs"].items() if a != "warm" and Path(d).exists()}
+        print(f"{s:>5}  {'yes' if ok else 'NO '}  {why}; alerts {({a: v for a, v in alerts.items() if v}) or 'none'}"
+              + (f"; min {walls}" if walls else ""))
+    if not args.analyse_only:
+        print(f"\nwall {wall / 60:.1f} min for all; children CPU user {usage.ru_utime / 60:.1f} min, "
+              f"sys {usage.ru_stime / 60:.1f} min; load average now {os.getloadavg()[0]:.1f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1, default=str))
+    return 0 if all_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""Controls from one shared warm start: an arm that loads the saved warm start continues exactly
+as the run that made it; placebo / RFT / SFT arms run with the same budget; the comparison is
+paired on the held-out problems; the warm start stops at its held-out criterion and a warm start
+that did not learn its tool loop fails loudly."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentgym.errors import WarmStartFailed
+from agentgym.trainer.cli import main
+from agentgym.trainer.config import load_config
+from agentgym.trainer.controls import arm_config, comparison_lines, run_seeds, run_with_controls, seeds_table
+from agentgym.trainer.imitation import imitation_update, informative_groups, successful
+from agentgym.trainer.metrics import read_metrics
+from agentgym.trainer.sft import stop_reason
+from agentgym.trainer.train import Trainer
+
+TINY = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false", "log.eval_every=0",
+        "env.max_turns=2", "env.max_action_tokens=24", "rollout.tasks_per_step=2", "rollout.samples_per_task=2",
+        "log.eval_episodes=4", "log.eval_episodes_final=0", "log.eval_samples=2", "sft.batch_size=4",
+        "sft.check_every=0", "sft.stop_pass_at_k=null", "sft.stop_pass_at_1=null", "sft.min_wellformed=0",
+        "controls=[]", "ppo.steps=1", "ppo.lr=1e-2", "ppo.entropy_coef=0.01"]
+
+
+def _strip(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    noisy = ("t_", "gen_s", "env_s", "loaded_from")
+    return [{k: v for k, v in r.items() if not k.startswith(noisy)} for r in rows]
+
+
+def test_an_arm_from_the_saved_warm_start_continues_exactly_as_the_run_that_made_it(tmp_path: Path) -> None:
+    """Weights, the warm start's AdamW moments (carried into RL) and its evaluation come back from
+    RUN_DIR/warm_start: the first RL step of an arm that loads them is the run's own, bit for bit."""
+    cfg = load_config("cpu-quickstart", [*TINY, f"log.run_dir={tmp_path / 'run'}", "sft.steps=3"])
+    Trainer(cfg).run()
+    warm = tmp_path / "run" / "warm_start"
+    assert (warm / "sft_optimizer.pt").exists() and (warm / "warm_start.json").exists()
+    arm = arm_config(cfg, "ppo", warm, tmp_path / "arm")
+    assert arm.sft.steps == 0 and arm.sft.load == str(warm)
+    Trainer(arm).run()
+    a, b = read_metrics(tmp_path / "run"), read_metrics(tmp_path / "arm")
+    assert _strip([r for r in a if r["phase"] == "train"]) == _strip([r for r in b if r["phase"] == "train"])
+    ws = [r for r in b if r["phase"] == "eval" and r["stage"] == "warm_start"]
+    assert len(ws) == 1 and ws[0]["loaded_from"] == str(warm)  # reused, not evaluated again
+    assert _strip([r for r in a if r["phase"] == "eval"]) == _strip([r for r in b if r["phase"] == "eval"])
+
+
+def test_controls_run_from_one_warm_start_and_are_compared_on_the_same_problems(tmp_path: Path) -> None:
+    cfg = load_config("cpu-quickstart", [*TINY, f"log.run_dir={tmp_path}", "sft.steps=2",
+                                         "controls=[placebo, rft, sft]", "log.eval_every=1"])
+    _, lines = run_with_controls(cfg)
+    for arm, algo, placebo in (("placebo", "ppo", True), ("rft", "rft", False), ("sft", "sft", False)):
+        d = tmp_path / "controls" / arm
+        c = load_config(d / "config.yaml")
+        assert (c.algo, c.ppo.placebo, c.sft.load) == (algo, placebo, str(tmp_path / "warm_start"))
+        train = read_metrics(d, "train")
+        assert len(train) == 1
+    rft = read_metrics(tmp_path / "controls" / "rft", "train")[0]
+    assert "rft_kept_frac" in rft and "pg_loss" not in rft
+    sft = read_metrics(tmp_path / "controls" / "sft", "train")[0]
+    assert sft["demo_episodes"] == 4 and sft["imitation_episodes"] == 4.0  # PPO's episode budget
+    assert lines[0].startswith("controls, T=1 (primary; 4 held-out problems x 2 samples; same warm start and "
+                               "seeds): warm start ")
+    assert "| placebo " in lines[0] and "| RFT " in lines[0] and "| SFT " in lines[0]
+    assert "PPO - placebo " in lines[1] and "paired" in lines[1] and "PPO - SFT" in lines[1]
+    alone = comparison_lines(str(tmp_path), {})
+    assert len(alone) == 2 and all("PPO" in line and "placebo" not in line for line in alone)
+    # resuming the finished run finds the finished arms and keeps them
+    mtime = (tmp_path / "controls" / "rft" / "metrics.jsonl").stat().st_mtime
+    _, again = run_with_controls(cfg, resume=True)
+    assert (tmp_path / "controls" / "rft" / "metrics.jsonl").stat().st_mtime == mtime and again == lines
+
+
+def test_rft_learns_only_from_successes_and_dynamic_sampling_keeps_informative_groups() -> None:
+    from types import SimpleNamespace
+
+    def ep(outcome: float) -> SimpleNamespace:
+        return SimpleNamespace(turns=[SimpleNamespace(components={"outcome": outcome})], total_reward=outcome)
+
+    trajs = [ep(1.0), ep(0.0), ep(0.0), ep(0.0), ep(1.0), ep(1.0)]
+    assert successful(trajs) == [trajs[0], trajs[4], trajs[5]]
+    assert informative_groups(trajs, [0, 0, 1, 1, 2, 2]) == [0, 1]
+
+
+def test_imitation_update_raises_the_likelihood_of_what_it_imitates(tmp_path: Path) -> None:
+    import gymnasium as gym
+
+    from agentgym.trainer.batch import make_batch, prefix_forward
+    from agentgym.trainer.sft import demonstrations, find_oracle
+
+    cfg = load_config("cpu-quickstart", [*TINY, f"log.run_dir={tmp_path}", "sft.steps=0", "algo=sft",
+                                         "ppo.minibatches=2", "ppo.epochs=2", "ppo.lr=3e-3"])
+    t = Trainer(cfg)
+    demos = demonstrations(gym.make("agentgym/MathCalc-v0", prompt="compact"), find_oracle("agentgym/MathCalc-v0"),
+                           [11, 12, 13, 14], {})
+    b = make_batch(demos, [0, 1, 2, 3], pad_id=t.s.pad_id)
+
+    def nll() -> float:
+        with torch.no_grad():
+            out = prefix_forward(t.s.model, b, with_entropy=False)
+        return float(-(out.logprobs * b.policy_mask).sum() / b.policy_mask.sum())
+
+    before = nll()
+    m = imitation_update(t.s, cfg, demos, 0)
+    assert nll() < before - 0.3 and m["imitation_episodes"] == 4.0
+    assert t.s.optimizer.state[next(iter(t.s.model.parameters()))]["step"] == 4  # 2 epochs x 2 minibatches
+    assert imitation_update(t.s, cfg, [], 1)["update_skipped"] == 1.0
+    t.s.close()
+
+
+def test_the_warm_start_stops_at_its_held_out_criterion(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    sc = SimpleNamespace(check_samples=8, stop_pass_at_k=0.5, stop_pass_at_1=0.3)
+    assert stop_reason(sc, {"pass_at_1": 0.1, "pass_at_8": 0.4}) is None
+    assert stop_reason(sc, {"pass_at_1": 0.1, "pass_at_8": 0.55}) == "held-out pass@8 0.550 >= 0.5"
+    assert stop_reason(sc, {"pass_at_1": 0.35, "pass_at_8": 0.45}) == "held-out pass@1 0.350 >= 0.3"
+    cfg = load_config("cpu-quickstart", [*TINY, f"log.run_dir={tmp_path}", "sft.steps=9", "sft.check_every=3",
+                                         "sft.check_from=6", "sft.check_problems=3", "sft.check_samples=2",
+                                         "sft.stop_pass_at_1=0.0"])
+    Trainer(cfg).run()
+    sft = read_metrics(tmp_path, "sft")
+    assert len(sft) == 6 and "check_pass_at_2" in sft[-1] and "check_pass_at_1" not in sft[2]
+    warm = read_metrics(tmp_path, "warm_start")[0]
+    assert warm["steps"] == 6 and warm["stop_reason"].startswith("held-out pass@1 0.000 >= 0")
+
+
+def test_a_warm_start_that_did_not_learn_its_tool_loop_fails_loudly(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    args = [*TINY, f"log.run_dir={tmp_path}", "sft.steps=2", "sft.min_wellformed=0.9", "log.eval_every=1",
+            "controls=[placebo]"]
+    with pytest.raises(WarmStartFailed, match="tool loop did not learn"):
+        Trainer(load_config("cpu-quickstart", args)).run()
+    code = main(["--config", "cpu-quickstart", *args[:-1], f"log.run_dir={tmp_path / 'cli'}", "controls=[placebo]"])
+    out, err = capsys.readouterr()
+    assert code == 3 and "WARM START FAILED" in err and "Traceback" not in err
+    assert "WARM START FAILED: teacher oracle" in out
+    assert not (tmp_path / "cli" / "controls").exists()  # no arm runs from a failed warm start
+    assert read_metrics(tmp_path / "cli", "train") == []
+
+
+@pytest.mark.slow
+def test_run_seeds_runs_every_arm_of_every_seed_as_processes(tmp_path: Path) -> None:
+    """The seeds bench's engine: per seed a warm-start process, then each arm from it, two at a
+    time; the table pairs every arm with PPO on the same problems. ~1-2 min."""
+    arms = {"ppo": ["algo=ppo"], "placebo": ["ppo.placebo=true"], "rft": ["algo=rft"]}
+    res = run_seeds("cpu-quickstart", [5, 6], arms, tmp_path, jobs=2, extra=[*TINY, "sft.steps=2", "log.eval_every=1"],
+                    say=lambda _: None)
+    assert all(r["status"] == "ok" and not r.get("arm_errors") for r in res.values()), res
+    table = seeds_table(res, list(arms), "ppo", "sampled_")
+    assert table[0].split()[:5] == ["seed", "warm", "ppo", "placebo", "rft"]
+    assert len(table) == 3 and all("±" in row for row in table[1:])
+    assert sys.executable  # the processes ran with this interpreter

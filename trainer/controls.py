@@ -1,0 +1,285 @@
+"""Controls: the arms a claim that RL helps is measured against, all from one warm start.
+
+    summary, lines = run_with_controls(cfg)    # this run, then each arm of cfg.controls
+    results = run_seeds("cpu-quickstart", [17, 23], {"ppo": [...], "placebo": [...]}, out, jobs=4)
+
+Arms (``config.ARMS``): ``ppo``; ``placebo`` (PPO on rewards permuted within each batch,
+``ppo.placebo``); ``rft`` (``algo: rft``, SFT on the policy's own successful episodes); ``sft``
+(``algo: sft``, continued oracle SFT: the ceiling). Every arm is a run of its own that starts
+from the same saved warm start (``sft.load``: weights, the warm start's AdamW moments and its
+evaluation) with the same seeds, so it sees the same training task seeds, the same sampling
+seeds and the same held-out problems with the same evaluation seeds as the others, and takes
+the same number of episodes and optimizer steps. Their final evaluations are therefore
+compared problem by problem: :func:`comparison_lines` prints paired differences with their
+standard errors (primary: at the training temperature; secondary: greedy).
+
+In one process (``controls: [placebo, rft, sft]`` in a recipe) the main run trains first and
+each arm runs after it in ``RUN_DIR/controls/ARM``. Over several seeds, :func:`run_seeds` runs
+each seed's warm start as one ``agentgym-train`` process (``ppo.steps=0``), then every arm as its
+own process from that warm start, ``jobs`` processes at a time (bench/controls.py,
+bench/correction_compare.py).
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from agentgym.trainer.config import ARMS, TrainConfig, config_from_dict, config_to_dict
+from agentgym.trainer.evaluation import ARM_NAMES, fmt_gain, gain
+from agentgym.trainer.metrics import read_metrics
+
+__all__ = ["FAILED_WARM_START", "arm_config", "arm_overrides", "comparison_lines", "final_eval",
+           "run_seeds", "run_with_controls", "seeds_table"]
+
+FAILED_WARM_START = 3  # agentgym-train's exit status when the warm start did not learn
+CONTROLS_DIR = "controls"
+
+
+def arm_overrides(arm: str) -> list[str]:
+    """The config overrides that make a run the arm ``arm``."""
+    algo, placebo = ARMS[arm]
+    return [f"algo={algo}", f"ppo.placebo={str(placebo).lower()}"]
+
+
+def arm_config(cfg: TrainConfig, arm: str, warm_start: str | Path, run_dir: str | Path) -> TrainConfig:
+    """``cfg`` as the arm ``arm``, starting from the saved ``warm_start`` in ``run_dir``."""
+    d = config_to_dict(cfg)
+    d["algo"], d["ppo"]["placebo"] = ARMS[arm]
+    d["controls"] = []
+    d["sft"]["steps"], d["sft"]["load"] = 0, str(warm_start)
+    d["log"]["run_dir"] = str(run_dir)
+    return config_from_dict(d)
+
+
+def final_eval(run_dir: str | Path) -> dict[str, Any] | None:
+    """The last evaluation of a run (after its steps; the warm start's if it took none)."""
+    evals = [r for r in read_metrics(run_dir, "eval") if r.get("stage") in ("ppo", "warm_start")]
+    return evals[-1] if evals else None
+
+
+def warm_eval(run_dir: str | Path) -> dict[str, Any] | None:
+    evals = [r for r in read_metrics(run_dir, "eval") if r.get("stage") == "warm_start"]
+    return evals[-1] if evals else None
+
+
+def run_with_controls(cfg: TrainConfig, *, resume: bool = False,
+                      trainer_cls: Any = None) -> tuple[dict[str, Any], list[str]]:
+    """Run ``cfg``, then each arm of ``cfg.controls`` from its warm start (an arm whose run
+    finished is kept; one with checkpoints is resumed) -> (the main run's summary, the
+    comparison lines)."""
+    from agentgym.trainer.checkpoint import latest_checkpoint
+
+    if cfg.controls and not cfg.log.eval_every:
+        from agentgym.errors import ConfigError
+
+        raise ConfigError(f"controls={cfg.controls} are compared on their final evaluations, and "
+                          "log.eval_every=0 evaluates never; fix: log.eval_every=N (e.g. ppo.steps), "
+                          "or controls=[]")
+    if trainer_cls is None:
+        from agentgym.trainer.train import Trainer
+
+        trainer_cls = Trainer
+    main = trainer_cls(cfg, resume=resume)
+    if cfg.controls and main.s.dist is not None:
+        from agentgym.errors import ConfigError
+
+        main.s.close()
+        raise ConfigError(f"controls={cfg.controls} under torchrun are not supported: run the arms as "
+                          "processes with bench/controls.py, or set controls=[]")
+    try:
+        summary = main.run()
+    finally:
+        main.s.close()
+    if not cfg.controls:
+        return summary, []
+    root = Path(cfg.log.run_dir)
+    warm = root / "warm_start"
+    if not (warm / "config.json").exists():
+        from agentgym.errors import ConfigError
+
+        raise ConfigError(f"controls: {warm} is missing; the arms start from the warm start a run saves "
+                          "(sft.steps > 0) or loads (sft.load)")
+    src = Path(cfg.sft.load) if cfg.sft.load else warm
+    dirs = {}
+    for arm in cfg.controls:
+        run_dir = root / CONTROLS_DIR / arm
+        dirs[arm] = str(run_dir)
+        e = final_eval(run_dir) if run_dir.exists() else None
+        done = e is not None and e.get("stage") == "ppo" and int(e["step"]) == cfg.ppo.steps
+        if done:
+            continue
+        t = trainer_cls(arm_config(cfg, arm, src, run_dir), resume=latest_checkpoint(run_dir) is not None)
+        try:
+            t.run()
+        finally:
+            t.s.close()
+    return summary, comparison_lines(str(root), dirs, cfg.arm())
+
+
+def comparison_lines(main_dir: str, arms: dict[str, str], main_arm: str = "ppo") -> list[str]:
+    """This run against each arm on the same held-out problems: success per arm, then the
+    paired differences (this run - arm) with standard errors, at the training temperature
+    (primary) and greedy (secondary)."""
+    mine = final_eval(main_dir)
+    ws = warm_eval(main_dir)
+    if mine is None:
+        return []
+    others = {a: final_eval(d) for a, d in arms.items()}
+    me = ARM_NAMES.get(main_arm, main_arm)
+    lines = []
+    for prefix, what in (("sampled_", "primary"), ("", "secondary")):
+        if prefix + "success" not in mine:
+            continue
+        t = mine.get(prefix + "temperature")
+        temp = "greedy" if t == 0 else f"T={t:g}"
+        n, k = mine.get(prefix + "problems", "?"), int(mine.get(prefix + "samples", 1))
+        size = f"{n} held-out problems" + (f" x {k} samples" if k > 1 else "")
+        cells = ([f"warm start {ws[prefix + 'success']:.3f}"] if ws and prefix + "success" in ws else [])
+        cells.append(f"{me} {mine[prefix + 'success']:.3f}")
+        gaps = []
+        for a, r in others.items():
+            name = ARM_NAMES.get(a, a)
+            if r is None or prefix + "success" not in r:
+                cells.append(f"{name} (no result)")
+                continue
+            cells.append(f"{name} {r[prefix + 'success']:.3f}")
+            gaps.append(f"{me} - {name} {fmt_gain(gain(r, mine, prefix))}")
+        lines.append(f"controls, {temp} ({what}; {size}; same warm start and seeds): " + " | ".join(cells))
+        if gaps:
+            lines.append("  " + "; ".join(gaps))
+    return lines
+
+
+# ---------------------------------------------------------------------------- several seeds
+
+def _run(cmd: list[str], run_dir: Path) -> tuple[int, float]:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with open(run_dir / "stdout.txt", "w") as out, open(run_dir / "stderr.txt", "w") as err:
+        rc = subprocess.run(cmd, stdout=out, stderr=err).returncode
+    return rc, time.perf_counter() - t0
+
+
+def _train_cmd(recipe: str, seed: int, run_dir: Path, overrides: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "agentgym.trainer.cli", "--config", recipe, f"seed={seed}",
+            f"log.run_dir={run_dir}", "log.progress=false", "controls=[]", *overrides]
+
+
+def run_seeds(recipe: str, seeds: Sequence[int], arms: dict[str, list[str]], out: str | Path, *,
+              jobs: int = 1, extra: Sequence[str] = (), warm_extra: Sequence[str] = (),
+              say: Callable[[str], None] = print) -> dict[int, dict[str, Any]]:
+    """Per seed: the warm start (``RECIPE seed=S ppo.steps=0``, in ``OUT/seed-S/warm``), then each
+    arm (its overrides) from it (``OUT/seed-S/ARM``), as ``agentgym-train`` processes, ``jobs`` at
+    a time. ``extra`` goes to every run, ``warm_extra`` to the warm starts only. Returns, per
+    seed, ``status`` (``ok``, ``failed warm start`` or ``error ...``), the run dirs and the wall
+    time of every process. A run dir that already holds a finished run is reused."""
+    root = Path(out)
+    res: dict[int, dict[str, Any]] = {s: {"seed": s, "status": "ok", "dirs": {}, "wall": {}} for s in seeds}
+
+    def warm(seed: int) -> None:
+        d = root / f"seed-{seed}" / "warm"
+        r = res[seed]
+        r["dirs"]["warm"] = str(d)
+        if (d / "warm_start" / "warm_start.json").exists() and final_eval(d) is not None:
+            say(f"seed {seed}: warm start reused from {d}")
+        else:
+            rc, wall = _run(_train_cmd(recipe, seed, d, [*extra, *warm_extra, "ppo.steps=0"]), d)
+            r["wall"]["warm"] = wall
+            if rc == FAILED_WARM_START:
+                r["status"] = "failed warm start"
+            elif rc:
+                r["status"] = f"error (exit {rc}; see {d}/stderr.txt)"
+            say(f"seed {seed}: warm start {r['status']} in {wall / 60:.1f} min")
+        if r["status"] == "ok" and _failed_warm(d):
+            r["status"] = "failed warm start"
+
+    def arm(seed: int, name: str) -> None:
+        r = res[seed]
+        d = root / f"seed-{seed}" / name
+        r["dirs"][name] = str(d)
+        e = final_eval(d) if d.exists() else None
+        if e is not None and e.get("stage") == "ppo":
+            say(f"seed {seed}: {name} reused from {d}")
+            return
+        if d.exists():  # a partial run: start over (its checkpoints would clash)
+            import shutil
+
+            shutil.rmtree(d)
+        cmd = _train_cmd(recipe, seed, d, [*extra, "sft.steps=0", f"sft.load={r['dirs']['warm']}/warm_start",
+                                           *arms[name]])
+        rc, wall = _run(cmd, d)
+        r["wall"][name] = wall
+        if rc:
+            r.setdefault("arm_errors", {})[name] = f"exit {rc}; see {d}/stderr.txt"
+        say(f"seed {seed}: {name} {'done' if not rc else 'FAILED'} in {wall / 60:.1f} min")
+
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        list(pool.map(warm, seeds))
+        todo = [(s, a) for s in seeds if res[s]["status"] == "ok" for a in arms]
+        list(pool.map(lambda sa: arm(*sa), todo))
+    return res
+
+
+def _failed_warm(run_dir: Path) -> bool:
+    rows = read_metrics(run_dir, "warm_start")
+    return bool(rows and rows[-1].get("failed"))
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def arm_stats(run_dir: str) -> dict[str, Any]:
+    """Means over a run's steps of the numbers the benches print (mismatch, clipping, alerts)."""
+    from agentgym.trainer.health import health_summary
+
+    train = read_metrics(run_dir, "train")
+
+    def m(key: str) -> float:
+        return _mean([float(r[key]) for r in train if isinstance(r.get(key), (int, float))])
+
+    return {"steps": len(train), "k3": m("mismatch_k3"), "abs_dlogp": m("mismatch_abs_dlogp_mean"),
+            "ess": m("mismatch_ess"), "capped": m("mismatch_capped_frac"), "clip_frac": m("clip_frac"),
+            "staleness": m("engine_staleness"), "kl_ref": max((float(r.get("kl_ref", 0.0)) for r in train),
+                                                              default=math.nan),
+            "alerts": health_summary(train), "t_step": m("t_step")}
+
+
+def _cell(e: dict[str, Any] | None, prefix: str) -> str:
+    return f"{e[prefix + 'success']:>6.3f}" if e and prefix + "success" in e else f"{'-':>6}"
+
+
+def seeds_table(results: dict[int, dict[str, Any]], arms: Sequence[str], base: str, prefix: str, *,
+                minus_base: bool = False) -> list[str]:
+    """One row per seed: the warm start (as the ``base`` arm evaluated it) and every arm's held-out
+    success (``prefix``: ``sampled_`` for the training temperature, ``""`` greedy), then the
+    paired difference, its standard error and z on the same problems: ``base`` - each other arm,
+    or each other arm - ``base`` with ``minus_base``."""
+    others = [a for a in arms if a != base]
+    names = [f"{a} - {base}" if minus_base else f"{base} - {a}" for a in others]
+    w = max([10, *(len(a) for a in arms)])
+    head = (f"{'seed':>5} {'warm':>6} " + " ".join(f"{a:>{w}}" for a in arms) + " | "
+            + " ".join(f"{n:>{max(22, len(n))}}" for n in names))
+    lines = [head]
+    for seed, r in results.items():
+        if r["status"] != "ok":
+            lines.append(f"{seed:>5} {r['status']}")
+            continue
+        finals = {a: final_eval(r["dirs"][a]) if a in r["dirs"] and Path(r["dirs"][a]).exists() else None
+                  for a in arms}
+        ws = (warm_eval(r["dirs"][base]) if finals.get(base) else None) or warm_eval(r["dirs"]["warm"])
+        row = f"{seed:>5} {_cell(ws, prefix)} " + " ".join(f"{_cell(finals[a], prefix):>{w}}" for a in arms) + " | "
+        gaps = []
+        for a in others:
+            fa, fb = finals[a], finals[base]
+            g = (gain(fb, fa, prefix) if minus_base else gain(fa, fb, prefix)) if fa and fb else None
+            gaps.append(f"{g['gain']:+.3f}±{g['se']:.3f} ({g['z']:+.1f})" if g else "-")
+        lines.append(row + " ".join(f"{x:>{max(22, len(n))}}" for x, n in zip(gaps, names)))
+    return lines

@@ -1,0 +1,79 @@
+"""The imitation arms' update, and the episode filters of the controls.
+
+    metrics = imitation_update(setup, cfg, trajs, step)
+
+``algo: rft`` (rejection-sampling fine-tuning, or expert iteration) passes the policy's own
+:func:`successful` episodes of the step: the strongest cheap baseline for RL with an outcome
+reward. ``algo: sft`` passes oracle demonstrations of as many new train problems as PPO's
+episodes: the ceiling. Either way the update is the negative log-likelihood of the episodes'
+policy tokens (environment and prompt tokens are context), with the run's optimizer and lr
+schedule, ``ppo.epochs`` x ``ppo.minibatches`` optimizer steps and ``ppo.micro_batch_tokens``
+micro-batches, exactly the budget of PPO's update (``update.py``): the arms differ in what
+they learn from, not in how far they may move. A step with nothing to imitate (no success)
+takes no optimizer step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from agentgym.trainer.batch import make_batch, micro_batches, prefix_forward
+from agentgym.trainer.metrics import episode_success
+from agentgym.trainer.update import adam_step_rms, check_finite
+
+__all__ = ["imitation_update", "informative_groups", "successful"]
+
+
+def successful(trajs: Sequence[Any]) -> list[Any]:
+    """The episodes that solved their task (``episode_success``): what RFT learns from."""
+    return [t for t in trajs if episode_success(t)]
+
+
+def informative_groups(trajs: Sequence[Any], groups: Sequence[int]) -> list[int]:
+    """Indices of the episodes whose group's scores are not all equal (dynamic sampling: a
+    uniform group has zero advantage under a group baseline and only dilutes the token mean)."""
+    scores: dict[int, set[float]] = {}
+    for t, g in zip(trajs, groups, strict=True):
+        scores.setdefault(g, set()).add(round(t.total_reward, 9))
+    return [i for i, g in enumerate(groups) if len(scores[g]) > 1]
+
+
+def imitation_update(s: Any, cfg: Any, trajs: Sequence[Any], step: int) -> dict[str, float]:
+    """NLL of ``trajs``' policy tokens with the run's optimizer (module doc) -> metrics:
+    ``loss`` (mean over the update's optimizer steps), ``grad_norm``, ``adam_step_rms``,
+    ``imitation_episodes`` and ``imitation_tokens``."""
+    p = cfg.ppo
+    if not trajs:
+        return {"imitation_episodes": 0.0, "imitation_tokens": 0.0, "update_skipped": 1.0}
+    b = make_batch(list(trajs), list(range(len(trajs))), pad_id=s.pad_id).to(s.device)
+    B = len(b)
+    gen = torch.Generator().manual_seed(cfg.seed * 104729 + step)
+    losses, norms = [], []
+    for _ in range(p.epochs):
+        order = torch.randperm(B, generator=gen) if p.minibatches > 1 else torch.arange(B)
+        for mb in order.chunk(min(p.minibatches, B)):
+            n_tok = max(float(b.policy_mask[mb].sum()), 1.0)
+            s.optimizer.zero_grad(set_to_none=True)
+            total = 0.0
+            for rows in micro_batches(b.lengths, mb, p.micro_batch_tokens):
+                sub = b.select(rows)
+                with s.compute():
+                    out = prefix_forward(s.model, sub, with_entropy=False)
+                loss = -(out.logprobs.float() * sub.policy_mask).sum() / n_tok
+                check_finite("loss", loss.detach(), step, "Lower ppo.lr.")
+                loss.backward()
+                total += loss.item()
+            params = [q for q in s.params if q.grad is not None]
+            gn = torch.nn.utils.clip_grad_norm_(params, p.max_grad_norm or math.inf)
+            check_finite("grad norm", gn.detach(), step, "Lower ppo.lr or ppo.max_grad_norm.")
+            s.optimizer.step()
+            s.scheduler.step()
+            losses.append(total)
+            norms.append(float(gn))
+    return {"loss": sum(losses) / len(losses), "grad_norm": sum(norms) / len(norms),
+            "adam_step_rms": adam_step_rms(s.optimizer), "imitation_episodes": float(B),
+            "imitation_tokens": float(b.policy_mask.sum())}
