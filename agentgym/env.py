@@ -17,22 +17,25 @@ the sampled tokens and returns only the tokens the environment appends.
 
 from __future__ import annotations
 
+import difflib
 import enum
+import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 
-from agentgym.errors import ConfigError, EnvStateError
+from agentgym.errors import ActionTypeError, ConfigError, EnvStateError
 from agentgym.harmony import HarmonyCodec, Message, ParsedAction, render_tool_signatures
 from agentgym.tokenizers import Tokenizer, as_tokenizer
 from agentgym.tools import Tool, ToolResult
 from agentgym.trajectory import Trajectory, Turn
 
-__all__ = ["DEFAULT_SHAPING", "PROMPT_STYLES", "Task", "ToolEnv", "harmony_preamble", "token_space"]
+__all__ = ["DEFAULT_SHAPING", "PROMPT_STYLES", "Task", "ToolEnv", "as_action_array", "harmony_preamble",
+           "token_space"]
 
 # ToolEnv's own shaped terms: *process* terms, paid only as a bonus on a correct outcome
 # (outcome * max(0, sum of weight * count)), never on a failed or unfinished episode, so that
@@ -109,6 +112,47 @@ def token_space(vocab_size: int) -> gym.spaces.Sequence:
     return gym.spaces.Sequence(gym.spaces.Discrete(vocab_size), stack=True)
 
 
+def as_action_array(action: Any) -> np.ndarray:
+    """``action`` as a 1-D array of token ids, or :class:`ActionTypeError` for what no policy samples.
+
+    Text, chat messages, None, floats and 2-D arrays are mistakes of the program driving the env
+    and raise; ids the policy got wrong (out of the vocabulary, an empty action) pass here and
+    become error observations in ``step``.
+    """
+    got = type(action).__name__
+    if isinstance(action, (str, bytes)):
+        raise ActionTypeError(f"step() takes token ids (a 1-D integer array), got a {got}; to send text, "
+                              "wrap the env: agentgym.TextWrapper(env), or encode it with the env's tokenizer")
+    if action is None or isinstance(action, Mapping):
+        raise ActionTypeError(f"step() takes token ids (a 1-D integer array), got {got}; to send chat "
+                              "messages, wrap the env: agentgym.ChatWrapper(env)")
+    try:
+        arr = np.asarray(action)
+    except Exception:  # ragged lists, objects that refuse conversion
+        raise ActionTypeError(f"step() takes token ids (a 1-D integer array), got a {got} numpy cannot "
+                              "read as one (ragged or nested?)") from None
+    if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+        raise ActionTypeError(f"step() takes token ids (a 1-D integer array), got shape {arr.shape} dtype "
+                              f"{arr.dtype}; pass the sampled ids of one action, e.g. np.asarray(ids, "
+                              "dtype=np.int64)")
+    return arr
+
+
+def _constructor_args(cls: type) -> list[str]:
+    """The keyword arguments ``cls(...)`` accepts along its ``__init__`` chain."""
+    names: list[str] = []
+    for c in cls.__mro__:
+        init = c.__dict__.get("__init__")
+        if init is None or c is object:
+            continue
+        for p in inspect.signature(init).parameters.values():
+            if p.name != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in names:
+                names.append(p.name)
+        if c is ToolEnv:
+            break
+    return names
+
+
 class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
     metadata = {"render_modes": ["ansi"]}  # noqa: RUF012  (gymnasium declares it an instance var)
     default_id: ClassVar[str] = "agentgym/ToolEnv-v0"
@@ -127,7 +171,14 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         shaping: dict[str, float] | None = None,
         prompt: str = "harmony",
         render_mode: str | None = None,
+        **unexpected: Any,
     ) -> None:
+        if unexpected:  # a typo in gym.make(ENV_ID, ...) lands here through the subclasses' **kwargs
+            known = _constructor_args(type(self))
+            hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, known, n=1))
+                     else repr(k) for k in sorted(unexpected)]
+            raise ConfigError(f"{type(self).__name__} got unknown keyword argument(s) {', '.join(hints)}; "
+                              f"it takes: {', '.join(known)}")
         if prompt not in PROMPT_STYLES:
             raise ConfigError(f"prompt must be one of {sorted(PROMPT_STYLES)}, got {prompt!r}: "
                               + "; ".join(f"{k}: {v}" for k, v in PROMPT_STYLES.items()))
@@ -315,13 +366,9 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         return prefix + self.codec.render_prompt([Message("user", user)])
 
     def _validate(self, action: Any) -> tuple[list[int], str | None]:
-        """Turn an action into a list of ids, or say why it is rejected."""
-        try:
-            arr = np.asarray(action)
-        except Exception:  # ragged lists, objects that refuse conversion
-            return [], "bad_action: expected a 1-D array of integer token ids"
-        if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
-            return [], f"bad_action: expected a 1-D integer array, got shape {arr.shape} dtype {arr.dtype}"
+        """Turn an action into a list of ids, or say why the policy's ids are rejected (a
+        program's wrong type raises :class:`ActionTypeError`)."""
+        arr = as_action_array(action)
         if arr.size == 0:
             return [], "empty_action: the action contained no tokens"
         if arr.min() < 0 or arr.max() >= self.tokenizer.vocab_size:

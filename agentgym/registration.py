@@ -69,5 +69,7 @@ def registered_ids() -> list[str]:
 
 
 def _register_builtin() -> None:
+    # order_enforce=False: these envs check their own state and raise EnvStateError (part of
+    # agentgym's error tree) for a step before reset; Gymnasium's wrapper would raise its own.
     for env_id, entry in {**BUILTIN, **ADAPTERS}.items():
-        register(env_id, entry)
+        register(env_id, entry, order_enforce=False)

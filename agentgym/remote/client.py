@@ -27,7 +27,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agentgym.env import token_space
+from agentgym.env import as_action_array, token_space
 from agentgym.errors import ConfigError, EnvStateError, ServiceError
 from agentgym.harmony import HarmonyCodec
 from agentgym.remote import wire
@@ -131,6 +131,7 @@ class RemoteEnv(gym.Env[np.ndarray, np.ndarray]):
                 else "the last request to the server failed and the episode is lost; call reset()"
                 if self._state is _State.BROKEN
                 else f"step() called on a {self._state.value} environment; call reset() first")
+        as_action_array(action)  # a program's wrong type raises here, as it does locally
         reply = self._call({"op": "step", "action": wire.encode_action(action)})
         self._apply(reply["delta"])
         info = reply["info"]

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from agentgym import ConfigError, EnvStateError
+from agentgym import AgentGymError, ConfigError, EnvStateError
+from agentgym.errors import ActionTypeError
 from agentgym.tokenizers import encode_harmony_text
 
 from .toy import EchoEnv
@@ -157,9 +158,6 @@ def test_turn_and_token_budgets_truncate() -> None:
     np.array([], dtype=np.int64),
     np.array([10**9, 5]),
     np.array([-1]),
-    np.array([[1, 2], [3, 4]]),
-    np.array([1.5, 2.5]),
-    ["a", "b"],
 ])
 def test_rejected_actions_leave_the_stream_unchanged(action) -> None:
     env = EchoEnv()
@@ -167,6 +165,36 @@ def test_rejected_actions_leave_the_stream_unchanged(action) -> None:
     before = list(env.trajectory.tokens)
     obs, r, term, trunc, info = env.step(action)
     assert obs.size == 0 and info["error"] and env.trajectory.tokens == before
+
+
+@pytest.mark.parametrize(("action", "hint"), [
+    ("hello", "TextWrapper"),
+    (b"hello", "TextWrapper"),
+    ({"role": "assistant", "content": "hi"}, "ChatWrapper"),
+    (None, "ChatWrapper"),
+    (np.array([[1, 2], [3, 4]]), "1-D integer array"),
+    (np.array([1.5, 2.5]), "dtype float64"),
+    (["a", "b"], "1-D integer array"),
+    ([[1], [2, 3]], "ragged"),
+])
+def test_an_action_of_the_wrong_python_type_raises_and_uses_no_turn(action, hint: str) -> None:
+    """A program's mistake (text, a message, None) is not a policy's: it raises, naming the fix,
+    and the episode is untouched (no turn used, nothing counted)."""
+    env = EchoEnv(max_turns=1)
+    env.reset(seed=0)
+    before = list(env.trajectory.tokens)
+    with pytest.raises(ActionTypeError, match=hint) as e:
+        env.step(action)
+    assert isinstance(e.value, AgentGymError) and isinstance(e.value, TypeError)
+    assert env.trajectory.tokens == before and env.counts["turns"] == 0 and env.trajectory.turns == []
+    _, _, term, _, _ = env.step(np.array(env.codec.final_ids("x")))  # the one turn is still there
+    assert term
+
+
+def test_a_typo_in_a_constructor_argument_gets_a_did_you_mean() -> None:
+    with pytest.raises(ConfigError, match=r"EchoEnv got unknown keyword argument\(s\) 'max_turn' \(did you "
+                                          r"mean 'max_turns'\?\); it takes: tokenizer, reward_mode"):
+        EchoEnv(max_turn=3)
 
 
 def test_huge_action_is_clipped_and_truncates() -> None:
