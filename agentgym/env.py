@@ -13,6 +13,13 @@ the trajectory record. A concrete environment defines only:
 Observation and action are 1-D ``int64`` arrays of token ids. ``reset`` returns the whole
 prompt (system, developer with tool schemas, user task, generation prompt); ``step`` takes
 the sampled tokens and returns only the tokens the environment appends.
+
+Infrastructure faults: a tool or ``score_final`` that raises :class:`InfraError` (a sandbox that
+died, a service that stopped answering) ends the episode as truncated with
+``info["infra_error"]`` and ``trajectory.meta["infra_error"]`` (a short string); the reward of
+that step is 0.0 only because Gymnasium needs a number: it is not an outcome, and the trainer
+and ``agentgym-eval`` leave such episodes out. ``on_reset`` may raise it too (a container that
+cannot start); ``reset`` then raises it and the env waits for the next ``reset``.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from agentgym.errors import ActionTypeError, ConfigError, EnvStateError
+from agentgym.errors import ActionTypeError, ConfigError, EnvStateError, InfraError, infra_note
 from agentgym.harmony import HarmonyCodec, Message, ParsedAction, render_tool_signatures
 from agentgym.tokenizers import Tokenizer, as_tokenizer
 from agentgym.tools import Tool, ToolResult
@@ -248,7 +255,11 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
             raise EnvStateError(f"{self.env_id} is closed; make a new environment")
         super().reset(seed=seed)
         self.task = self.sample_task(self.np_random, dict(options or {}))
-        self.on_reset()
+        try:
+            self.on_reset()
+        except InfraError:
+            self._state = _State.NEW  # no episode: step() asks for a reset
+            raise
         self._tools = {t.name: t for t in self.tools()}
         prompt = self._prompt_ids(self.task.prompt)
         self.trajectory = Trajectory(
@@ -296,7 +307,10 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
                 ids = ids[: self.max_action_tokens]
             parsed = self.codec.parse(ids)
             info["text"] = self.tokenizer.decode(ids)
-            result, tool_name = self._dispatch(parsed, info, comps, counts)
+            try:
+                result, tool_name = self._dispatch(parsed, info, comps, counts)
+            except InfraError as e:
+                return self._infra_fault(ids, parsed, info, counts, e)
             if clipped:
                 info["error"] = f"action_too_long: more than {self.max_action_tokens} tokens"
                 truncated = True
@@ -332,6 +346,24 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
             self._state = _State.DONE
         info.update(reward_components=comps, counts=dict(counts), turn=counts["turns"])
         return np.asarray(obs, dtype=np.int64), reward, terminated, truncated, info
+
+    def _infra_fault(self, ids: list[int], parsed: ParsedAction, info: dict[str, Any], counts: dict[str, int],
+                     error: InfraError) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """End the episode on an infrastructure fault: the action is kept (it was sampled), no
+        outcome is recorded, and ``info`` / the trajectory say what failed (module doc)."""
+        traj = self.trajectory
+        assert traj is not None
+        note = infra_note(error)
+        tool = parsed.tool_call.name if parsed.tool_call is not None else None
+        start = len(traj.tokens)
+        traj.append(ids, policy=True)
+        traj.turns.append(Turn(start, len(traj.tokens), len(traj.tokens), 0.0, {}, tool, "infra_error"))
+        traj.truncated, traj.meta["infra_error"] = True, note
+        self.counts = counts
+        self._state = _State.DONE
+        info.update(error="infra_error", infra_error=note, reward_components={}, counts=dict(counts),
+                    turn=counts["turns"])
+        return np.zeros(0, dtype=np.int64), 0.0, False, True, info
 
     def render(self) -> str | None:
         if self.render_mode != "ansi" or self.trajectory is None:

@@ -12,6 +12,7 @@ Everything agentgym raises on purpose derives from ``AgentGymError``::
     ├── DatasetError            a user dataset (JSONL) that cannot be read
     ├── SandboxError            code execution backends
     │   ├── SandboxUnavailable  engine not reachable, image missing, backend not installed
+    │   │   └── SandboxStartFailed  one container did not start (also an InfraError)
     │   ├── SandboxStateError   sandbox used after close
     │   └── SandboxLost         the sandbox died under an episode (also an InfraError)
     ├── ServiceError            a backing service (the WebAPI server) failed to start or died
@@ -50,6 +51,7 @@ __all__ = [
     "PoolStepError",
     "SandboxError",
     "SandboxLost",
+    "SandboxStartFailed",
     "SandboxStateError",
     "SandboxUnavailable",
     "ServiceError",
@@ -137,7 +139,11 @@ class InfraError(AgentGymError):
 
 
 class SandboxLost(SandboxError, InfraError):
-    """The sandbox of a running episode died or could not be started (container killed, runner gone)."""
+    """The sandbox of a running episode died (container killed, runner gone, work dir lost)."""
+
+
+class SandboxStartFailed(SandboxUnavailable, InfraError):
+    """A sandbox container did not start (in time): the machine's fault, retried by a new episode."""
 
 
 class ServiceLost(ServiceError, InfraError):

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from agentgym.errors import AgentGymError, EnvStateError, ServiceError
+from agentgym.errors import AgentGymError, ConfigError, EnvStateError, ServiceError
 from agentgym.remote import wire
 
 __all__ = ["Channel", "HTTPChannel", "WebSocketChannel", "make_channel"]
@@ -71,6 +71,13 @@ class _Retrying:
         return ServiceError(f"no reply from {self.url} within {self.timeout:g} s to {op!r}; the server is "
                             "overloaded or the env call hangs. Raise timeout= if steps are slow; reset() "
                             "before stepping again")
+
+
+def _handshake_status(e: BaseException) -> int | None:
+    """The HTTP status a server answered a WebSocket handshake with, if that is what ``e`` is."""
+    response = getattr(e, "response", None)
+    status = getattr(response, "status_code", None) or getattr(e, "status_code", None)
+    return int(status) if isinstance(status, int) else None
 
 
 _OPEN: weakref.WeakSet[WebSocketChannel] = weakref.WeakSet()  # channels with a live connection
@@ -133,6 +140,12 @@ class WebSocketChannel(_Retrying):
                 raise self._timed_out(first.get("op")) from None
             except (OSError, WebSocketException) as e:
                 self._drop()
+                status = _handshake_status(e)
+                if status is not None:  # a server answered, but not with a WebSocket: no retry helps
+                    raise ConfigError(
+                        f"{self.url} answered the WebSocket handshake with HTTP {status}: the server is up but "
+                        f"has no agentgym WebSocket endpoint at that path. `agentgym serve` listens on "
+                        f"ws://HOST:PORT{wire.WS_PATH} (its HTTP base is http://HOST:PORT)") from None
                 last = e
                 continue
             if not reply.get("ok"):
@@ -279,7 +292,5 @@ def make_channel(url: str, **kwargs: Any) -> Channel:
         return WebSocketChannel(url, **kwargs)
     if url.startswith(("http://", "https://")):
         return HTTPChannel(url, **kwargs)
-    from agentgym.errors import ConfigError
-
     raise ConfigError(f"url must start with ws:// or http://, got {url!r}; `agentgym serve` prints its "
                       "WebSocket url (ws://HOST:PORT/ws); its HTTP base is http://HOST:PORT")

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from agentgym import AgentGymError, ConfigError, EnvStateError
-from agentgym.errors import ActionTypeError
+from agentgym import AgentGymError, ConfigError, EnvStateError, InfraError, Tool
+from agentgym.errors import ActionTypeError, SandboxLost, SandboxStartFailed
 from agentgym.tokenizers import encode_harmony_text
 
 from .toy import EchoEnv
@@ -268,3 +268,51 @@ def test_a_non_finite_weight_reaches_every_turn_not_floored_away(weight: float) 
     env.reset(seed=0)
     _, r, *_ = env.step(np.array(env.codec.final_ids("wrong")))
     assert not np.isfinite(r)  # the trainer refuses it with NonFiniteError
+
+
+class _FlakyEnv(EchoEnv):
+    """EchoEnv whose echo service dies on the word 'stone' and whose reset can fail to start."""
+
+    fail_reset = False
+
+    def on_reset(self) -> None:
+        if self.fail_reset:
+            raise SandboxStartFailed("could not start a sandbox container: engine busy")
+
+    def tools(self) -> list[Tool]:
+        def echo(word: str) -> str:
+            if word == "stone":
+                raise SandboxLost("the episode's sandbox died")
+            return word.upper()
+
+        return [Tool("echo", "Returns the word in upper case.",
+                     {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}, echo)]
+
+
+@pytest.mark.parametrize("mode", ["sparse", "shaped"])
+def test_an_infrastructure_fault_ends_the_episode_without_an_outcome(mode: str) -> None:
+    env = _FlakyEnv(reward_mode=mode)
+    env.reset(seed=0)
+    call = np.array(env.codec.tool_call_ids("echo", {"word": "stone"}))
+    obs, r, term, trunc, info = env.step(call)
+    assert (obs.size, r, term, trunc) == (0, 0.0, False, True)
+    assert info["infra_error"] == "SandboxLost: the episode's sandbox died" and info["error"] == "infra_error"
+    traj = env.trajectory
+    assert traj.infra_error == info["infra_error"] and traj.truncated and not traj.terminated
+    assert traj.turns[-1].components == {} and traj.tokens[traj.turns[-1].action_start:] == call.tolist()
+    with pytest.raises(EnvStateError):
+        env.step(call)
+    env.reset(seed=0)  # the next episode starts clean
+    assert env.trajectory.infra_error is None
+
+
+def test_a_reset_that_meets_an_infrastructure_fault_raises_it_and_leaves_no_episode() -> None:
+    env = _FlakyEnv()
+    env.reset(seed=0)
+    env.fail_reset = True
+    with pytest.raises(InfraError, match="could not start"):
+        env.reset(seed=1)
+    with pytest.raises(EnvStateError, match="reset"):
+        env.step(np.array([1, 2]))
+    env.fail_reset = False
+    env.reset(seed=1)
