@@ -49,7 +49,7 @@ def guarded(prog: str, fn: Callable[[], int], *, on_interrupt: Callable[[], str]
         return int(fn() or 0)
     except AgentGymError as e:
         usage = isinstance(e, (ConfigError, TokenizerError, DatasetError, ActionTypeError))
-        label = "error" if usage else type(e).__name__
+        label = "config error" if isinstance(e, ConfigError) else "error" if usage else type(e).__name__
         print(f"{prog}: {label}: {e}", file=sys.stderr)
         return 2 if usage else 1
     except gym.error.Error as e:  # gymnasium's own: an unknown id ("did you mean ..."), a bad spec

@@ -243,6 +243,9 @@ class SFTConfig:
     """The first ``oracle_steps`` steps imitate the oracle, the rest ``teacher``: the tool loop
     is learned from perfect demos, then a short imitation of the imperfect teacher makes
     skipping the tool the policy's habit (0 = ``teacher`` from the start)."""
+    checkpoint_every: int = 100
+    """Warm-start steps between checkpoints (0 = only when it ends): ``--resume`` continues a
+    killed warm start from the last one, exactly (single process)."""
 
 
 @dataclass
@@ -368,6 +371,7 @@ class TrainConfig:
             if not v > 0:
                 raise ConfigError(f"{key}: expected a positive number, got {v!r}")
         nonneg = {"ppo.steps": self.ppo.steps, "sft.steps": self.sft.steps, "sft.oracle_steps": self.sft.oracle_steps,
+                  "sft.checkpoint_every": self.sft.checkpoint_every,
                   "log.eval_episodes_final": self.log.eval_episodes_final,
                   "ppo.kl_coef": self.ppo.kl_coef, "ppo.entropy_coef": self.ppo.entropy_coef,
                   "rollout.temperature": self.rollout.temperature,

@@ -15,7 +15,7 @@ of the same tasks can be compared task by task (a paired difference).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentgym.trainer.health import LABELS, health_summary
@@ -39,11 +39,13 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
 
 
 def collect_fixed(collector: Any, episodes: int, *, temperature: float, sample_seed: int,
-                  options: Any = None, seed_base: int = 0) -> list[Any]:
+                  options: Any = None, seed_base: int = 0,
+                  on_chunk: Callable[[int], None] | None = None) -> list[Any]:
     """Play tasks ``seed_base .. seed_base + episodes - 1`` in chunks of the collector's pool.
 
     Chunk ``c`` samples with ``sample_seed + c``: the same tasks and the same random numbers
-    every time, so two sets of weights are compared on identical conditions.
+    every time, so two sets of weights are compared on identical conditions. ``on_chunk(n)``
+    is told the episodes done so far after each chunk (progress).
     """
     chunk = len(collector.pool)
     trajs: list[Any] = []
@@ -52,6 +54,8 @@ def collect_fixed(collector: Any, episodes: int, *, temperature: float, sample_s
         got, _ = collector.collect(seeds, temperature=temperature, sample_seed=sample_seed + c,
                                    options=options)
         trajs += got
+        if on_chunk is not None:
+            on_chunk(len(trajs))
     return trajs
 
 

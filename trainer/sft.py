@@ -38,7 +38,7 @@ from agentgym.trainer.batch import make_batch, prefix_forward
 from agentgym.trajectory import Trajectory
 
 __all__ = ["ORACLES", "TEACHERS", "demonstrations", "find_oracle", "flip_sign", "guess_answer",
-           "guessing_teacher", "make_teacher", "run_sft", "sft_step", "sign_flipping_teacher"]
+           "guessing_teacher", "make_teacher", "run_sft", "sft_optimizer", "sft_step", "sign_flipping_teacher"]
 
 Policy = Callable[[Any], np.ndarray]  # env -> the next action's token ids
 
@@ -186,16 +186,12 @@ def _length_buckets(trajs: list[Trajectory]) -> list[list[Trajectory]]:
     return [order[:cut], order[cut:]]
 
 
-def run_sft(cfg: Any, setup: Any, log: Any) -> dict[str, float]:
-    """The warm start of a run: ``cfg.sft.steps`` steps of ``cfg.sft.batch_size`` demos."""
-    from agentgym.trainer.metrics import Progress
-
+def sft_optimizer(cfg: Any, model: torch.nn.Module) -> tuple[torch.optim.Optimizer, Any]:
+    """The warm start's AdamW and its schedule (linear warmup, then constant or cosine to 10%)."""
     sc = cfg.sft
-    teacher, oracle = make_teacher(cfg.env.id, sc), find_oracle(cfg.env.id)
-    env = setup.make_env()
-    opt = torch.optim.AdamW(setup.model.parameters(), lr=sc.lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=sc.lr, weight_decay=0.0)
 
-    def lr_at(i: int) -> float:  # linear warmup, then constant or cosine down to 10% of the peak
+    def lr_at(i: int) -> float:
         if i < sc.warmup_steps:
             return (i + 1) / sc.warmup_steps
         if sc.schedule == "constant":
@@ -203,11 +199,28 @@ def run_sft(cfg: Any, setup: Any, log: Any) -> dict[str, float]:
         frac = (i - sc.warmup_steps) / max(1, sc.steps - sc.warmup_steps)
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+
+
+def run_sft(cfg: Any, setup: Any, log: Any, *, start: int = 0, optimizer: torch.optim.Optimizer | None = None,
+            scheduler: Any = None, checkpoint: Callable[[int, Any, Any], None] | None = None) -> dict[str, float]:
+    """The warm start of a run: ``cfg.sft.steps`` steps of ``cfg.sft.batch_size`` demos.
+
+    ``start``, ``optimizer``, ``scheduler``: continue a warm start restored from a checkpoint at
+    step ``start`` (demonstrations are a function of the step, so the rest is replayed exactly).
+    ``checkpoint(step, optimizer, scheduler)`` is called every ``sft.checkpoint_every`` steps.
+    """
+    from agentgym.trainer.metrics import Progress
+
+    sc = cfg.sft
+    teacher, oracle = make_teacher(cfg.env.id, sc), find_oracle(cfg.env.id)
+    env = setup.make_env()
+    opt, sched = (optimizer, scheduler) if optimizer is not None else sft_optimizer(cfg, setup.model)
     bar = Progress(sc.steps, "warm start", cfg.log.progress)
+    bar.update(start)
     stats: dict[str, float] = {}
     try:
-        for i in range(sc.steps):
+        for i in range(start, sc.steps):
             t0 = time.perf_counter()
             seeds = [sc.seed + i * sc.batch_size + j for j in range(sc.batch_size)]
             trajs = demonstrations(env, oracle if i < sc.oracle_steps else teacher, seeds,
@@ -218,6 +231,9 @@ def run_sft(cfg: Any, setup: Any, log: Any) -> dict[str, float]:
             stats.update(lr=float(sched.get_last_lr()[0]), t_step=time.perf_counter() - t0)
             log.log("sft", i + 1, stats)
             bar.update(i + 1, f"loss {stats['loss']:.3f} demo p {stats['demo_token_p']:.3f}")
+            if checkpoint is not None and sc.checkpoint_every and (i + 1) % sc.checkpoint_every == 0 \
+                    and i + 1 < sc.steps:
+                checkpoint(i + 1, opt, sched)
     finally:
         bar.close()
         env.close()

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from agentgym.errors import CheckpointError, ConfigError
 from agentgym.trainer import distributed as D
 from agentgym.trainer.batch import make_batch
 from agentgym.trainer.checkpoint import (
+    check_resume_identity,
     latest_checkpoint,
     load_checkpoint,
     load_weights,
@@ -39,7 +42,7 @@ from agentgym.trainer.checkpoint import (
 )
 from agentgym.trainer.config import TrainConfig
 from agentgym.trainer.curriculum import CurriculumSampler
-from agentgym.trainer.evaluation import collect_fixed, eval_record
+from agentgym.trainer.evaluation import STAGE_NAMES, collect_fixed, eval_record
 from agentgym.trainer.health import HealthMonitor
 from agentgym.trainer.metrics import (
     MetricsLogger,
@@ -50,7 +53,7 @@ from agentgym.trainer.metrics import (
     truncate_metrics,
 )
 from agentgym.trainer.ray_rollout import drop_failed
-from agentgym.trainer.rollout import Collector, group_seeds
+from agentgym.trainer.rollout import Collector, drop_infra, group_seeds
 from agentgym.trainer.update import check_finite, ppo_update
 
 __all__ = ["Setup", "Trainer", "build_setup", "check_finite", "load_weights"]
@@ -291,6 +294,14 @@ class _Silent:
 class Trainer:
     def __init__(self, cfg: TrainConfig, *, resume: bool = False, engine: Any = None) -> None:
         self.cfg = cfg
+        run_dir = Path(cfg.log.run_dir)
+        if resume and latest_checkpoint(run_dir) is None:  # said, and started over cleanly
+            if os.environ.get("RANK", "0") == "0":
+                print(f"agentgym-train: no checkpoint yet in {run_dir}; starting over (a new metrics.jsonl)",
+                      flush=True)
+            resume = False
+        elif resume:
+            check_resume_identity(run_dir, cfg)  # before anything is built
         self.s: Setup = build_setup(cfg, engine=engine)
         self.main = self.s.dist is None or self.s.dist.is_main
         self.step = 0  # PPO steps completed
@@ -299,7 +310,7 @@ class Trainer:
         self.score_stats = [0, 0.0, 0.0]  # running count, mean, M2 of scores (reward norm)
         self.health = HealthMonitor(cfg.health)
         self.curriculum = CurriculumSampler(cfg.curriculum, seed=cfg.seed)
-        run_dir = Path(cfg.log.run_dir)
+        self.sft_resume: tuple[int, Any, Any] | None = None  # (step, optimizer, scheduler) of a killed warm start
         if resume:
             self._resume()
         else:
@@ -322,15 +333,18 @@ class Trainer:
         if not self.sft_done:
             from agentgym.trainer.sft import run_sft
 
-            if cfg.log.eval_every:
+            start, opt, sched = self.sft_resume or (0, None, None)
+            if cfg.log.eval_every and not start:
                 self._evaluate("init", full=False, sampled=True)  # the untrained policy: where it starts
             with s.compute():
-                run_sft(cfg, s, self.log)
+                run_sft(cfg, s, self.log, start=start, optimizer=opt, scheduler=sched,
+                        checkpoint=self._checkpoint_sft if s.dist is None else None)
             self.sft_done = True
             s.after_warm_start()
             s.start_reference(resumed=False)
+            self._checkpoint()  # before the long evaluation: a kill from here on never redoes the warm start
+        if cfg.sft.steps and self.step == 0:  # (a resume from that checkpoint cut the file back before it)
             self._evaluate("warm_start", full=True, sampled=True)
-            self._checkpoint()
         bar = Progress(cfg.ppo.steps, "ppo", cfg.log.progress and self.main)
         try:
             while self.step < cfg.ppo.steps:
@@ -386,6 +400,7 @@ class Trainer:
         levels = ([o[cfg.curriculum.option] for o, t in zip(options[keep.start:keep.stop], trajs)
                    if "failed" not in t.meta] if self.curriculum.enabled else [])
         trajs, groups, failed = drop_failed(trajs, groups)  # episodes lost with a Ray worker
+        trajs, groups, infra = drop_infra(trajs, groups)  # lost to a dead sandbox / server / engine: no outcome
         everyone = [t for part in D.all_gather_objects(trajs) for t in part]
         if cfg.log.save_trajectories and self.main:
             from agentgym.trajectory import write_jsonl
@@ -395,7 +410,7 @@ class Trainer:
         t_rollout = time.perf_counter() - t_start
         metrics: dict[str, Any] = episode_stats(everyone)
         metrics.update(gen_s=rstats.gen_seconds, env_s=rstats.env_seconds,
-                       episodes_failed=D.all_reduce_sum(failed))
+                       episodes_failed=D.all_reduce_sum(failed), episodes_infra=D.all_reduce_sum(infra))
         if self.curriculum.enabled:  # every rank's episodes, so all ranks keep the same state
             seen = [x for part in D.all_gather_objects(
                 list(zip(levels, [float(episode_success(t)) for t in trajs]))) for x in part]
@@ -436,14 +451,21 @@ class Trainer:
             runs.append(("sampled_", cfg.rollout.temperature))
         m: dict[str, Any] = {"stage": stage}
         for prefix, temperature in runs:
-            with s.compute():
-                trajs = collect_fixed(s.eval_collector, len(mine), temperature=temperature,
-                                      sample_seed=12345 + mine.start, options=cfg.env.eval_options,
-                                      seed_base=EVAL_SEED_BASE + mine.start)
+            bar = Progress(len(mine), f"eval {STAGE_NAMES.get(stage, stage)} T={temperature:g}",
+                           cfg.log.progress and self.main)
+            try:
+                with s.compute():
+                    trajs = collect_fixed(s.eval_collector, len(mine), temperature=temperature,
+                                          sample_seed=12345 + mine.start, options=cfg.env.eval_options,
+                                          seed_base=EVAL_SEED_BASE + mine.start, on_chunk=bar.update)
+            finally:
+                bar.close()
             trajs, _, _ = drop_failed(trajs, list(range(len(trajs))))  # lost with a Ray worker
+            trajs, _, infra = drop_infra(trajs, list(range(len(trajs))))  # no outcome: not a failure either
             if s.dist is not None and s.dist.tp_rank:
-                trajs = []  # the other ranks of this engine hold the same episodes
+                trajs, infra = [], 0  # the other ranks of this engine hold the same episodes
             m.update(eval_record([t for part in D.all_gather_objects(trajs) for t in part], temperature, prefix))
+            m[prefix + "episodes_infra"] = D.all_reduce_sum(infra)
         self.log.log("eval", self.step, m)
         return m
 
@@ -457,13 +479,30 @@ class Trainer:
                         scheduler=s.scheduler, value_head=s.value_head, state=state,
                         keep=cfg.log.keep_checkpoints)
 
+    def _checkpoint_sft(self, sft_step: int, optimizer: Any, scheduler: Any) -> None:
+        """A checkpoint inside the warm start: the policy with the warm start's own optimizer."""
+        cfg, s = self.cfg, self.s
+        state = {"sft_done": False, "sft_step": sft_step, "score_stats": self.score_stats,
+                 "metrics_lines": len(read_metrics(cfg.log.run_dir)) if self.main else 0, "world_size": 1,
+                 "curriculum": self.curriculum.state_dict()}
+        save_checkpoint(cfg.log.run_dir, 0, model=s.model, optimizer=optimizer, scheduler=scheduler,
+                        value_head=s.value_head, state=state, keep=cfg.log.keep_checkpoints)
+
     def _resume(self) -> None:
         ckpt = latest_checkpoint(self.cfg.log.run_dir)
         if ckpt is None:
-            return  # nothing saved yet: start over (the metrics file is reset by build_setup)
+            return  # Trainer.__init__ said so and started over
         s = self.s
-        state = load_checkpoint(ckpt, model=s.model, optimizer=s.optimizer, scheduler=s.scheduler,
-                                value_head=s.value_head)
+        mid_warm_start = "sft_step" in json.loads((ckpt / "state.json").read_text())
+        if mid_warm_start:  # killed during the warm start: its own optimizer and schedule come back
+            from agentgym.trainer.sft import sft_optimizer
+
+            opt, sched = sft_optimizer(self.cfg, s.model)
+            state = load_checkpoint(ckpt, model=s.model, optimizer=opt, scheduler=sched, value_head=s.value_head)
+            self.sft_resume = (int(state["sft_step"]), opt, sched)
+        else:
+            state = load_checkpoint(ckpt, model=s.model, optimizer=s.optimizer, scheduler=s.scheduler,
+                                    value_head=s.value_head)
         self.resumed = True
         self.step = int(state["step"])
         self.sft_done = bool(state["sft_done"])
