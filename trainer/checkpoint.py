@@ -68,10 +68,10 @@ def check_resume_identity(run_dir: str | Path, cfg: Any) -> None:
 
     changed = [(k, get(saved, k), get(now, k)) for k in RESUME_IDENTITY if get(saved, k) != get(now, k)]
     if changed:
-        what = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changed)
-        raise ConfigError(f"--resume {run_dir}: the run was made with other {', '.join(k for k, _, _ in changed)} "
-                          f"({what}); its checkpoints belong to that run. Drop those overrides to continue it, "
-                          "or start a new run (another log.run_dir, model.init_from=RUN_DIR for its weights)")
+        what = "; ".join(f"{k}={a!r}, not {b!r}" for k, a, b in changed)
+        raise ConfigError(f"--resume {run_dir}: the run was made with {what}; its checkpoints belong to that "
+                          "run. Drop those overrides to continue it, or start a new run (another log.run_dir; "
+                          "model.init_from=RUN_DIR starts from its weights)")
 
 
 def rng_state() -> dict[str, Any]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,7 +101,7 @@ def _sample_episodes(
     stop_ids = list(HarmonyCodec(tokenizer).stop_ids)
     envs = [gym.make(env_id, tokenizer=tokenizer, **env_kwargs) for _ in range(episodes)]
     rows: list[tuple[list[int], list[int], list[float]]] = []
-    bar = Progress(episodes, "doctor: episodes sampled")
+    bar = Progress(episodes, "doctor: episodes sampled", file=sys.stderr)  # stdout is the report
     try:
         for i, env in enumerate(envs):
             obs, _ = env.reset(seed=seed + i)
@@ -326,7 +327,7 @@ def doctor_main(argv: list[str] | None = None) -> int:
         engine_kwargs["dtype"] = args.engine_dtype
     env_kwargs = {"max_turns": args.max_turns, **parse_kv(args.env_kwarg, "--env-kwarg")}
     print(f"agentgym-train doctor: {args.episodes} episodes of {args.env} with the {args.engine} engine, up to "
-          f"{env_kwargs['max_turns']} turns x {args.max_new_tokens} new tokens each", flush=True)
+          f"{env_kwargs['max_turns']} turns x {args.max_new_tokens} new tokens each", file=sys.stderr, flush=True)
     report = run_doctor(args.model, args.engine, args.attn, args.env, args.episodes,
                         max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
                         device=args.device, trainer_dtype=args.trainer_dtype, engine_kwargs=engine_kwargs,

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from agentgym.errors import ConfigError
 
@@ -115,15 +115,16 @@ class Progress:
     single long step runs), and one at the end.
     """
 
-    def __init__(self, total: int, description: str, enabled: bool = True) -> None:
+    def __init__(self, total: int, description: str, enabled: bool = True, *, file: TextIO | None = None) -> None:
         self._bar: Any = None
         self._plain = False
         if not enabled:
             return
+        self.file = file or sys.stdout
         self.total, self.description = total, description
         self._done, self._info = 0, ""
         self._t0 = self._last = time.monotonic()
-        if not sys.stdout.isatty():
+        if not self.file.isatty():
             self._plain = True
             self._every = progress_every_s()
             self._lock = threading.Lock()
@@ -132,6 +133,7 @@ class Progress:
             self._beat = threading.Thread(target=self._heartbeat, name="agentgym-progress", daemon=True)
             self._beat.start()
             return
+        from rich.console import Console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -143,14 +145,14 @@ class Progress:
 
         self._bar = RichProgress(TextColumn("[bold]{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                                 TextColumn("{task.fields[info]}"), transient=False)
+                                 TextColumn("{task.fields[info]}"), transient=False, console=Console(file=self.file))
         self._task = self._bar.add_task(description, total=total, info="")
         self._bar.start()
 
     def _line(self, tail: str = "") -> None:
         elapsed = time.monotonic() - self._t0
         print(f"{self.description} {self._done}/{self.total} ({elapsed:.0f} s){tail}"
-              + (f" {self._info}" if self._info else ""), flush=True)
+              + (f" {self._info}" if self._info else ""), file=self.file, flush=True)
         self._last = time.monotonic()
 
     def _heartbeat(self) -> None:
@@ -173,7 +175,7 @@ class Progress:
         if self._bar is not None:
             self._bar.console.print(message, markup=False, highlight=False)
         else:
-            print(message, flush=True)
+            print(message, file=getattr(self, "file", sys.stdout), flush=True)
 
     def close(self) -> None:
         if self._bar is not None:
