@@ -49,7 +49,9 @@ __all__ = ["DEFAULT_SHAPING", "PROMPT_STYLES", "Task", "ToolEnv", "as_action_arr
 # no penalty makes an attempt earn less than doing nothing. Environments add their own
 # *progress* terms through ToolResult.components (declared in extra_shaping), paid as they
 # are reported, with the episode's total kept at zero or more. Sparse mode pays only
-# "outcome"; every term is always reported in info["reward_components"].
+# "outcome"; every term is always reported in info["reward_components"] (indicators and counts:
+# turn 1, format 1, malformed 1, ...), and what was actually paid, by term, in info["reward_paid"]
+# (its values sum to the step's reward).
 DEFAULT_SHAPING: dict[str, float] = {
     "format": 0.1,  # the action that ended the episode (final answer, submit) parsed with no errors
     "malformed": -0.1,  # per action that failed to parse or called a tool badly
@@ -334,7 +336,8 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
             obs = []  # nothing more will be sampled: no dangling generation prompt
         sums = {k: self._sums.get(k, 0.0) + v for k, v in comps.items()}
         sums.update({k: v for k, v in self._sums.items() if k not in sums})
-        reward = self._reward(comps, sums, last=terminated or truncated)
+        paid: dict[str, float] = {}
+        reward = self._reward(comps, sums, last=terminated or truncated, paid=paid)
         # Commit: nothing below raises.
         traj.append(ids, policy=True)
         traj.append(obs, policy=False)
@@ -344,7 +347,7 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         if terminated or truncated:
             traj.terminated, traj.truncated = terminated, truncated
             self._state = _State.DONE
-        info.update(reward_components=comps, counts=dict(counts), turn=counts["turns"])
+        info.update(reward_components=comps, reward_paid=paid, counts=dict(counts), turn=counts["turns"])
         return np.asarray(obs, dtype=np.int64), reward, terminated, truncated, info
 
     def _infra_fault(self, ids: list[int], parsed: ParsedAction, info: dict[str, Any], counts: dict[str, int],
@@ -361,7 +364,7 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         traj.truncated, traj.meta["infra_error"] = True, note
         self.counts = counts
         self._state = _State.DONE
-        info.update(error="infra_error", infra_error=note, reward_components={}, counts=dict(counts),
+        info.update(error="infra_error", infra_error=note, reward_components={}, reward_paid={}, counts=dict(counts),
                     turn=counts["turns"])
         return np.zeros(0, dtype=np.int64), 0.0, False, True, info
 
@@ -466,7 +469,8 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
                 f"{type(self).__name__} reported reward components {sorted(undeclared)} with no weight; "
                 f"declare them in {type(self).__name__}.extra_shaping (known: {sorted(self.shaping)})")
 
-    def _reward(self, comps: dict[str, float], sums: dict[str, float], *, last: bool) -> float:
+    def _reward(self, comps: dict[str, float], sums: dict[str, float], *, last: bool,
+                paid: dict[str, float] | None = None) -> float:
         """This turn's reward; ``sums`` are the episode's components including this turn.
 
         Sparse: the outcome. Shaped: the env's progress terms as they are reported, and on the
@@ -474,19 +478,30 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         zero or more, and ToolEnv's process terms as a bonus on a correct outcome only
         (``outcome * max(0, format - turns - malformed)``, weighted). So an episode that does
         nothing earns 0, and no penalty can push an attempt below it (see the README).
+        ``paid`` (if given) receives the nonzero amounts the reward is the sum of, by term
+        (``progress_floor``: the top-up; ``process_bonus``: the bonus on a correct outcome).
         """
+        pieces: dict[str, float] = {}
         outcome = comps["outcome"]
-        if self.reward_mode == "sparse":
-            return outcome
         w = self.shaping
-        if not all(math.isfinite(v) for v in w.values()):
+        if self.reward_mode == "sparse":
+            reward = outcome
+            pieces["outcome"] = outcome
+        elif not all(math.isfinite(v) for v in w.values()):
             # A NaN/inf weight is passed through to every turn rather than floored away, so that
             # consumers (the trainer's finite check) refuse it loudly instead of training on it.
-            return outcome + sum(w[k] * v for k, v in comps.items() if k != "outcome")
-        progress = [k for k in w if k not in DEFAULT_SHAPING]
-        reward = sum((w[k] * comps.get(k, 0.0) for k in progress), 0.0)
-        if last:
-            reward += max(0.0, -sum((w[k] * sums.get(k, 0.0) for k in progress), 0.0))
-            process = sum(w[k] * sums.get(k, 0.0) for k in DEFAULT_SHAPING)
-            reward += outcome + outcome * max(0.0, process)
+            reward = outcome + sum(w[k] * v for k, v in comps.items() if k != "outcome")
+            pieces.update({k: (outcome if k == "outcome" else w[k] * v) for k, v in comps.items()})
+        else:
+            progress = [k for k in w if k not in DEFAULT_SHAPING]
+            reward = sum((w[k] * comps.get(k, 0.0) for k in progress), 0.0)
+            pieces.update({k: w[k] * comps.get(k, 0.0) for k in progress})
+            if last:
+                floor = max(0.0, -sum((w[k] * sums.get(k, 0.0) for k in progress), 0.0))
+                process = sum(w[k] * sums.get(k, 0.0) for k in DEFAULT_SHAPING)
+                reward += floor
+                reward += outcome + outcome * max(0.0, process)
+                pieces.update(progress_floor=floor, outcome=outcome, process_bonus=outcome * max(0.0, process))
+        if paid is not None:
+            paid.update({k: v for k, v in pieces.items() if v != 0.0})
         return reward

@@ -316,3 +316,19 @@ def test_a_reset_that_meets_an_infrastructure_fault_raises_it_and_leaves_no_epis
         env.step(np.array([1, 2]))
     env.fail_reset = False
     env.reset(seed=1)
+
+
+@pytest.mark.parametrize("mode", ["sparse", "shaped"])
+def test_reward_paid_holds_what_was_paid_and_components_the_indicators(mode: str) -> None:
+    env = EchoEnv(reward_mode=mode)
+    env.reset(seed=3)
+    word = env.task.prompt.split()[-1]
+    _, r1, _, _, info1 = env.step(np.array(env.codec.tool_call_ids("echo", {"word": word})))
+    assert info1["reward_components"]["turn"] == 1.0 and info1["reward_paid"] == {} and r1 == 0.0
+    _, r2, term, _, info2 = env.step(np.array(env.codec.final_ids(word.upper())))
+    assert term and info2["reward_components"]["format"] == 1.0  # an indicator, always reported
+    assert sum(info2["reward_paid"].values()) == pytest.approx(r2)
+    if mode == "sparse":
+        assert info2["reward_paid"] == {"outcome": 1.0}  # turn and format are not paid in sparse mode
+    else:
+        assert info2["reward_paid"] == pytest.approx({"outcome": 1.0, "process_bonus": 0.1 - 0.02})
