@@ -202,6 +202,7 @@ def validate_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tasks", type=positive_int, default=None, help="an even sample of at most this many tasks")
     ap.add_argument("--oracle", help="module:function giving the oracle's next action (default: agentgym.oracles)")
     ap.add_argument("--workers", type=positive_int, default=4)
+    ap.add_argument("--no-progress", action="store_true", help="no progress lines")
     args = ap.parse_args(argv)
     if args.all:
         import agentgym
@@ -226,7 +227,8 @@ def _validate(args: argparse.Namespace) -> int:
     for env_id in args.env_ids:
         variants = [env_kwargs] if env_kwargs else VARIANTS.get(env_id, [{}])
         for kw in variants:
-            report = validate_env(env_id, kw, max_tasks=args.max_tasks, workers=args.workers, oracle=args.oracle)
+            report = validate_env(env_id, kw, max_tasks=args.max_tasks, workers=args.workers, oracle=args.oracle,
+                                  progress=not args.no_progress)
             print(report.format(), flush=True)
             failed += not report.ok
     return 1 if failed else 0
