@@ -74,16 +74,16 @@ def _launch(prog: str, *args: str, cwd: str) -> subprocess.Popen[str]:
     ("agentgym", ["demo", "agentgym/MathCalc-v0", "--episodes", "100000000"], None, "agentgym demo: interrupted"),
     ("agentgym-eval", ["--suite", "core", "--policy", "do-nothing", "--out", "x.jsonl.gz"], None,
      "run the same command again to resume"),
-    ("agentgym-train", ["doctor", "--episodes", "4", "--max-turns", "8"], "agentgym-train doctor:",
-     "agentgym-train: interrupted"),
+    ("agentgym-train", ["doctor", "--episodes", "16", "--max-turns", "8", "--max-new-tokens", "96"],
+     "agentgym-train doctor:", "agentgym-train: interrupted"),
 ])
 def test_one_ctrl_c_stops_a_long_running_command(tmp_path, prog: str, args: list[str], ready: str | None,  # type: ignore[no-untyped-def]
                                                  message: str | None) -> None:
     p = _launch(prog, *args, cwd=str(tmp_path))
     try:
         assert p.stdout is not None and p.stderr is not None
-        if ready is not None:
-            line = p.stdout.readline()
+        if ready is not None:  # the server announces itself on stdout; the doctor's chatter is on stderr
+            line = (p.stderr if prog == "agentgym-train" else p.stdout).readline()
             assert ready in line, (line, p.stderr.read() if p.poll() is not None else "")
         time.sleep(3)  # well into the work
         assert p.poll() is None, p.stderr.read()
