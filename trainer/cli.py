@@ -140,18 +140,20 @@ def _run(argv: list[str], run_dir: list[str]) -> int:
     if print_only == "print":
         print(yaml.safe_dump(config_to_dict(cfg), sort_keys=False), end="")
         return 0
-    from agentgym.trainer.preflight import preflight
+    from agentgym.trainer.preflight import preflight, weights_problems
 
-    problems = preflight(cfg)
+    problems, missing = preflight(cfg), weights_problems(cfg)
     if print_only == "dry-run":
         from agentgym.trainer.plan import make_plan
 
         plan = make_plan(cfg)
         plan.problems += problems
         print(plan.report())
+        for m in missing:
+            print(f"note: {m} (a run on this machine would stop here)")
         return 2 if plan.problems else 0
-    if problems:
-        raise ConfigError("; ".join(problems))
+    if problems or missing:
+        raise ConfigError("; ".join(problems + missing))
     from agentgym.trainer.distributed import shutdown
     from agentgym.trainer.evaluation import report_lines
     from agentgym.trainer.train import Trainer

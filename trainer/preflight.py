@@ -1,9 +1,11 @@
 """What ``agentgym-train`` checks in a second before anything heavy is built.
 
 A config that parses can still name things that do not exist: an env id with a typo, an engine
-that is not one, a run dir that cannot be written, a model folder that is not there, a warm
-start with no oracle for its env. ``--dry-run`` reports these with the memory plan; a real run
-refuses to start on them (exit 2) instead of failing after the model is built.
+that is not one, a run dir that cannot be written, a warm start with no oracle for its env
+(:func:`preflight`), or weights this machine cannot load (:func:`weights_problems`). ``--dry-run``
+reports the former as problems of the plan and the latter as notes (a plan may be for another
+machine); a real run refuses to start on either (exit 2) instead of failing after the model is
+built.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from agentgym.errors import AgentGymError
 
-__all__ = ["preflight"]
+__all__ = ["preflight", "weights_problems"]
 
 
 def _run_dir_problem(run_dir: str) -> str | None:
@@ -38,7 +40,6 @@ def preflight(cfg: Any) -> list[str]:
     import agentgym  # noqa: F401  (registers the built-in ids)
     from agentgym.registration import check_env_id
     from agentgym.trainer.engines.base import ENGINES, make_engine
-    from agentgym.trainer.model import is_tiny
 
     problems: list[str] = []
 
@@ -54,21 +55,30 @@ def preflight(cfg: Any) -> list[str]:
     bad = _run_dir_problem(cfg.log.run_dir)
     if bad:
         problems.append(bad)
-    if not is_tiny(cfg.model.name):
-        from agentgym.hub import pretrained_kwargs
-
-        check(f"model.name={cfg.model.name}", pretrained_kwargs, cfg.model.name, "model")
-    from agentgym.tokenizers import TOKENIZERS
-
-    tok = cfg.model.tokenizer
-    if tok not in ("auto", "byte") and tok not in TOKENIZERS:
-        from agentgym.hub import pretrained_kwargs
-
-        check(f"model.tokenizer={tok}", pretrained_kwargs, tok, "tokenizer")
-    if cfg.model.init_from and not os.path.exists(cfg.model.init_from):
-        problems.append(f"model.init_from={cfg.model.init_from}: no such file or directory")
     if cfg.sft.steps > 0 and not problems:
         from agentgym.trainer.sft import find_oracle
 
         check(f"sft.steps={cfg.sft.steps}", find_oracle, cfg.env.id)
+    return problems
+
+
+def weights_problems(cfg: Any) -> list[str]:
+    """Weights and tokenizer this machine cannot load (a missing folder; a hub id that is not
+    cached while the hub is off or unreachable). A run stops on them; a dry run, which may plan
+    a run for another machine, only notes them."""
+    from agentgym.hub import pretrained_kwargs
+    from agentgym.tokenizers import TOKENIZERS
+    from agentgym.trainer.model import is_tiny
+
+    problems: list[str] = []
+    names = [] if is_tiny(cfg.model.name) else [("model.name", cfg.model.name, "model")]
+    if cfg.model.tokenizer not in ("auto", "byte") and cfg.model.tokenizer not in TOKENIZERS:
+        names.append(("model.tokenizer", cfg.model.tokenizer, "tokenizer"))
+    for key, name, what in names:
+        try:
+            pretrained_kwargs(name, what)
+        except AgentGymError as e:
+            problems.append(f"{key}={name}: {e}")
+    if cfg.model.init_from and not os.path.exists(cfg.model.init_from):
+        problems.append(f"model.init_from={cfg.model.init_from}: no such file or directory")
     return problems
