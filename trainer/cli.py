@@ -156,15 +156,22 @@ def _run(argv: list[str], run_dir: list[str]) -> int:
         raise ConfigError("; ".join(problems + missing))
     from agentgym.trainer.distributed import shutdown
     from agentgym.trainer.evaluation import report_lines
+    from agentgym.trainer.metrics import Progress
     from agentgym.trainer.train import Trainer
 
     run_dir.append(cfg.log.run_dir)
-    if os.environ.get("RANK", "0") == "0":
+    speaks = os.environ.get("RANK", "0") == "0"
+    if speaks:
         print(f"agentgym-train: {'resuming' if resume else 'starting'} {cfg.env.id} with model {cfg.model.name} "
-              f"({cfg.rollout.engine} engine) in {cfg.log.run_dir}: building the policy, engine and envs",
-              flush=True)
+              f"({cfg.rollout.engine} engine) in {cfg.log.run_dir}", flush=True)
     try:
-        summary = Trainer(cfg, resume=bool(resume)).run()
+        bar = Progress(1, "building the policy, engine and envs", cfg.log.progress and speaks)  # vLLM: minutes
+        try:
+            trainer = Trainer(cfg, resume=bool(resume))
+            bar.update(1)
+        finally:
+            bar.close()
+        summary = trainer.run()
     finally:
         shutdown()
     lines = report_lines(summary["run_dir"]) if os.environ.get("RANK", "0") == "0" else []

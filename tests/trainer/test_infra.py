@@ -83,3 +83,47 @@ def test_a_step_where_every_episode_is_lost_stops_the_run_with_the_fault() -> No
         drop_infra(lost, [0, 1, 2])
     ok = Trajectory("x", 9, "t", "byte")
     assert drop_infra([*lost, ok], [0, 1, 2, 3]) == ([ok], [3], 3)
+
+
+def test_an_engine_that_times_out_loses_the_episodes_in_flight_as_infra_faults() -> None:
+    """A real socket that accepts and never answers: the openai-http engine times out, and the
+    collector records the episodes it was sampling as infrastructure faults (no outcome)."""
+    import socket
+    import threading
+
+    from agentgym.trainer.engines.openai_http import OpenAIHTTPEngine
+    from agentgym.trainer.rollout import Collector
+
+    deaf = socket.socket()
+    deaf.bind(("127.0.0.1", 0))
+    deaf.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        deaf.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(deaf.accept()[0])  # read nothing, answer nothing
+            except OSError:
+                pass
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    engine = OpenAIHTTPEngine(f"http://127.0.0.1:{deaf.getsockname()[1]}", timeout=0.5)
+    col = Collector.from_factory(lambda: gym.make("agentgym/MathCalc-v0"), 2, engine, max_new_tokens=8)
+    try:
+        trajs, _ = col.collect([0, 1], temperature=1.0, sample_seed=None)
+        assert [t.infra_error is not None and t.infra_error.startswith("ServiceLost: request to") for t in trajs] == \
+            [True, True]
+        assert all(len(t.turns) == 0 and t.prompt_len > 0 for t in trajs)  # the prompts, no outcome
+        with pytest.raises(InfraError, match="every one of the 2 episodes"):
+            drop_infra(trajs, [0, 1])
+    finally:
+        col.close()
+        engine.close()
+        stop.set()
+        t.join(5)
+        for c in held:
+            c.close()
+        deaf.close()
