@@ -15,11 +15,13 @@ from __future__ import annotations
 from agentgym.chat import ChatWrapper
 from agentgym.env import Task, ToolEnv
 from agentgym.errors import (
+    ActionTypeError,
     AgentGymError,
     CheckpointError,
     ConfigError,
     DatasetError,
     EnvStateError,
+    InfraError,
     NonFiniteError,
     SandboxError,
     SandboxStateError,
@@ -40,6 +42,7 @@ from agentgym.wrappers import TextWrapper
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActionTypeError",
     "AgentGymError",
     "ByteTokenizer",
     "ChatWrapper",
@@ -50,6 +53,7 @@ __all__ = [
     "EnvStateError",
     "HFTokenizer",
     "HarmonyCodec",
+    "InfraError",
     "Message",
     "NonFiniteError",
     "ParsedAction",

@@ -13,33 +13,45 @@ the trajectory record. A concrete environment defines only:
 Observation and action are 1-D ``int64`` arrays of token ids. ``reset`` returns the whole
 prompt (system, developer with tool schemas, user task, generation prompt); ``step`` takes
 the sampled tokens and returns only the tokens the environment appends.
+
+Infrastructure faults: a tool or ``score_final`` that raises :class:`InfraError` (a sandbox that
+died, a service that stopped answering) ends the episode as truncated with
+``info["infra_error"]`` and ``trajectory.meta["infra_error"]`` (a short string); the reward of
+that step is 0.0 only because Gymnasium needs a number: it is not an outcome, and the trainer
+and ``agentgym-eval`` leave such episodes out. ``on_reset`` may raise it too (a container that
+cannot start); ``reset`` then raises it and the env waits for the next ``reset``.
 """
 
 from __future__ import annotations
 
+import difflib
 import enum
+import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 
-from agentgym.errors import ConfigError, EnvStateError
+from agentgym.errors import ActionTypeError, ConfigError, EnvStateError, InfraError, infra_note
 from agentgym.harmony import HarmonyCodec, Message, ParsedAction, render_tool_signatures
 from agentgym.tokenizers import Tokenizer, as_tokenizer
 from agentgym.tools import Tool, ToolResult
 from agentgym.trajectory import Trajectory, Turn
 
-__all__ = ["DEFAULT_SHAPING", "PROMPT_STYLES", "Task", "ToolEnv", "harmony_preamble", "token_space"]
+__all__ = ["DEFAULT_SHAPING", "PROMPT_STYLES", "Task", "ToolEnv", "as_action_array", "harmony_preamble",
+           "token_space"]
 
 # ToolEnv's own shaped terms: *process* terms, paid only as a bonus on a correct outcome
 # (outcome * max(0, sum of weight * count)), never on a failed or unfinished episode, so that
 # no penalty makes an attempt earn less than doing nothing. Environments add their own
 # *progress* terms through ToolResult.components (declared in extra_shaping), paid as they
 # are reported, with the episode's total kept at zero or more. Sparse mode pays only
-# "outcome"; every term is always reported in info["reward_components"].
+# "outcome"; every term is always reported in info["reward_components"] (indicators and counts:
+# turn 1, format 1, malformed 1, ...), and what was actually paid, by term, in info["reward_paid"]
+# (its values sum to the step's reward).
 DEFAULT_SHAPING: dict[str, float] = {
     "format": 0.1,  # the action that ended the episode (final answer, submit) parsed with no errors
     "malformed": -0.1,  # per action that failed to parse or called a tool badly
@@ -109,6 +121,47 @@ def token_space(vocab_size: int) -> gym.spaces.Sequence:
     return gym.spaces.Sequence(gym.spaces.Discrete(vocab_size), stack=True)
 
 
+def as_action_array(action: Any) -> np.ndarray:
+    """``action`` as a 1-D array of token ids, or :class:`ActionTypeError` for what no policy samples.
+
+    Text, chat messages, None, floats and 2-D arrays are mistakes of the program driving the env
+    and raise; ids the policy got wrong (out of the vocabulary, an empty action) pass here and
+    become error observations in ``step``.
+    """
+    got = type(action).__name__
+    if isinstance(action, (str, bytes)):
+        raise ActionTypeError(f"step() takes token ids (a 1-D integer array), got a {got}; to send text, "
+                              "wrap the env: agentgym.TextWrapper(env), or encode it with the env's tokenizer")
+    if action is None or isinstance(action, Mapping):
+        raise ActionTypeError(f"step() takes token ids (a 1-D integer array), got {got}; to send chat "
+                              "messages, wrap the env: agentgym.ChatWrapper(env)")
+    try:
+        arr = np.asarray(action)
+    except Exception:  # ragged lists, objects that refuse conversion
+        raise ActionTypeError(f"step() takes token ids (a 1-D integer array), got a {got} numpy cannot "
+                              "read as one (ragged or nested?)") from None
+    if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+        raise ActionTypeError(f"step() takes token ids (a 1-D integer array), got shape {arr.shape} dtype "
+                              f"{arr.dtype}; pass the sampled ids of one action, e.g. np.asarray(ids, "
+                              "dtype=np.int64)")
+    return arr
+
+
+def _constructor_args(cls: type) -> list[str]:
+    """The keyword arguments ``cls(...)`` accepts along its ``__init__`` chain."""
+    names: list[str] = []
+    for c in cls.__mro__:
+        init = c.__dict__.get("__init__")
+        if init is None or c is object:
+            continue
+        for p in inspect.signature(init).parameters.values():
+            if p.name != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in names:
+                names.append(p.name)
+        if c is ToolEnv:
+            break
+    return names
+
+
 class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
     metadata = {"render_modes": ["ansi"]}  # noqa: RUF012  (gymnasium declares it an instance var)
     default_id: ClassVar[str] = "agentgym/ToolEnv-v0"
@@ -131,7 +184,14 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         shaping: dict[str, float] | None = None,
         prompt: str = "harmony",
         render_mode: str | None = None,
+        **unexpected: Any,
     ) -> None:
+        if unexpected:  # a typo in gym.make(ENV_ID, ...) lands here through the subclasses' **kwargs
+            known = _constructor_args(type(self))
+            hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, known, n=1))
+                     else repr(k) for k in sorted(unexpected)]
+            raise ConfigError(f"{type(self).__name__} got unknown keyword argument(s) {', '.join(hints)}; "
+                              f"it takes: {', '.join(known)}")
         if prompt not in PROMPT_STYLES:
             raise ConfigError(f"prompt must be one of {sorted(PROMPT_STYLES)}, got {prompt!r}: "
                               + "; ".join(f"{k}: {v}" for k, v in PROMPT_STYLES.items()))
@@ -201,7 +261,11 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
             raise EnvStateError(f"{self.env_id} is closed; make a new environment")
         super().reset(seed=seed)
         self.task = self.sample_task(self.np_random, dict(options or {}))
-        self.on_reset()
+        try:
+            self.on_reset()
+        except InfraError:
+            self._state = _State.NEW  # no episode: step() asks for a reset
+            raise
         self._tools = {t.name: t for t in self.tools()}
         prompt = self._prompt_ids(self.task.prompt)
         self.trajectory = Trajectory(
@@ -249,7 +313,10 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
                 ids = ids[: self.max_action_tokens]
             parsed = self.codec.parse(ids)
             info["text"] = self.tokenizer.decode(ids)
-            result, tool_name = self._dispatch(parsed, info, comps, counts)
+            try:
+                result, tool_name = self._dispatch(parsed, info, comps, counts)
+            except InfraError as e:
+                return self._infra_fault(ids, parsed, info, counts, e)
             if clipped:
                 info["error"] = f"action_too_long: more than {self.max_action_tokens} tokens"
                 truncated = True
@@ -273,7 +340,8 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
             obs = []  # nothing more will be sampled: no dangling generation prompt
         sums = {k: self._sums.get(k, 0.0) + v for k, v in comps.items()}
         sums.update({k: v for k, v in self._sums.items() if k not in sums})
-        reward = self._reward(comps, sums, last=terminated or truncated)
+        paid: dict[str, float] = {}
+        reward = self._reward(comps, sums, last=terminated or truncated, paid=paid)
         # Commit: nothing below raises.
         traj.append(ids, policy=True)
         traj.append(obs, policy=False)
@@ -283,8 +351,26 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         if terminated or truncated:
             traj.terminated, traj.truncated = terminated, truncated
             self._state = _State.DONE
-        info.update(reward_components=comps, counts=dict(counts), turn=counts["turns"])
+        info.update(reward_components=comps, reward_paid=paid, counts=dict(counts), turn=counts["turns"])
         return np.asarray(obs, dtype=np.int64), reward, terminated, truncated, info
+
+    def _infra_fault(self, ids: list[int], parsed: ParsedAction, info: dict[str, Any], counts: dict[str, int],
+                     error: InfraError) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """End the episode on an infrastructure fault: the action is kept (it was sampled), no
+        outcome is recorded, and ``info`` / the trajectory say what failed (module doc)."""
+        traj = self.trajectory
+        assert traj is not None
+        note = infra_note(error)
+        tool = parsed.tool_call.name if parsed.tool_call is not None else None
+        start = len(traj.tokens)
+        traj.append(ids, policy=True)
+        traj.turns.append(Turn(start, len(traj.tokens), len(traj.tokens), 0.0, {}, tool, "infra_error"))
+        traj.truncated, traj.meta["infra_error"] = True, note
+        self.counts = counts
+        self._state = _State.DONE
+        info.update(error="infra_error", infra_error=note, reward_components={}, reward_paid={}, counts=dict(counts),
+                    turn=counts["turns"])
+        return np.zeros(0, dtype=np.int64), 0.0, False, True, info
 
     def render(self) -> str | None:
         if self.render_mode != "ansi" or self.trajectory is None:
@@ -319,13 +405,9 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         return prefix + self.codec.render_prompt([Message("user", user)])
 
     def _validate(self, action: Any) -> tuple[list[int], str | None]:
-        """Turn an action into a list of ids, or say why it is rejected."""
-        try:
-            arr = np.asarray(action)
-        except Exception:  # ragged lists, objects that refuse conversion
-            return [], "bad_action: expected a 1-D array of integer token ids"
-        if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
-            return [], f"bad_action: expected a 1-D integer array, got shape {arr.shape} dtype {arr.dtype}"
+        """Turn an action into a list of ids, or say why the policy's ids are rejected (a
+        program's wrong type raises :class:`ActionTypeError`)."""
+        arr = as_action_array(action)
         if arr.size == 0:
             return [], "empty_action: the action contained no tokens"
         if arr.min() < 0 or arr.max() >= self.tokenizer.vocab_size:
@@ -393,7 +475,8 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
                 f"{type(self).__name__} reported reward components {sorted(undeclared)} with no weight; "
                 f"declare them in {type(self).__name__}.extra_shaping (known: {sorted(self.shaping)})")
 
-    def _reward(self, comps: dict[str, float], sums: dict[str, float], *, last: bool) -> float:
+    def _reward(self, comps: dict[str, float], sums: dict[str, float], *, last: bool,
+                paid: dict[str, float] | None = None) -> float:
         """This turn's reward; ``sums`` are the episode's components including this turn.
 
         Sparse: the outcome. Shaped: the env's progress terms as they are reported, and on the
@@ -401,19 +484,30 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         zero or more, and ToolEnv's process terms as a bonus on a correct outcome only
         (``outcome * max(0, format - turns - malformed)``, weighted). So an episode that does
         nothing earns 0, and no penalty can push an attempt below it (see the README).
+        ``paid`` (if given) receives the nonzero amounts the reward is the sum of, by term
+        (``progress_floor``: the top-up; ``process_bonus``: the bonus on a correct outcome).
         """
+        pieces: dict[str, float] = {}
         outcome = comps["outcome"]
-        if self.reward_mode == "sparse":
-            return outcome
         w = self.shaping
-        if not all(math.isfinite(v) for v in w.values()):
+        if self.reward_mode == "sparse":
+            reward = outcome
+            pieces["outcome"] = outcome
+        elif not all(math.isfinite(v) for v in w.values()):
             # A NaN/inf weight is passed through to every turn rather than floored away, so that
             # consumers (the trainer's finite check) refuse it loudly instead of training on it.
-            return outcome + sum(w[k] * v for k, v in comps.items() if k != "outcome")
-        progress = [k for k in w if k not in DEFAULT_SHAPING]
-        reward = sum((w[k] * comps.get(k, 0.0) for k in progress), 0.0)
-        if last:
-            reward += max(0.0, -sum((w[k] * sums.get(k, 0.0) for k in progress), 0.0))
-            process = sum(w[k] * sums.get(k, 0.0) for k in DEFAULT_SHAPING)
-            reward += outcome + outcome * max(0.0, process)
+            reward = outcome + sum(w[k] * v for k, v in comps.items() if k != "outcome")
+            pieces.update({k: (outcome if k == "outcome" else w[k] * v) for k, v in comps.items()})
+        else:
+            progress = [k for k in w if k not in DEFAULT_SHAPING]
+            reward = sum((w[k] * comps.get(k, 0.0) for k in progress), 0.0)
+            pieces.update({k: w[k] * comps.get(k, 0.0) for k in progress})
+            if last:
+                floor = max(0.0, -sum((w[k] * sums.get(k, 0.0) for k in progress), 0.0))
+                process = sum(w[k] * sums.get(k, 0.0) for k in DEFAULT_SHAPING)
+                reward += floor
+                reward += outcome + outcome * max(0.0, process)
+                pieces.update(progress_floor=floor, outcome=outcome, process_bonus=outcome * max(0.0, process))
+        if paid is not None:
+            paid.update({k: v for k, v in pieces.items() if v != 0.0})
         return reward

@@ -6,12 +6,18 @@ Everything agentgym raises on purpose derives from ``AgentGymError``::
     ├── ConfigError             bad argument, config key or value (also a ValueError)
     ├── TokenizerError          tokenizer lacks the Harmony special tokens, or ids out of range
     ├── EnvStateError           step before reset, step after the episode ended, use after close
+    ├── ActionTypeError         an action of the wrong Python type (text, a dict, None): a program's
+    │                           mistake, never a policy's (also a TypeError)
     ├── PoolStepError           some environments of an EnvPool raised; the others' results kept
     ├── DatasetError            a user dataset (JSONL) that cannot be read
     ├── SandboxError            code execution backends
     │   ├── SandboxUnavailable  engine not reachable, image missing, backend not installed
-    │   └── SandboxStateError   sandbox used after close
+    │   │   └── SandboxStartFailed  one container did not start (also an InfraError)
+    │   ├── SandboxStateError   sandbox used after close
+    │   └── SandboxLost         the sandbox died under an episode (also an InfraError)
     ├── ServiceError            a backing service (the WebAPI server) failed to start or died
+    │   └── ServiceLost         a service stopped answering mid-episode (also an InfraError)
+    ├── InfraError              an episode's infrastructure failed: not the policy's doing
     ├── TrainerError            the trainer
     │   ├── NonFiniteError      NaN/inf in rewards, advantages or losses
     │   ├── CheckpointError     a checkpoint that cannot be written, read or resumed
@@ -21,6 +27,13 @@ Everything agentgym raises on purpose derives from ``AgentGymError``::
 Bad *actions* from a policy never raise: ``step`` turns them into an error observation and
 counts them in ``info``. These exceptions are for mistakes of the programmer or the machine.
 Messages say what was expected, what arrived, and how to fix it.
+
+Infrastructure faults are neither: a sandbox that dies, a server that stops answering, an
+engine that times out. Inside ``step`` an :class:`InfraError` ends the episode with
+``info["infra_error"]`` (a short string) and ``trajectory.meta["infra_error"]``, never a 0
+reward the policy earned; raised from ``reset`` (a container that cannot start) or from an
+engine, the trainer and ``agentgym-eval`` record the episode as an infrastructure fault too.
+The trainer leaves such episodes out of the update and counts them (``episodes_infra``).
 """
 
 from __future__ import annotations
@@ -28,21 +41,27 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "ActionTypeError",
     "AgentGymError",
     "CheckpointError",
     "ConfigError",
     "DatasetError",
     "EnvStateError",
+    "InfraError",
     "NonFiniteError",
     "PoolStepError",
     "SandboxError",
+    "SandboxLost",
+    "SandboxStartFailed",
     "SandboxStateError",
     "SandboxUnavailable",
     "ServiceError",
+    "ServiceLost",
     "SubmissionError",
     "TokenizerError",
     "TrainerError",
     "WarmStartFailed",
+    "infra_note",
 ]
 
 
@@ -60,6 +79,15 @@ class TokenizerError(AgentGymError):
 
 class EnvStateError(AgentGymError):
     """An environment method was called in the wrong state (step before reset, after close)."""
+
+
+class ActionTypeError(AgentGymError, TypeError):
+    """``step`` got something no policy samples: text, a chat message, None, floats, a 2-D array.
+
+    Token ids a policy got wrong (out of the vocabulary, none at all) are not this: they are
+    error observations. Text goes through :class:`agentgym.TextWrapper`, chat messages through
+    :class:`agentgym.ChatWrapper`.
+    """
 
 
 class PoolStepError(AgentGymError):
@@ -102,6 +130,32 @@ class SandboxStateError(SandboxError):
 
 class ServiceError(AgentGymError):
     """A backing service (for example the WebAPI server process) failed to start or died."""
+
+
+class InfraError(AgentGymError):
+    """The infrastructure under an episode failed (sandbox lost, service or engine not answering).
+
+    Not the policy's doing: an episode that meets one is an infrastructure fault, reported as
+    ``info["infra_error"]`` and left out of training and scores, never a reward of 0.
+    """
+
+
+class SandboxLost(SandboxError, InfraError):
+    """The sandbox of a running episode died (container killed, runner gone, work dir lost)."""
+
+
+class SandboxStartFailed(SandboxUnavailable, InfraError):
+    """A sandbox container did not start (in time): the machine's fault, retried by a new episode."""
+
+
+class ServiceLost(ServiceError, InfraError):
+    """A service an episode depends on stopped answering mid-episode (server killed or hung)."""
+
+
+def infra_note(error: BaseException, limit: int = 200) -> str:
+    """The short string an infrastructure fault is reported as (``info["infra_error"]``)."""
+    text = f"{type(error).__name__}: {error}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class TrainerError(AgentGymError):

@@ -17,7 +17,7 @@ import numpy as np
 from agentgym.errors import ConfigError
 from agentgym.trajectory import Trajectory
 
-__all__ = ["ORACLES", "get_oracle", "run_oracle"]
+__all__ = ["ORACLES", "get_oracle", "load_callable", "run_oracle"]
 
 Policy = Callable[[Any], np.ndarray]
 
@@ -35,18 +35,40 @@ ORACLES: dict[str, str] = {
 }
 
 
-def get_oracle(env_id: str) -> Policy:
+def load_callable(spec: str, what: str = "oracle") -> Callable[..., Any]:
+    """``"module:function"`` -> the function, or a ConfigError that says which part is missing."""
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise ConfigError(f"{what} must be 'module:function', got {spec!r}")
     try:
-        module, fn = ORACLES[env_id].split(":")
-    except KeyError:
-        raise ConfigError(f"no oracle for {env_id!r}; known: {sorted(ORACLES)}") from None
-    return getattr(importlib.import_module(module), fn)  # type: ignore[no-any-return]
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        raise ConfigError(f"{what} {spec!r}: cannot import module {module!r} ({e}); is it installed and "
+                          "on PYTHONPATH?") from None
+    fn = getattr(mod, name, None)
+    if not callable(fn):
+        raise ConfigError(f"{what} {spec!r}: module {module!r} has no function {name!r}")
+    return fn  # type: ignore[no-any-return]
+
+
+def get_oracle(env_id: str) -> Policy:
+    if env_id not in ORACLES:
+        raise ConfigError(f"no oracle for {env_id!r}; known: {sorted(ORACLES)}")
+    return load_callable(ORACLES[env_id])
 
 
 def run_oracle(env: Any, *, seed: int | None = None, options: dict[str, Any] | None = None,
                policy: Policy | None = None) -> Trajectory:
-    """Play one episode with the env's oracle (or ``policy``) and return its record."""
+    """Play one episode with the env's oracle (or ``policy``) and return its record.
+
+    Oracles read the env's internal state (the task and its answer), so on
+    ``agentgym/Remote-v0``, whose state stays on the server, only a ``policy`` of your own runs."""
     inner = env.unwrapped
+    if policy is None and not hasattr(inner, "task"):
+        raise ConfigError(
+            f"run_oracle: {type(inner).__name__} has no task to read: an oracle reads the env's internal "
+            "state (the task's answer), which a remote env keeps on its server. Run the oracle where the "
+            f"env lives (run_oracle(gym.make({inner.env_id!r})), or `agentgym demo` there), or pass policy=")
     policy = policy or get_oracle(inner.env_id)
     env.reset(seed=seed, options=options)
     done = False

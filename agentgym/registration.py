@@ -9,6 +9,8 @@ point is a no-op; with another entry point it is an error (it would silently kee
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from typing import Any
 
 import gymnasium as gym
@@ -16,7 +18,7 @@ from gymnasium.envs.registration import parse_env_id
 
 from agentgym.errors import ConfigError
 
-__all__ = ["NAMESPACE", "register", "registered_ids"]
+__all__ = ["ADAPTERS", "NAMESPACE", "check_env_id", "register", "registered_ids"]
 
 NAMESPACE = "agentgym"
 
@@ -77,6 +79,22 @@ def registered_ids() -> list[str]:
     return sorted(k for k in _REGISTERED if k not in ADAPTERS and k not in INTEROP)
 
 
+def check_env_id(env_id: str, known: Iterable[str] | None = None, what: str = "a registered environment") -> str:
+    """``env_id`` if it is in ``known`` (default: every id gym.make knows), else a ConfigError
+    with the closest id (``Math-v0`` -> ``agentgym/Math-v0``, ``agentgym/Maths-v0`` -> ...)."""
+    pool = sorted(known) if known is not None else sorted(k for k in gym.registry if "/" in k)
+    if env_id in pool:
+        return env_id
+    bare = {k.split("/", 1)[-1]: k for k in pool}
+    guess = bare.get(env_id) or next(iter(difflib.get_close_matches(env_id, pool, n=1, cutoff=0.6)), None) \
+        or bare.get(next(iter(difflib.get_close_matches(env_id, bare, n=1, cutoff=0.6)), ""))
+    hint = f"; did you mean {guess!r}?" if guess else "."
+    mine = [k for k in pool if k.startswith(NAMESPACE + "/")] or pool
+    raise ConfigError(f"{env_id!r} is not {what}{hint} Known: {', '.join(mine)}")
+
+
 def _register_builtin() -> None:
+    # order_enforce=False: these envs check their own state and raise EnvStateError (part of
+    # agentgym's error tree) for a step before reset; Gymnasium's wrapper would raise its own.
     for env_id, entry in {**BUILTIN, **ADAPTERS, **INTEROP}.items():
-        register(env_id, entry)
+        register(env_id, entry, order_enforce=False)

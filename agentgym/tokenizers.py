@@ -211,6 +211,9 @@ def as_tokenizer(obj: Any = None) -> Tokenizer:
         if close and not os.path.exists(obj):  # a typo of a name, not a path or a hub id
             raise TokenizerError(f"unknown tokenizer {obj!r}; did you mean {close[0]!r}? "
                                  f"Known names: {sorted(TOKENIZERS)}, or pass a path / hub id")
+        from agentgym.hub import pretrained_kwargs
+
+        kwargs = pretrained_kwargs(obj, "tokenizer", TokenizerError)  # before transformers' slow import
         try:
             from transformers import AutoTokenizer
         except ImportError as e:
@@ -218,7 +221,7 @@ def as_tokenizer(obj: Any = None) -> Tokenizer:
                 f"loading tokenizer {obj!r} needs transformers: pip install 'agentgym-suite[train]'"
             ) from e
         try:
-            hf = AutoTokenizer.from_pretrained(obj)
+            hf = AutoTokenizer.from_pretrained(obj, **kwargs)
         except (OSError, ValueError) as e:
             raise TokenizerError(
                 f"could not load a tokenizer from {obj!r}: {e}. Expected one of {sorted(TOKENIZERS)}, "

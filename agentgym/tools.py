@@ -2,7 +2,9 @@
 
 A tool never raises into the environment. Bad arguments (schema violations) and exceptions
 inside the function come back as a :class:`ToolResult` with ``ok=False`` and a readable
-``content`` that the model sees, plus a stable ``error`` code that ``info`` reports.
+``content`` that the model sees, plus a stable ``error`` code that ``info`` reports. The one
+exception is :class:`~agentgym.errors.InfraError` (the sandbox or service behind the tool
+failed): it passes through, and the environment ends the episode as an infrastructure fault.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jsonschema import Draft202012Validator
+
+from agentgym.errors import InfraError
 
 __all__ = ["Tool", "ToolResult"]
 
@@ -84,6 +88,8 @@ class Tool:
             )
         try:
             result = self.fn(**arguments)
+        except InfraError:  # not the model's doing: the env ends the episode as a fault (env.py)
+            raise
         except Exception as e:  # the tool's own bug or a hostile input: report, don't crash
             return ToolResult.failure("tool_exception", f"{type(e).__name__}: {_clip(str(e), 2000)}")
         return _as_result(result)

@@ -72,6 +72,13 @@ class Trajectory:
         return math.fsum(t.reward for t in self.turns)
 
     @property
+    def infra_error(self) -> str | None:
+        """Why the episode was lost to an infrastructure fault (``meta["infra_error"]``), or None:
+        such an episode has no outcome, and is neither trained on nor scored."""
+        note = self.meta.get("infra_error")
+        return str(note) if note else None
+
+    @property
     def num_policy_tokens(self) -> int:
         return sum(self.policy_mask)
 

@@ -30,6 +30,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from agentgym.errors import ActionTypeError
 from agentgym.tokenizers import HARMONY_SPECIALS, encode_harmony_text
 
 __all__ = ["HarmonyText", "TextWrapper"]
@@ -80,15 +81,15 @@ class TextWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):  # type: ignore
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if isinstance(action, bytes):
             action = action.decode("utf-8", errors="replace")
-        if not isinstance(action, str):  # rejected whole by the env, like a non-token action
-            obs, reward, terminated, truncated, info = self.env.step(np.zeros(0, dtype=np.int64))
-            info = {**info, "error": f"bad_action: TextWrapper takes a str of Harmony text, got "
-                                     f"{type(action).__name__}", "repairs": []}
-        else:
-            ids, repairs = self.repair(action)
-            obs, reward, terminated, truncated, info = self.env.step(np.asarray(ids, dtype=np.int64))
-            self.repair_counts.update(repairs)
-            info = {**info, "repairs": repairs}
+        if not isinstance(action, str):  # the program's mistake, not the model's: say so at once
+            hint = ("; for chat messages use agentgym.ChatWrapper" if isinstance(action, (dict, list))
+                    else "; for token ids step the unwrapped env" if isinstance(action, np.ndarray) else "")
+            raise ActionTypeError(f"TextWrapper.step() takes a str of Harmony text (or plain text), got "
+                                  f"{type(action).__name__}{hint}")
+        ids, repairs = self.repair(action)
+        obs, reward, terminated, truncated, info = self.env.step(np.asarray(ids, dtype=np.int64))
+        self.repair_counts.update(repairs)
+        info = {**info, "repairs": repairs}
         info["repair_counts"] = dict(self.repair_counts)
         return self.tokenizer.decode(obs.tolist()), float(reward), terminated, truncated, info
 

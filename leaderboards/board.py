@@ -9,6 +9,10 @@ score (ties: name). Outputs:
 * ``ROOT/board/site/index.html`` (+ ``transcripts/*.js``): a static page that works opened from
   a file, offline (no server, no network): sortable table with intervals and cost columns, and
   every episode of every submission as a readable transcript. Not committed: it is rebuilt.
+
+Both go under ``out`` (default: ``ROOT``). An installed copy of the package (a wheel in
+site-packages) is never written to: :func:`default_out` picks ``./leaderboard`` there, so a
+build never replaces the packaged board with one made from whatever submissions are at hand.
 """
 
 from __future__ import annotations
@@ -25,11 +29,18 @@ from agentgym.leaderboards.suite import SUITES_DIR, Suite, list_suites, load_sui
 from agentgym.leaderboards.transcript import episode_transcript
 from agentgym.leaderboards.verify import VerifyReport, verify_submission
 
-__all__ = ["DEFAULT_ROOT", "BuildResult", "Entry", "build_board", "render_markdown"]
+__all__ = ["DEFAULT_ROOT", "BuildResult", "Entry", "build_board", "default_out", "render_markdown"]
 
 DEFAULT_ROOT = Path(__file__).parent
 SITE_SRC = Path(__file__).parent / "site"
 BOARD_MD = "LEADERBOARD.md"
+
+
+def default_out(root: Path) -> Path:
+    """Where a build writes: ``root`` in a source checkout (the committed board), else
+    ``./leaderboard`` (the packaged copy of an installed wheel stays as shipped)."""
+    installed = root.resolve() == DEFAULT_ROOT.resolve() and not (DEFAULT_ROOT.parent / "pyproject.toml").exists()
+    return Path.cwd() / "leaderboard" if installed else root
 
 
 @dataclass
@@ -174,8 +185,11 @@ def _write_site(site: Path, suites: list[Suite], entries: list[Entry]) -> None:
 
 
 def build_board(root: Path = DEFAULT_ROOT, *, site_dir: Path | None = None, check: bool = False,
-                workers: int = 4, progress: bool = False, suites_dir: Path | None = None) -> BuildResult:
-    """Verify every submission under ``root`` and write (or, with ``check``, compare) the board."""
+                workers: int = 4, progress: bool = False, suites_dir: Path | None = None,
+                out: Path | None = None) -> BuildResult:
+    """Verify every submission under ``root`` and write (or, with ``check``, compare) the board
+    under ``out`` (default :func:`default_out`; ``--check`` compares with ``root``'s own)."""
+    out = default_out(root) if out is None else out
     result = BuildResult()
     sdir = suites_dir or (root / "suites" if (root / "suites").is_dir() else SUITES_DIR)
     suites = [load_suite(sdir / f"{n}.yaml") for n in list_suites(sdir)]
@@ -184,7 +198,10 @@ def build_board(root: Path = DEFAULT_ROOT, *, site_dir: Path | None = None, chec
         for path in _submissions(root, suite):
             report = verify_submission(path, suite=suite, workers=workers, progress=progress)
             rel = path.relative_to(root).as_posix()
-            if report.ok:
+            if (report.header.get("suite") or {}).get("subset_of"):
+                result.problems.append(f"{rel} is a run of a subset of {suite.ref} (agentgym-eval --envs/--tasks): "
+                                       "it verifies, but a board ranks full runs only; move it out of submissions/")
+            elif report.ok:
                 ranked.append(Entry(suite, rel, report))
             else:
                 shown = report.problems[:5] + ([f"... {len(report.problems) - 5} more"] if len(report.problems) > 5
@@ -193,16 +210,17 @@ def build_board(root: Path = DEFAULT_ROOT, *, site_dir: Path | None = None, chec
         ranked.sort(key=lambda e: (-e.report.overall["mean"], e.row()["name"]))
         result.entries += ranked
     md = render_markdown(suites, result.entries)
-    target = root / BOARD_MD
+    target = (root if check else out) / BOARD_MD
     if check:
         current = target.read_text() if target.exists() else ""
         if current != md:
             result.problems.append(f"{target} is not what the submissions give: run `agentgym leaderboard build` "
                                    "and commit the result")
     else:
+        out.mkdir(parents=True, exist_ok=True)
         target.write_text(md)
         result.markdown = target
-        site = site_dir or root / "board" / "site"
+        site = site_dir or out / "board" / "site"
         _write_site(site, suites, result.entries)
         result.site = site
     result.ok = not result.problems

@@ -9,6 +9,12 @@ each episode's own seed, so a resumed run writes the same episodes as an uninter
 
 The partial file starts with a ``run`` line (suite version, policy, its arguments and
 description, tokenizer); a resume with anything different is refused rather than mixed in.
+
+Infrastructure faults (a sandbox that dies, a server that stops answering, an engine timeout:
+``info["infra_error"]`` or an :class:`~agentgym.errors.InfraError`) are not scores. Such an
+episode is played again on a fresh environment, up to ``infra_retries`` times; one that still
+fails is written as an ``infra`` line (not done: the next run retries it), counted apart, and
+the submission is written only when every episode has a real outcome.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from agentgym.errors import ConfigError, SubmissionError
+from agentgym.errors import ConfigError, InfraError, SubmissionError, infra_note
 from agentgym.leaderboards.policies import Policy
 from agentgym.leaderboards.submission import (
     FORMAT,
@@ -63,6 +69,7 @@ class _Partial:
         self.path = path
         self.lock = threading.Lock()
         self.done: dict[tuple[str, int, int], dict[str, Any]] = {}
+        self.infra: dict[tuple[str, int, int], str] = {}  # episodes whose last try met an infrastructure fault
         self.sessions: list[tuple[float, float]] = []  # (start, last line) of earlier sessions
         if path.exists():
             self._load(identity)
@@ -96,6 +103,8 @@ class _Partial:
             elif obj.get("kind") == "episode":
                 self.done[(obj["env_id"], obj["task"], obj["trial"])] = obj
                 last = obj.pop("_t", last)
+            elif obj.get("kind") == "infra":  # retried by this run, unless an episode line followed
+                self.infra[(obj["env_id"], obj["task"], obj["trial"])] = obj["error"]
         if start is not None:
             self.sessions.append((start, last or start))
 
@@ -113,6 +122,13 @@ class _Partial:
         self._append({**record, "_t": time.time()})
         with self.lock:
             self.done[spec.key] = record
+            self.infra.pop(spec.key, None)
+
+    def add_infra(self, spec: EpisodeSpec, error: str, tries: int) -> None:
+        self._append({"kind": "infra", "env_id": spec.env.id, "task": spec.task, "trial": spec.trial,
+                      "seed": spec.seed, "error": error, "tries": tries, "_t": time.time()})
+        with self.lock:
+            self.infra[spec.key] = error
 
     def elapsed(self) -> float:
         return sum(b - a for a, b in self.sessions) + (time.time() - self.started)
@@ -141,11 +157,14 @@ def _play(policy: Policy, envs: dict[str, Any], spec: EpisodeSpec) -> tuple[Traj
 
 def run_suite(suite: Suite, policy: Policy, out: str | Path, *, name: str, policy_name: str,
               policy_args: dict[str, Any] | None = None, workers: int = 4, progress: bool = True,
-              notes: str = "", command: list[str] | None = None, max_episodes: int | None = None) -> Path | None:
+              notes: str = "", command: list[str] | None = None, max_episodes: int | None = None,
+              infra_retries: int = 2) -> Path | None:
     """Run every episode of ``suite`` not already in ``OUT.partial`` and write the submission to ``out``.
 
     ``max_episodes`` stops after that many new episodes (the run stays resumable); the submission is
     written only when every episode is done. Returns its path, or None when it is not complete yet.
+    Raises :class:`InfraError` when episodes still met infrastructure faults after ``infra_retries``
+    fresh tries each (module doc): they are retried by the next run of the same command.
     """
     import agentgym
 
@@ -170,16 +189,28 @@ def run_suite(suite: Suite, policy: Policy, out: str | Path, *, name: str, polic
     all_envs: list[Any] = []
     envs_lock = threading.Lock()
 
-    def run_one(spec: EpisodeSpec) -> float:
+    def run_one(spec: EpisodeSpec) -> float | None:
         envs = local.__dict__.setdefault("envs", {})
-        if spec.env.id not in envs:
-            envs[spec.env.id] = spec.env.make(tok)
-            with envs_lock:
-                all_envs.append(envs[spec.env.id])
-        traj, wall = _play(policy, envs, spec)
-        rec = _record(spec, traj, wall)
-        part.add(spec, rec)
-        return float(rec["score"])
+        fault = ""
+        for _ in range(infra_retries + 1):
+            try:
+                if spec.env.id not in envs:
+                    envs[spec.env.id] = spec.env.make(tok)
+                    with envs_lock:
+                        all_envs.append(envs[spec.env.id])
+                traj, wall = _play(policy, envs, spec)
+                fault = traj.meta.get("infra_error") or ""
+            except InfraError as e:
+                fault = infra_note(e)
+            if not fault:
+                rec = _record(spec, traj, wall)
+                part.add(spec, rec)
+                return float(rec["score"])
+            env = envs.pop(spec.env.id, None)  # the next try gets a fresh env (sandbox, server)
+            if env is not None:
+                env.close()
+        part.add_infra(spec, fault, infra_retries + 1)
+        return None
 
     bar = None
     if progress:
@@ -194,9 +225,12 @@ def run_suite(suite: Suite, policy: Policy, out: str | Path, *, name: str, polic
             while futures:
                 finished, futures = wait(futures, return_when=FIRST_EXCEPTION)
                 for f in finished:
-                    scores.append(f.result())  # re-raises the first failure: the others are cancelled below
+                    score = f.result()  # re-raises the first failure: the others are cancelled below
+                    if score is not None:
+                        scores.append(score)
                 if bar is not None:
-                    bar.update(len(part.done), f"mean score {sum(scores) / len(scores):.3f}")
+                    lost = f", {len(part.infra)} infrastructure faults" if part.infra else ""
+                    bar.update(len(part.done), f"mean score {sum(scores) / max(len(scores), 1):.3f}{lost}")
     except BaseException:
         for f in futures:
             f.cancel()
@@ -209,6 +243,13 @@ def run_suite(suite: Suite, policy: Policy, out: str | Path, *, name: str, polic
         policy.close()
         for e in all_envs:
             e.close()
+    if part.infra:
+        first = next(iter(part.infra.items()))
+        raise InfraError(
+            f"{len(part.infra)} episode(s) met infrastructure faults on each of {infra_retries + 1} tries and have "
+            f"no score (first: {first[0][0]} task {first[0][1]} trial {first[0][2]}: {first[1]}); "
+            f"{len(part.done)} of {len(specs)} episodes are saved in {part.path}. Fix the infrastructure "
+            "(Docker, the service) and run the same command again: only the missing episodes run")
     if len(part.done) < len(specs):
         return None
     return _assemble(suite, part, specs, out, identity, notes=notes, command=command,

@@ -133,10 +133,9 @@ class OraclePolicy(ScriptedPolicy):
         if callable(oracle):
             self._custom = oracle
         elif oracle is not None:
-            module, _, fn = oracle.partition(":")
-            if not fn:
-                raise ConfigError(f"oracle must be 'module:function', got {oracle!r}")
-            self._custom = getattr(importlib.import_module(module), fn)
+            from agentgym.oracles import load_callable
+
+            self._custom = load_callable(oracle)
 
     def action(self, env: Any) -> np.ndarray:
         if self._custom is not None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ __all__ = ["SUITES_DIR", "EnvSpec", "EpisodeSpec", "Suite", "episode_seed", "lis
            "suite_from_dict", "suite_hash"]
 
 SUITES_DIR = Path(__file__).parent / "suites"
-_KEYS = {"name", "version", "description", "trials", "seed", "sampling", "envs"}
+_KEYS = {"name", "version", "description", "trials", "seed", "sampling", "envs", "subset_of"}
 _ENV_KEYS = {"id", "kwargs", "tasks"}
 
 
@@ -130,6 +130,43 @@ class Suite:
             for t, opts in enumerate(env.tasks):
                 for k in range(self.trials):
                     yield EpisodeSpec(env, t, k, episode_seed(self.seed, env.id, opts, k))
+
+    @property
+    def subset_of(self) -> dict[str, Any] | None:
+        """For a subset (:meth:`subset`): the full suite's ref and the filters; None for a full suite."""
+        sub = self.content.get("subset_of")
+        return dict(sub) if isinstance(sub, dict) else None
+
+    def subset(self, env_ids: Sequence[str] | None = None, tasks: int | None = None) -> Suite:
+        """The episodes of some envs (``env_ids``) and/or the first ``tasks`` tasks of each env.
+
+        A subset is a suite of its own (its own version, seeds unchanged) that names the full
+        suite and the filters (``subset_of``), so a submission made for it verifies by replay
+        like any other, and the verifier re-derives it from the current full suite. Boards take
+        only full suites."""
+        if self.subset_of is not None:
+            raise ConfigError(f"suite {self.ref} is already a subset of {self.subset_of['suite']}")
+        ids = [e.id for e in self.envs]
+        if env_ids is not None:
+            unknown = [i for i in env_ids if i not in ids]
+            if unknown or not env_ids:
+                raise ConfigError(f"suite {self.ref} has no env(s) {unknown or '(none given)'}; it has {ids}")
+        if tasks is not None and (not isinstance(tasks, int) or tasks < 1):
+            raise ConfigError(f"tasks must be a positive int, got {tasks!r}")
+        keep = [i for i in ids if env_ids is None or i in env_ids]
+        body = {k: v for k, v in self.content.items() if k not in ("version", "description")}
+        body["envs"] = [{**e, "tasks": list(e["tasks"])[:tasks] if tasks else list(e["tasks"])}
+                        for e in self.content["envs"] if e["id"] in keep]
+        body["subset_of"] = {"suite": self.ref, "envs": keep if env_ids is not None else None, "tasks": tasks}
+        body["description"] = f"a subset of {self.ref}: envs {keep}" + (f", first {tasks} tasks each" if tasks else "")
+        body["version"] = suite_hash(body)
+        return suite_from_dict(body, f"a subset of {self.ref}")
+
+    def size(self) -> str:
+        """One line: envs, tasks, trials and episodes (what a run of it costs)."""
+        n = sum(len(e.tasks) for e in self.envs)
+        return (f"{len(self.envs)} envs, {n} tasks x {self.trials} trials = {n * self.trials} episodes, "
+                f"temperature {self.temperature}")
 
     def trial_of_seed(self, env_id: str, task: int, seed: int, search: int = 1000) -> int | None:
         """Which trial index (below ``search``) has this seed for this task, if any."""

@@ -40,6 +40,7 @@ def episode_transcript(codec: HarmonyCodec, traj: Trajectory, shared: list[dict[
     head = [m for m in prompt if m["role"] in ("system", "developer")]
     rest = [m for m in prompt if m["role"] not in ("system", "developer")]
     use_shared = shared is not None and head == shared
+    sparse = traj.meta.get("reward_mode") == "sparse"
     turns = []
     for k, t in enumerate(traj.turns):
         action = traj.tokens[t.action_start:t.action_end]
@@ -54,6 +55,9 @@ def episode_transcript(codec: HarmonyCodec, traj: Trajectory, shared: list[dict[
             "action_tokens": t.action_end - t.action_start,
             "observation": messages_of(codec, traj.tokens[t.action_end:t.obs_end]),
             "reward": t.reward, "components": t.components, "tool": t.tool, "error": t.error,
+            # What was paid, when the record alone tells: in sparse mode the outcome only (the
+            # other components are indicators and counts); shaped weights live in the env.
+            "paid": {"outcome": t.reward} if sparse else None,
         })
     return head, {"task_id": traj.task_id, "seed": traj.seed, "prompt": rest if use_shared else prompt,
                   "shared_prefix": use_shared, "turns": turns, "terminated": traj.terminated,

@@ -103,13 +103,14 @@ def task_list(env: Any, max_tasks: int | None = None) -> list[dict[str, Any] | N
 class _Runner:
     """Plays (policy, seed, options) episodes on fresh or reused envs of one env id + kwargs."""
 
-    def __init__(self, env_id: str, kwargs: dict[str, Any], workers: int) -> None:
+    def __init__(self, env_id: str, kwargs: dict[str, Any], workers: int, progress: bool = False) -> None:
         import gymnasium as gym
 
         import agentgym  # noqa: F401
 
         self.make: Callable[[], Any] = lambda: gym.make(env_id, **{**kwargs, "reward_mode": "sparse"})
         self.workers = max(1, workers)
+        self.env_id, self.progress = env_id, progress
 
     def play_fresh(self, policy: ScriptedPolicy, jobs: Sequence[tuple[int, dict[str, Any] | None]]
                    ) -> list[Trajectory]:
@@ -126,10 +127,18 @@ class _Runner:
                 made.append(env)
             return policy.play(env, seed=job[0], options=job[1])
 
+        from agentgym.trainer.metrics import Progress
+
+        bar = Progress(len(jobs), f"validate {self.env_id}: {policy.name}", self.progress)
+        out: list[Trajectory] = []
         try:
             with ThreadPoolExecutor(self.workers) as pool:
-                return list(pool.map(one, jobs))
+                for traj in pool.map(one, jobs):
+                    out.append(traj)
+                    bar.update(len(out))
+            return out
         finally:
+            bar.close()
             for e in made:
                 e.close()
 
@@ -171,12 +180,13 @@ def _same(a: Trajectory, b: Trajectory) -> bool:
 
 
 def validate_env(env_id: str, kwargs: dict[str, Any] | None = None, *, max_tasks: int | None = None,
-                 workers: int = 4, oracle: str | Callable[[Any], Any] | None = None, seed: int = 0
-                 ) -> ValidationReport:
-    """Run every check on ``env_id`` built with ``kwargs``; see the module docstring."""
+                 workers: int = 4, oracle: str | Callable[[Any], Any] | None = None, seed: int = 0,
+                 progress: bool = False) -> ValidationReport:
+    """Run every check on ``env_id`` built with ``kwargs``; see the module docstring.
+    ``progress``: report the episodes of each policy as they finish (the CLI does)."""
     kwargs = dict(kwargs or {})
     report = ValidationReport(env_id, kwargs)
-    runner = _Runner(env_id, kwargs, workers)
+    runner = _Runner(env_id, kwargs, workers, progress)
     # The probe stays open to the end: it holds what envs of this id share by design (the WebAPI
     # server, the sandbox pool), which would otherwise stop and restart around every fresh env.
     probe = runner.make()

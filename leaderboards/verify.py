@@ -14,6 +14,14 @@ Nothing the verifier can recompute is taken from the file. It checks, in order:
 5. the footer: episode count, per-env scores, intervals, pass^k and token totals recomputed.
 
 Every problem names the line and the episode (env, task, options, trial) and what differs.
+
+A submission for a subset of a suite (``agentgym-eval --envs/--tasks``) is checked against the
+subset re-derived from the current full suite; it verifies, and boards leave it out. An
+``agentgym-eval`` progress file (``OUT.partial``, a run stopped by ``--max-episodes`` or a kill)
+is refused with what to do instead. Infrastructure faults are never scores: an episode that
+ended in one has no place in a submission (agentgym-eval retries such episodes), and a replay
+that meets one is tried again on a fresh environment, then reported as a fault of this
+verification, not as a difference.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentgym.errors import AgentGymError, ConfigError, SubmissionError
+from agentgym.errors import AgentGymError, ConfigError, InfraError, SubmissionError, infra_note
 from agentgym.leaderboards.replay import check_structure, compare, replay
 from agentgym.leaderboards.stats import env_summary, overall_summary
 from agentgym.leaderboards.submission import (
@@ -41,11 +49,12 @@ from agentgym.leaderboards.submission import (
 from agentgym.leaderboards.suite import EpisodeSpec, Suite, load_suite, suite_from_dict
 from agentgym.trajectory import Trajectory
 
-__all__ = ["Replayed", "VerifyReport", "summarize", "verify_submission"]
+__all__ = ["Replayed", "VerifyReport", "score_lines", "summarize", "verify_submission"]
 
 MAX_LISTED = 20  # missing episodes listed one by one before "... and N more"
 PER_EPISODE = 6  # differences reported per episode (the first ones; later ones usually follow from them)
 SHOWN = 40  # problems printed by VerifyReport.format (all are in report.problems / --json)
+REPLAY_RETRIES = 2  # fresh-env replays of an episode whose replay met an infrastructure fault
 
 
 @dataclass
@@ -80,12 +89,17 @@ class VerifyReport:
         if len(self.problems) > SHOWN:
             lines.append(f"  ... and {len(self.problems) - SHOWN} more problems (--json lists them all)")
         if self.scores:
-            k = self.suite.trials if self.suite else 1
-            lines.append(f"  {'env':28s} {'score':>7s} {'95% interval':>17s} {'pass^' + str(k):>8s} {'episodes':>9s}")
-            for env_id, s in {**self.scores, "overall": self.overall}.items():
-                lines.append(f"  {env_id:28s} {s['mean']:7.3f}   [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}] "
-                             f"{s['pass_k']:8.3f} {s['episodes']:9d}")
+            lines += score_lines(self.scores, self.overall, self.suite.trials if self.suite else 1)
         return "\n".join(lines)
+
+
+def score_lines(scores: dict[str, dict[str, Any]], overall: dict[str, Any], trials: int) -> list[str]:
+    """The score table (per env and overall: mean, 95% interval, pass^k, episodes), indented."""
+    lines = [f"  {'env':28s} {'score':>7s} {'95% interval':>17s} {'pass^' + str(trials):>8s} {'episodes':>9s}"]
+    for env_id, s in {**scores, "overall": overall}.items():
+        lines.append(f"  {env_id:28s} {s['mean']:7.3f}   [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}] "
+                     f"{s['pass_k']:8.3f} {s['episodes']:9d}")
+    return lines
 
 
 def summarize(suite: Suite, scored: list[tuple[EpisodeSpec, Trajectory]]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -139,6 +153,14 @@ class _Envs:
                 self._all.append(envs[spec.env.id])
         return envs[spec.env.id]
 
+    def drop(self, spec: EpisodeSpec) -> None:
+        """Close this thread's env of ``spec``'s env id: the next :meth:`get` builds a new one."""
+        env = self._local.__dict__.get("envs", {}).pop(spec.env.id, None)
+        if env is not None:
+            with self._lock:
+                self._all.remove(env)
+            env.close()
+
     def close(self) -> None:
         for e in self._all:
             e.close()
@@ -161,6 +183,12 @@ def _check_header(raw: RawSubmission, suite: Suite | None, report: VerifyReport)
         return None
     try:
         current = suite or load_suite(carried.name)
+        sub = carried.subset_of
+        if sub is not None:  # re-derived from the current full suite, never taken from the file
+            if current.subset_of is None:
+                current = current.subset(sub.get("envs"), sub.get("tasks"))
+            report.notes.append(f"a subset of {sub.get('suite')} (envs {sub.get('envs') or 'all'}, tasks "
+                                f"{sub.get('tasks') or 'all'}): it verifies like a full run; boards take only full suites")
     except ConfigError as e:
         report.problems.append(f"line 1 (header): {e}")
         return None
@@ -249,14 +277,30 @@ def _replay_one(envs: _Envs, spec: EpisodeSpec, line: int, obj: dict[str, Any]
     bad = check_structure(record)
     if bad:
         return None, [f"{where}: malformed trajectory: {bad}"]
-    env = envs.get(spec)
-    refused = _unreplayable(env, record)
-    if refused:
-        return None, [f"{where}: {refused}"]
-    try:
-        truth, probs = replay(env, record, seed=spec.seed, options=spec.options)
-    except AgentGymError as e:
-        return None, [f"{where}: the replay failed: {type(e).__name__}: {e}"]
+    if record.meta.get("infra_error"):
+        return None, [f"{where}: the episode ended in an infrastructure fault ({record.meta['infra_error']}): it has "
+                      "no score; agentgym-eval retries such episodes, and a submission holds none"]
+    fault = None
+    for _ in range(REPLAY_RETRIES + 1):
+        env = envs.get(spec)
+        refused = _unreplayable(env, record)
+        if refused:
+            return None, [f"{where}: {refused}"]
+        try:
+            truth, probs = replay(env, record, seed=spec.seed, options=spec.options)
+        except InfraError as e:
+            fault = infra_note(e)
+        except AgentGymError as e:
+            return None, [f"{where}: the replay failed: {type(e).__name__}: {e}"]
+        else:
+            fault = truth.meta.get("infra_error")
+            if not fault:
+                break
+        envs.drop(spec)  # the next try gets a fresh environment (a new sandbox, a revived server)
+    else:
+        return None, [f"{where}: not verified: the replay met an infrastructure fault {REPLAY_RETRIES + 1} "
+                      f"times ({fault}); this is the verifying machine's problem, not the submission's: "
+                      "fix it and verify again"]
     diffs = compare(record, truth, envs.tokenizer)
     if len(diffs) > PER_EPISODE:
         diffs = diffs[:PER_EPISODE] + [f"... and {len(diffs) - PER_EPISODE} more differences in this episode"]
@@ -321,6 +365,7 @@ def verify_submission(path: str | Path, *, suite: Suite | None = None, workers: 
     current ``leaderboards/suites/NAME.yaml``). Never raises on content: see ``report.problems``."""
     t0 = time.perf_counter()
     report = VerifyReport(Path(path))
+    _refuse_progress_file(Path(path))
     raw = read_raw(path)
     report.problems += raw.problems
     got = _check_header(raw, suite, report)
@@ -362,6 +407,27 @@ def verify_submission(path: str | Path, *, suite: Suite | None = None, workers: 
     report.ok = not report.problems
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _refuse_progress_file(path: Path) -> None:
+    """An agentgym-eval progress file is not a submission: say what it is and what to do."""
+    if not path.name.endswith(".partial") or not path.is_file():
+        return
+    import json
+
+    with open(path, encoding="utf-8", errors="replace") as f:
+        try:
+            first = json.loads(f.readline() or "{}")
+        except json.JSONDecodeError:
+            return
+        if not (isinstance(first, dict) and first.get("kind") == "run"):
+            return
+        done = sum(1 for line in f if '"kind":"episode"' in line)
+    raise SubmissionError(
+        f"{path} is agentgym-eval's progress file of an unfinished run of {first.get('suite')} ({done} episodes "
+        "done), not a submission: nothing in it is checked until the run ends. Run the same agentgym-eval "
+        "command again to finish it (it resumes), or, for a small verifiable run, use agentgym-eval --envs "
+        "ID and/or --tasks N: a subset submission verifies like a full one")
 
 
 def _diagnose(report: VerifyReport) -> None:

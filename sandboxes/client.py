@@ -131,6 +131,9 @@ class RunnerSandbox(Sandbox):
         self.output_limit = int(output_limit)
         self.rlimits = dict(rlimits)
         self._conn: RunnerClient | None = None
+        # Runners lost since start (killed container, OOM, engine restart): each restart comes
+        # with an empty work dir, so a user of the sandbox (an env's episode) can tell its state is gone.
+        self.runner_losses = 0
         # One request at a time on the wire: concurrent callers (an env's tool thread and a
         # watchdog, say) are serialised rather than interleaving frames.
         self._lock = threading.RLock()
@@ -160,6 +163,7 @@ class RunnerSandbox(Sandbox):
             try:
                 return self._connection().call(req, timeout)
             except RunnerGone:
+                self.runner_losses += 1
                 self._restart()
                 return self._connection().call(req, timeout)
 
@@ -180,6 +184,7 @@ class RunnerSandbox(Sandbox):
             # Hostile code took the runner down (e.g. the OOM killer picked it). The episode
             # continues in a fresh sandbox; the result says what happened.
             elapsed = time.monotonic() - t0
+            self.runner_losses += 1
             self._restart()
             return ExecResult(
                 stdout="", stderr=f"[agentgym] sandbox runner lost ({exc}); the sandbox was "

@@ -25,7 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym.errors import ConfigError, SandboxError, SandboxStateError, SandboxUnavailable
+from agentgym.errors import (
+    ConfigError,
+    SandboxError,
+    SandboxStartFailed,
+    SandboxStateError,
+    SandboxUnavailable,
+)
 from agentgym.sandboxes.attach import AttachTransport
 from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT, check_options
 from agentgym.sandboxes.client import RunnerClient, RunnerSandbox
@@ -250,16 +256,23 @@ class SandboxPool:
                 self._submit_fill()
         if item is None:
             if self.size == 0:
-                return self._create()
+                try:
+                    return self._create()
+                except (SandboxUnavailable, SandboxStateError):
+                    raise
+                except Exception as exc:
+                    raise SandboxStartFailed(f"could not start a sandbox container: {exc}") from exc
             wait = _START_TIMEOUT_S * 2
             try:
                 item = self._ready.get(timeout=wait)
             except queue.Empty:
-                raise SandboxUnavailable(
+                raise SandboxStartFailed(
                     f"no sandbox container was ready within {wait:.0f} s (the engine is overloaded or "
                     "stuck: check `docker ps` and the engine's log), or use a larger pool") from None
         if isinstance(item, BaseException):
-            raise SandboxUnavailable(f"could not start a sandbox container: {item}") from item
+            if isinstance(item, SandboxUnavailable):
+                raise item
+            raise SandboxStartFailed(f"could not start a sandbox container: {item}") from item
         return item
 
     # ---------------------------------------------------------------- public

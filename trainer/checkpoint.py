@@ -37,10 +37,41 @@ import torch
 
 from agentgym.errors import CheckpointError
 
-__all__ = ["latest_checkpoint", "load_checkpoint", "load_weights", "model_weights_file", "rng_state",
-           "save_checkpoint", "save_model", "set_rng_state"]
+__all__ = ["RESUME_IDENTITY", "check_resume_identity", "latest_checkpoint", "load_checkpoint", "load_weights",
+           "model_weights_file", "rng_state", "save_checkpoint", "save_model", "set_rng_state"]
 
 SHARDED = "sharded"  # DCP folder of a checkpoint written by a sharded (torchrun) run
+
+# Config keys a resumed run may not change: they decide what the saved weights, optimizer state and
+# trajectories mean (another model, tokenizer or env would load, or fail, as something else).
+RESUME_IDENTITY = ("model.name", "model.tokenizer", "model.tiny", "model.init_from", "env.id", "env.prompt",
+                   "ppo.advantage")
+
+
+def check_resume_identity(run_dir: str | Path, cfg: Any) -> None:
+    """ConfigError when ``cfg`` changes a :data:`RESUME_IDENTITY` key of the run saved in
+    ``run_dir/config.yaml`` (other keys, such as ``ppo.lr`` or ``ppo.steps``, may change)."""
+    import yaml
+
+    from agentgym.errors import ConfigError
+    from agentgym.trainer.config import config_to_dict
+
+    path = Path(run_dir) / "config.yaml"
+    if not path.exists():
+        return
+    saved, now = yaml.safe_load(path.read_text()) or {}, config_to_dict(cfg)
+
+    def get(d: dict[str, Any], key: str) -> Any:
+        for k in key.split("."):
+            d = d.get(k) if isinstance(d, dict) else None  # type: ignore[assignment]
+        return d
+
+    changed = [(k, get(saved, k), get(now, k)) for k in RESUME_IDENTITY if get(saved, k) != get(now, k)]
+    if changed:
+        what = "; ".join(f"{k}={a!r}, not {b!r}" for k, a, b in changed)
+        raise ConfigError(f"--resume {run_dir}: the run was made with {what}; its checkpoints belong to that "
+                          "run. Drop those overrides to continue it, or start a new run (another log.run_dir; "
+                          "model.init_from=RUN_DIR starts from its weights)")
 
 
 def rng_state() -> dict[str, Any]:

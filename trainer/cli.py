@@ -10,7 +10,12 @@
 
 Config mistakes exit with code 2 and a one-paragraph message (expected / got / how to fix),
 never a traceback; training failures (non-finite values, checkpoint problems) exit with 1; a
-warm start whose tool loop did not learn (``sft.min_wellformed``) exits with 3.
+warm start whose tool loop did not learn (``sft.min_wellformed``) exits with 3; Ctrl-C exits with
+130 and says where ``--resume`` would continue. With no arguments it prints this help.
+
+``--resume RUN_DIR`` continues from the latest checkpoint (inside the warm start too); with no
+checkpoint yet it says so and starts over with a fresh ``metrics.jsonl``. Overrides on resume
+may change anything but the run's identity (model, tokenizer, env id, prompt, advantage kind).
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from agentgym.errors import AgentGymError, ConfigError, WarmStartFailed
+from agentgym.errors import ConfigError, WarmStartFailed
 
 __all__ = ["main", "parse_args"]
 
@@ -90,7 +96,24 @@ def _usage() -> str:
     return USAGE.format(recipes=recipes, keys=config_help())
 
 
-def _run(argv: list[str]) -> int:
+def _interrupted(run_dir: str | None) -> str:
+    """What Ctrl-C leaves behind, truthfully: where --resume would continue, or that nothing was saved."""
+    if run_dir is None:
+        return "interrupted"
+    from agentgym.trainer.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        return f"interrupted; no checkpoint was written yet in {run_dir}: --resume would start over"
+    import json
+
+    state = json.loads((ckpt / "state.json").read_text())
+    where = (f"warm-start step {state['sft_step']}" if "sft_step" in state
+             else f"PPO step {state['step']}" + (" (after the warm start)" if state["step"] == 0 else ""))
+    return f"interrupted; continue from {where} with: agentgym-train --resume {run_dir}"
+
+
+def _run(argv: list[str], run_dir: list[str]) -> int:
     from agentgym.trainer.config import config_to_dict, load_config
 
     if argv and argv[0] == "doctor":
@@ -101,8 +124,11 @@ def _run(argv: list[str]) -> int:
         from agentgym.trainer.engines.server import main as serve_main
 
         return int(serve_main(argv[1:]) or 0)
-    if any(a in ("-h", "--help") for a in argv):
+    if not argv or any(a in ("-h", "--help") for a in argv):  # nothing asked: help, not a 30-step run
         print(_usage())
+        if not argv:
+            print("To train: agentgym-train --config cpu-quickstart (a CPU run of a few minutes); "
+                  "--dry-run checks a config without running it.")
         return 0
     config, resume, print_only, overrides = parse_args(argv)
     if resume:
@@ -116,20 +142,45 @@ def _run(argv: list[str]) -> int:
     if print_only == "print":
         print(yaml.safe_dump(config_to_dict(cfg), sort_keys=False), end="")
         return 0
+    from agentgym.trainer.preflight import preflight, weights_problems
+
+    problems, missing = preflight(cfg), weights_problems(cfg)
     if print_only == "dry-run":
         from agentgym.trainer.plan import make_plan
 
         plan = make_plan(cfg)
+        plan.problems += problems
         print(plan.report())
+        for m in missing:
+            print(f"note: {m} (a run on this machine would stop here)")
         return 2 if plan.problems else 0
+    if problems or missing:
+        raise ConfigError("; ".join(problems + missing))
     from agentgym.trainer.controls import run_with_controls
     from agentgym.trainer.distributed import shutdown
     from agentgym.trainer.evaluation import report_lines
+    from agentgym.trainer.metrics import Progress
+    from agentgym.trainer.train import Trainer
+
+    run_dir.append(cfg.log.run_dir)
+    speaks = os.environ.get("RANK", "0") == "0"
+    if speaks:
+        print(f"agentgym-train: {'resuming' if resume else 'starting'} {cfg.env.id} with model {cfg.model.name} "
+              f"({cfg.rollout.engine} engine) in {cfg.log.run_dir}", flush=True)
+
+    def build(cfg: Any, *, resume: bool) -> Trainer:  # vLLM takes minutes to start: say so
+        bar = Progress(1, "building the policy, engine and envs", cfg.log.progress and speaks)
+        try:
+            trainer = Trainer(cfg, resume=resume)
+            bar.update(1)
+        finally:
+            bar.close()
+        return trainer
 
     try:
-        summary, compared = run_with_controls(cfg, resume=bool(resume))
+        summary, compared = run_with_controls(cfg, resume=bool(resume), trainer_cls=build)
     except WarmStartFailed:
-        if os.environ.get("RANK", "0") == "0":
+        if speaks:
             print("\n".join(report_lines(cfg.log.run_dir)))
         raise
     finally:
@@ -141,21 +192,12 @@ def _run(argv: list[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from agentgym.cli import guarded
+
     args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        return _run(args)
-    except ConfigError as e:
-        print(f"agentgym-train: config error: {e}", file=sys.stderr)
-        return 2
-    except WarmStartFailed as e:
-        print(f"agentgym-train: WARM START FAILED: {e}", file=sys.stderr)
-        return 3
-    except AgentGymError as e:
-        print(f"agentgym-train: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("agentgym-train: interrupted; continue with --resume RUN_DIR", file=sys.stderr)
-        return 130
+    run_dir: list[str] = []  # filled once the config is known (for the Ctrl-C message)
+    return guarded("agentgym-train", lambda: _run(args, run_dir),
+                   on_interrupt=lambda: _interrupted(run_dir[0] if run_dir else None))
 
 
 if __name__ == "__main__":

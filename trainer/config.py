@@ -313,6 +313,9 @@ class SFTConfig:
     has tools, a final answer given): its tool loop did not learn. The run then stops with exit
     status 3 after saving and evaluating the warm start; the controls bench counts the seed as
     failed."""
+    checkpoint_every: int = 100
+    """Warm-start steps between checkpoints (0 = only when it ends): ``--resume`` continues a
+    killed warm start from the last one, exactly (single process)."""
 
 
 @dataclass
@@ -469,6 +472,7 @@ class TrainConfig:
             if not v > 0:
                 raise ConfigError(f"{key}: expected a positive number, got {v!r}")
         nonneg = {"ppo.steps": self.ppo.steps, "sft.steps": self.sft.steps, "sft.oracle_steps": self.sft.oracle_steps,
+                  "sft.checkpoint_every": self.sft.checkpoint_every,
                   "log.eval_episodes_final": self.log.eval_episodes_final,
                   "ppo.kl_coef": self.ppo.kl_coef, "ppo.entropy_coef": self.ppo.entropy_coef,
                   "rollout.temperature": self.rollout.temperature,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,16 +96,19 @@ def _sample_episodes(
 
     import agentgym  # noqa: F401  (registers the env ids)
     from agentgym.harmony import HarmonyCodec
+    from agentgym.trainer.metrics import Progress
 
     stop_ids = list(HarmonyCodec(tokenizer).stop_ids)
     envs = [gym.make(env_id, tokenizer=tokenizer, **env_kwargs) for _ in range(episodes)]
     rows: list[tuple[list[int], list[int], list[float]]] = []
+    bar = Progress(episodes, "doctor: episodes sampled", file=sys.stderr)  # stdout is the report
     try:
         for i, env in enumerate(envs):
             obs, _ = env.reset(seed=seed + i)
             ids = [int(t) for t in obs]
             rows.append((ids, [0] * len(ids), [0.0] * len(ids)))
         active = list(range(episodes))
+        turn = 0
         while active:
             samples = engine.generate([rows[i][0] for i in active], max_new_tokens=max_new_tokens,
                                       temperature=temperature, stop_ids=stop_ids, seed=seed + len(rows[active[0]][0]))
@@ -121,7 +125,10 @@ def _sample_episodes(
                 if not (terminated or truncated):
                     still.append(i)
             active = still
+            turn += 1
+            bar.update(episodes - len(active), f"after turn {turn}")
     finally:
+        bar.close()
         for env in envs:
             env.close()
     return rows
@@ -282,17 +289,26 @@ def _print(report: DoctorReport) -> None:
 
 def doctor_main(argv: list[str] | None = None) -> int:
     """``agentgym-train doctor``: exit 0 healthy, 1 warning, 2 unhealthy."""
-    ap = argparse.ArgumentParser(prog="agentgym-train doctor", description=__doc__.splitlines()[0])
+    from agentgym.cli import positive_int
+    from agentgym.leaderboards.cli import parse_kv
+
+    ap = argparse.ArgumentParser(prog="agentgym-train doctor", description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--model", default="tiny",
                     help="checkpoint dir, hub id, 'tiny' or 'tiny:o200k_harmony' (GPT-OSS's real vocabulary)")
-    ap.add_argument("--engine", default="hf", choices=["hf", "openai-http", "vllm"])
+    ap.add_argument("--engine", default="hf", choices=["hf", "openai-http", "vllm"], help="the rollout engine")
     ap.add_argument("--attn", default="eager", help="trainer attention implementation")
-    ap.add_argument("--env", default="agentgym/MathCalc-v0")
-    ap.add_argument("--episodes", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--env", default="agentgym/MathCalc-v0", help="the environment the episodes are played in")
+    ap.add_argument("--episodes", type=positive_int, default=8, help="episodes sampled")
+    ap.add_argument("--max-turns", type=positive_int, default=2,
+                    help="turns per episode (an untrained model never stops: each turn adds max-new-tokens "
+                         "over a growing context)")
+    ap.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=VALUE",
+                    help="gym.make keyword of the env (repeatable), e.g. --env-kwarg prompt=compact")
+    ap.add_argument("--max-new-tokens", type=positive_int, default=64, help="tokens sampled per turn")
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    ap.add_argument("--seed", type=int, default=0, help="task and sampling seed")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
     ap.add_argument("--base-url", help="server URL for --engine openai-http")
     ap.add_argument("--reload", default="agentgym", help="openai-http: the server's reload protocol (agentgym, vllm)")
     ap.add_argument("--engine-dtype", default="bfloat16", choices=sorted(_DTYPES), help="--engine vllm: its dtype")
@@ -309,10 +325,13 @@ def doctor_main(argv: list[str] | None = None) -> int:
         engine_kwargs["reload"] = args.reload
     elif args.engine == "vllm":
         engine_kwargs["dtype"] = args.engine_dtype
+    env_kwargs = {"max_turns": args.max_turns, **parse_kv(args.env_kwarg, "--env-kwarg")}
+    print(f"agentgym-train doctor: {args.episodes} episodes of {args.env} with the {args.engine} engine, up to "
+          f"{env_kwargs['max_turns']} turns x {args.max_new_tokens} new tokens each", file=sys.stderr, flush=True)
     report = run_doctor(args.model, args.engine, args.attn, args.env, args.episodes,
                         max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
                         device=args.device, trainer_dtype=args.trainer_dtype, engine_kwargs=engine_kwargs,
-                        allow_unsafe_attention=args.allow_unsafe_attention)
+                        env_kwargs=env_kwargs, allow_unsafe_attention=args.allow_unsafe_attention)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

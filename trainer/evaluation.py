@@ -22,7 +22,7 @@ problem by problem (:func:`gain`: a paired difference with its standard error).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +59,13 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def collect_fixed(collector: Any, episodes: int | None = None, *, temperature: float, sample_seed: int,
                   options: Any = None, seed_base: int = 0, seeds: Sequence[int] | None = None,
-                  samples: int = 1) -> list[Any]:
+                  samples: int = 1, on_chunk: Callable[[int], None] | None = None) -> list[Any]:
     """Play each problem seed ``samples`` times (problem-major: seed 0's samples first), in
     chunks of the collector's pool. ``seeds`` default: ``seed_base .. seed_base + episodes - 1``.
 
     Chunk ``c`` samples with ``sample_seed + c``: the same problems and the same random numbers
-    every time, so two sets of weights are compared on identical conditions.
+    every time, so two sets of weights are compared on identical conditions. ``on_chunk(n)``
+    is told the episodes done so far after each chunk (progress).
     """
     if seeds is None:
         seeds = [seed_base + i for i in range(episodes or 0)]
@@ -75,6 +76,8 @@ def collect_fixed(collector: Any, episodes: int | None = None, *, temperature: f
         got, _ = collector.collect(order[start:start + chunk], temperature=temperature,
                                    sample_seed=sample_seed + c, options=options)
         trajs += got
+        if on_chunk is not None:
+            on_chunk(len(trajs))
     return trajs
 
 

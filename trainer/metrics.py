@@ -1,5 +1,5 @@
 """Metrics sinks: JSON Lines (always), TensorBoard (when enabled), W&B (when installed and
-enabled), and a live rich progress bar.
+enabled), and progress: a live rich bar on a terminal, plain lines every few seconds elsewhere.
 
 ``metrics.jsonl`` holds one object per record: ``{"phase": "sft"|"train"|"eval", "step": n,
 ...}``. On ``--resume`` the file is cut back to the records of steps the checkpoint covers,
@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
+import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from agentgym.errors import ConfigError
 
-__all__ = ["MetricsLogger", "Progress", "episode_stats", "episode_success", "read_metrics",
-           "truncate_metrics"]
+__all__ = ["MetricsLogger", "PROGRESS_EVERY_S", "Progress", "episode_stats", "episode_success",
+           "progress_every_s", "read_metrics", "truncate_metrics"]
 
 
 def _clean(v: Any) -> Any:
@@ -90,13 +94,46 @@ def truncate_metrics(run_dir: str | Path, keep_lines: int) -> None:
     tmp.replace(path)
 
 
-class Progress:
-    """A rich progress bar with the latest key numbers; silent when disabled."""
+PROGRESS_EVERY_S = 30.0  # a plain progress line at least this often when stdout is not a terminal
 
-    def __init__(self, total: int, description: str, enabled: bool = True) -> None:
+
+def progress_every_s() -> float:
+    """Seconds between plain progress lines (``AGENTGYM_PROGRESS_EVERY_S``, default 30)."""
+    raw = os.environ.get("AGENTGYM_PROGRESS_EVERY_S", "")
+    try:
+        return max(0.05, float(raw)) if raw else PROGRESS_EVERY_S
+    except ValueError:
+        raise ConfigError(f"AGENTGYM_PROGRESS_EVERY_S must be a number of seconds, got {raw!r}") from None
+
+
+class Progress:
+    """Progress of a long loop, never silent for long; nothing at all when disabled.
+
+    On a terminal: a live rich bar (its clock ticks every second). Elsewhere (output to a file,
+    a pipe, CI): plain lines, ``DESCRIPTION n/total (elapsed) info``, one at the start, one at
+    least every :func:`progress_every_s` seconds (a heartbeat thread writes one even while a
+    single long step runs), and one at the end.
+    """
+
+    def __init__(self, total: int, description: str, enabled: bool = True, *, file: TextIO | None = None) -> None:
         self._bar: Any = None
+        self._plain = False
         if not enabled:
             return
+        self.file = file or sys.stdout
+        self.total, self.description = total, description
+        self._done, self._info = 0, ""
+        self._t0 = self._last = time.monotonic()
+        if not self.file.isatty():
+            self._plain = True
+            self._every = progress_every_s()
+            self._lock = threading.Lock()
+            self._stop = threading.Event()
+            self._line()
+            self._beat = threading.Thread(target=self._heartbeat, name="agentgym-progress", daemon=True)
+            self._beat.start()
+            return
+        from rich.console import Console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -108,25 +145,47 @@ class Progress:
 
         self._bar = RichProgress(TextColumn("[bold]{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                                 TextColumn("{task.fields[info]}"), transient=False)
+                                 TextColumn("{task.fields[info]}"), transient=False, console=Console(file=self.file))
         self._task = self._bar.add_task(description, total=total, info="")
         self._bar.start()
+
+    def _line(self, tail: str = "") -> None:
+        elapsed = time.monotonic() - self._t0
+        print(f"{self.description} {self._done}/{self.total} ({elapsed:.0f} s){tail}"
+              + (f" {self._info}" if self._info else ""), file=self.file, flush=True)
+        self._last = time.monotonic()
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(min(1.0, self._every)):
+            with self._lock:
+                if not self._stop.is_set() and time.monotonic() - self._last >= self._every:
+                    self._line()
 
     def update(self, completed: int, info: str = "") -> None:
         if self._bar is not None:
             self._bar.update(self._task, completed=completed, info=info)
+        elif self._plain:
+            with self._lock:
+                self._done, self._info = completed, info
+                if time.monotonic() - self._last >= self._every:
+                    self._line()
 
     def note(self, message: str) -> None:
         """A line that stays on screen (above the live bar, or plain when the bar is off)."""
         if self._bar is not None:
             self._bar.console.print(message, markup=False, highlight=False)
         else:
-            print(message, flush=True)
+            print(message, file=getattr(self, "file", sys.stdout), flush=True)
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+        elif self._plain:
+            self._stop.set()
+            with self._lock:
+                self._line(", done" if self._done >= self.total else ", stopped")
+            self._plain = False
 
 
 def episode_success(traj: Any) -> bool:

@@ -213,6 +213,10 @@ def load_policy(
     ``"tiny:TOKENIZER"`` (``tiny:o200k_harmony``: GPT-OSS's real 201,088-id vocabulary) builds
     :func:`build_tiny_gptoss` for that tokenizer (:func:`tiny_tokenizer`).
     """
+    from agentgym.hub import pretrained_kwargs
+
+    # fails fast offline / for a missing folder, before transformers' slow import
+    hub_kwargs = {} if is_tiny(path) else pretrained_kwargs(path, "model")
     try:
         from transformers import AutoConfig, AutoModelForCausalLM
     except ImportError as e:  # pragma: no cover
@@ -225,7 +229,7 @@ def load_policy(
         model.to(device=device, dtype=dtype or torch.float32)
         return model
     try:
-        config = AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path, **hub_kwargs)
     except (OSError, ValueError) as e:
         raise ConfigError(
             f"could not load a model config from {path!r}: {e}. Expected a local directory with "
@@ -239,7 +243,7 @@ def load_policy(
 
     want = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
     model = forget_quantization(AutoModelForCausalLM.from_pretrained(
-        path, dtype=want, attn_implementation=load_attn, **load_kwargs(config),
+        path, dtype=want, attn_implementation=load_attn, **load_kwargs(config), **hub_kwargs,
     ))
     if attn == "agentgym_flex":
         set_attention(model, attn)

@@ -355,8 +355,16 @@ class RayCollector:
                     faults.env_failures += 1
                     lose(unit, idx, f"env service failed on worker {w}: {str(cause).splitlines()[0][:200]}")
                 else:
+                    # Episodes an infrastructure fault ended inside the worker (its Collector keeps
+                    # the others) are lost like a unit whose env server failed: retried if replayable.
+                    lost = [i for i, t in zip(idx, trajs) if t.meta.get("infra_error")]
                     for i, t in zip(idx, trajs):
-                        out[i] = t
+                        if i not in lost:
+                            out[i] = t
+                    if lost:
+                        faults.env_failures += 1
+                        note = trajs[idx.index(lost[0])].meta["infra_error"]
+                        lose(unit, lost, f"env service failed on worker {w}: {note.splitlines()[0][:200]}")
                     stats.rounds += st.rounds
                     stats.sampled_tokens += st.sampled_tokens
                     stats.env_seconds += st.env_seconds

@@ -8,6 +8,11 @@ next prompt is the trajectory's token stream itself: nothing is decoded and re-e
 
 Group sampling: ``seeds`` may repeat; the same seed gives the same task, so the samples of a
 task form the group of the group baseline.
+
+Infrastructure faults (``agentgym.errors.InfraError``: a container that cannot start at reset,
+a remote env whose server is gone, an engine that times out, or an env's own
+``info["infra_error"]``) end only the episodes they hit: those come back with
+``trajectory.meta["infra_error"]`` set, and :func:`drop_infra` leaves them out of the batch.
 """
 
 from __future__ import annotations
@@ -20,11 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentgym.errors import TrainerError
+from agentgym.errors import InfraError, PoolStepError, TrainerError, infra_note
 from agentgym.trajectory import Trajectory
 from agentgym.vector import EnvPool
 
-__all__ = ["Collector", "RolloutStats", "cut_actions", "group_seeds", "make_prefix_engine"]
+__all__ = ["Collector", "RolloutStats", "cut_actions", "drop_infra", "group_seeds", "make_prefix_engine"]
 
 
 @dataclass
@@ -34,6 +39,26 @@ class RolloutStats:
     sampled_tokens: int
     env_seconds: float
     gen_seconds: float
+
+
+def drop_infra(trajs: Sequence[Trajectory], groups: Sequence[int]) -> tuple[list[Trajectory], list[int], int]:
+    """The episodes a batch may use: those lost to an infrastructure fault (``meta["infra_error"]``)
+    are neither outcomes nor failures of the policy, so they are masked out of the update (and
+    of evaluations); returns (trajectories, their group ids, how many were dropped)."""
+    keep = [i for i, t in enumerate(trajs) if not t.meta.get("infra_error")]
+    if not keep and trajs:
+        raise InfraError(f"every one of the {len(trajs)} episodes was lost to an infrastructure fault (first: "
+                         f"{trajs[0].meta['infra_error']}): the sandbox engine, env server or inference "
+                         "server is down; fix it and continue with --resume")
+    return [trajs[i] for i in keep], [groups[i] for i in keep], len(trajs) - len(keep)
+
+
+def _faults(e: PoolStepError) -> dict[int, str]:
+    """The infrastructure faults among a pool's exceptions; re-raise if any other kind is there."""
+    other = [x for x in e.errors.values() if not isinstance(x, InfraError)]
+    if other:
+        raise other[0]
+    return {i: infra_note(x) for i, x in e.errors.items()}
 
 
 def group_seeds(first_seed: int, tasks: int, samples_per_task: int) -> tuple[list[int], list[int]]:
@@ -93,31 +118,49 @@ class Collector:
         if len(per) != n:
             raise TrainerError(f"{len(per)} option dicts for {n} episodes; pass one per seed "
                                "or a single dict for all")
+        lost: dict[int, str] = {}  # episode -> infrastructure fault that ended it (module doc)
         if n == len(self.pool) and all(o is per[0] for o in per):
-            self.pool.reset(seeds, options=per[0])  # concurrent (sandboxes, servers start in parallel)
+            try:
+                self.pool.reset(seeds, options=per[0])  # concurrent (sandboxes, servers start in parallel)
+            except PoolStepError as e:
+                lost.update(_faults(e))
         else:
             for i, s in enumerate(seeds):
-                self.pool.reset_one(i, seed=s, options=per[i])
+                try:
+                    self.pool.reset_one(i, seed=s, options=per[i])
+                except InfraError as e:
+                    lost[i] = infra_note(e)
+        no_episode = set(lost)  # reset failed: nothing of these episodes exists
         env_s = time.perf_counter() - t0  # the prompts now sit in each env's trajectory
         gen_s = 0.0
-        active = list(range(n))
+        active = [i for i in range(n) if i not in lost]
         rounds = sampled = 0
         while active:
             prompts = [list(envs[i].unwrapped.trajectory.tokens) for i in active]
             t0 = time.perf_counter()
-            samples = self.engine.generate(
-                prompts, max_new_tokens=self.max_new_tokens, temperature=temperature,
-                stop_ids=self.stop_ids,
-                seed=None if sample_seed is None else sample_seed + rounds)
+            try:
+                samples = self.engine.generate(
+                    prompts, max_new_tokens=self.max_new_tokens, temperature=temperature,
+                    stop_ids=self.stop_ids,
+                    seed=None if sample_seed is None else sample_seed + rounds)
+            except InfraError as e:  # the engine timed out or its server is gone: these episodes are lost
+                lost.update({i: infra_note(e) for i in active})
+                break
             gen_s += time.perf_counter() - t0
             if len(samples) != len(active):
                 raise TrainerError(f"engine returned {len(samples)} samples for {len(active)} prompts")
             t0 = time.perf_counter()
-            results = self.pool.step({i: np.asarray(s.tokens, dtype=np.int64)
-                                      for i, s in zip(active, samples)})
+            try:
+                results = self.pool.step({i: np.asarray(s.tokens, dtype=np.int64)
+                                          for i, s in zip(active, samples)})
+            except PoolStepError as e:  # e.g. a remote env whose server died: the others go on
+                lost.update(_faults(e))
+                results = e.results
             env_s += time.perf_counter() - t0
             still = []
             for i, s in zip(active, samples):
+                if i not in results:
+                    continue
                 traj = envs[i].unwrapped.trajectory
                 turn = len(traj.turns) - 1
                 t = traj.turns[turn]
@@ -132,7 +175,14 @@ class Collector:
                     still.append(i)
             active = still
             rounds += 1
-        trajs = [copy.deepcopy(envs[i].unwrapped.trajectory) for i in range(n)]
+        trajs = []
+        for i in range(n):
+            u = envs[i].unwrapped
+            traj = (Trajectory(env_id=u.env_id, seed=seeds[i], task_id="", tokenizer="")
+                    if i in no_episode else copy.deepcopy(u.trajectory))
+            if i in lost:
+                traj.meta["infra_error"] = lost[i]
+            trajs.append(traj)
         return trajs, RolloutStats(n, rounds, sampled, env_s, gen_s)
 
     def close(self) -> None:

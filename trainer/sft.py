@@ -41,8 +41,8 @@ from agentgym.trainer.batch import make_batch, prefix_forward
 from agentgym.trajectory import Trajectory
 
 __all__ = ["ORACLES", "TEACHERS", "demonstrations", "find_oracle", "flip_sign", "guess_answer",
-           "guessing_teacher", "load_moments", "make_teacher", "run_sft", "save_moments", "sft_step",
-           "sign_flipping_teacher", "stop_reason"]
+           "guessing_teacher", "load_moments", "make_teacher", "run_sft", "save_moments", "sft_optimizer",
+           "sft_step", "sign_flipping_teacher", "stop_reason"]
 
 Policy = Callable[[Any], np.ndarray]  # env -> the next action's token ids
 
@@ -203,23 +203,12 @@ def stop_reason(sc: Any, check: dict[str, float]) -> str | None:
     return None
 
 
-def run_sft(cfg: Any, setup: Any, log: Any, *, held: Any = None,
-            check: Callable[[int], dict[str, float]] | None = None) -> dict[str, Any]:
-    """The warm start of a run: up to ``cfg.sft.steps`` steps of ``cfg.sft.batch_size`` demos
-    from the train split. ``check(step)`` is the held-out stopping check (pass@1, pass@k),
-    run every ``sft.check_every`` steps from ``sft.check_from`` on; the warm start stops at the
-    first :func:`stop_reason`. Returns the last step's statistics plus ``steps`` (taken) and
-    ``stop_reason``. The AdamW it used is left in ``setup.sft_optimizer`` (saved with the warm
-    start, so that arms loading it continue from the same moments)."""
-    from agentgym.trainer.metrics import Progress
-
+def sft_optimizer(cfg: Any, model: torch.nn.Module) -> tuple[torch.optim.Optimizer, Any]:
+    """The warm start's AdamW and its schedule (linear warmup, then constant or cosine to 10%)."""
     sc = cfg.sft
-    teacher, oracle = make_teacher(cfg.env.id, sc), find_oracle(cfg.env.id)
-    env = setup.make_env(cfg.env.train_split)
-    options = setup.train_options()
-    opt = torch.optim.AdamW(setup.model.parameters(), lr=sc.lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=sc.lr, weight_decay=0.0)
 
-    def lr_at(i: int) -> float:  # linear warmup, then constant or cosine down to 10% of the peak
+    def lr_at(i: int) -> float:
         if i < sc.warmup_steps:
             return (i + 1) / sc.warmup_steps
         if sc.schedule == "constant":
@@ -227,12 +216,37 @@ def run_sft(cfg: Any, setup: Any, log: Any, *, held: Any = None,
         frac = (i - sc.warmup_steps) / max(1, sc.steps - sc.warmup_steps)
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+
+
+def run_sft(cfg: Any, setup: Any, log: Any, *, held: Any = None,
+            check: Callable[[int], dict[str, float]] | None = None, start: int = 0,
+            optimizer: torch.optim.Optimizer | None = None, scheduler: Any = None,
+            checkpoint: Callable[[int, Any, Any], None] | None = None) -> dict[str, Any]:
+    """The warm start of a run: up to ``cfg.sft.steps`` steps of ``cfg.sft.batch_size`` demos
+    from the train split. ``check(step)`` is the held-out stopping check (pass@1, pass@k),
+    run every ``sft.check_every`` steps from ``sft.check_from`` on; the warm start stops at the
+    first :func:`stop_reason`. Returns the last step's statistics plus ``steps`` (taken) and
+    ``stop_reason``. The AdamW it used is left in ``setup.sft_optimizer`` (saved with the warm
+    start, so that arms loading it continue from the same moments).
+
+    ``start``, ``optimizer``, ``scheduler``: continue a warm start restored from a checkpoint at
+    step ``start`` (demonstrations are a function of the step, so the rest is replayed exactly).
+    ``checkpoint(step, optimizer, scheduler)`` is called every ``sft.checkpoint_every`` steps.
+    """
+    from agentgym.trainer.metrics import Progress
+
+    sc = cfg.sft
+    teacher, oracle = make_teacher(cfg.env.id, sc), find_oracle(cfg.env.id)
+    env = setup.make_env(cfg.env.train_split)
+    options = setup.train_options()
+    opt, sched = (optimizer, scheduler) if optimizer is not None else sft_optimizer(cfg, setup.model)
     bar = Progress(sc.steps, "warm start", cfg.log.progress)
+    bar.update(start)
     stats: dict[str, Any] = {}
-    reason, done = "max steps", 0
+    reason, done = "max steps", start
     try:
-        for i in range(sc.steps):
+        for i in range(start, sc.steps):
             t0 = time.perf_counter()
             seeds = [sc.seed + i * sc.batch_size + j for j in range(sc.batch_size)]
             trajs = demonstrations(env, oracle if i < sc.oracle_steps else teacher, seeds, options, held)
@@ -255,6 +269,9 @@ def run_sft(cfg: Any, setup: Any, log: Any, *, held: Any = None,
                        + (f" check pass@1 {stats['check_pass_at_1']:.2f}" if "check_pass_at_1" in stats else ""))
             if reason != "max steps":
                 break
+            if checkpoint is not None and sc.checkpoint_every and done % sc.checkpoint_every == 0 \
+                    and done < sc.steps:
+                checkpoint(done, opt, sched)
     finally:
         bar.close()
         env.close()

@@ -29,6 +29,7 @@ import contextlib
 import copy
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from agentgym.errors import CheckpointError, ConfigError, WarmStartFailed
 from agentgym.trainer import distributed as D
 from agentgym.trainer.batch import make_batch
 from agentgym.trainer.checkpoint import (
+    check_resume_identity,
     latest_checkpoint,
     load_checkpoint,
     load_weights,
@@ -48,7 +50,7 @@ from agentgym.trainer.checkpoint import (
 )
 from agentgym.trainer.config import TrainConfig
 from agentgym.trainer.curriculum import CurriculumSampler
-from agentgym.trainer.evaluation import collect_fixed, eval_record
+from agentgym.trainer.evaluation import STAGE_NAMES, collect_fixed, eval_record
 from agentgym.trainer.health import HealthMonitor
 from agentgym.trainer.heldout import HeldOut
 from agentgym.trainer.metrics import (
@@ -60,7 +62,7 @@ from agentgym.trainer.metrics import (
     truncate_metrics,
 )
 from agentgym.trainer.ray_rollout import drop_failed
-from agentgym.trainer.rollout import Collector, group_seeds
+from agentgym.trainer.rollout import Collector, drop_infra, group_seeds
 from agentgym.trainer.update import check_finite, ppo_update
 
 __all__ = ["Setup", "Trainer", "build_setup", "check_finite", "load_weights"]
@@ -344,6 +346,14 @@ class _Silent:
 class Trainer:
     def __init__(self, cfg: TrainConfig, *, resume: bool = False, engine: Any = None) -> None:
         self.cfg = cfg
+        run_dir = Path(cfg.log.run_dir)
+        if resume and latest_checkpoint(run_dir) is None:  # said, and started over cleanly
+            if os.environ.get("RANK", "0") == "0":
+                print(f"agentgym-train: no checkpoint yet in {run_dir}; starting over (a new metrics.jsonl)",
+                      flush=True)
+            resume = False
+        elif resume:
+            check_resume_identity(run_dir, cfg)  # before anything is built
         self.s: Setup = build_setup(cfg, engine=engine)
         self.main = self.s.dist is None or self.s.dist.is_main
         if self.s.dist is not None and (cfg.algo != "ppo" or cfg.ppo.drop_uniform_groups):
@@ -358,7 +368,8 @@ class Trainer:
         self.curriculum = CurriculumSampler(cfg.curriculum, seed=cfg.seed)
         self.held = HeldOut.build(cfg, self.s.make_env)
         self._demo_env: Any = None  # algo=sft: the oracle's train-split env
-        run_dir = Path(cfg.log.run_dir)
+        self.sft_resume: tuple[int, Any, Any] | None = None  # (step, optimizer, scheduler) of a killed warm start
+        self.sft_summary: dict[str, Any] = {}  # the warm start's steps and stop reason (for its verdict)
         if resume:
             self._resume()
             self.engine_version = self.step  # _resume synced the engine
@@ -390,18 +401,23 @@ class Trainer:
         if not self.sft_done:
             from agentgym.trainer.sft import run_sft
 
-            if cfg.log.eval_every:
+            start, opt, sched = self.sft_resume or (0, None, None)
+            if cfg.log.eval_every and not start:
                 self._evaluate("init", full=False)  # the untrained policy: where it starts
             with s.compute():
                 done = run_sft(cfg, s, self.log, held=self.held,
-                               check=self._sft_check if cfg.sft.check_every else None)
+                               check=self._sft_check if cfg.sft.check_every else None, start=start,
+                               optimizer=opt, scheduler=sched,
+                               checkpoint=self._checkpoint_sft if s.dist is None else None)
             self.sft_done = True
+            self.sft_summary = {"steps": int(done["steps"]), "stop_reason": str(done["stop_reason"])}
             s.after_warm_start()
             s.start_reference(resumed=False)
+            self._checkpoint()  # before the long evaluation: a kill from here on never redoes the warm start
+        if cfg.sft.steps and self.step == 0:  # (a resume from that checkpoint cut the file back before it)
             ev = self._evaluate("warm_start", full=True)
-            verdict = self._warm_start_verdict(ev, steps=int(done["steps"]), stop_reason=str(done["stop_reason"]))
-            self._checkpoint()
-            self._check_warm_start(verdict)
+            self._check_warm_start(self._warm_start_verdict(ev, steps=self.sft_summary.get("steps"),
+                                                            stop_reason=self.sft_summary.get("stop_reason")))
         elif cfg.sft.load and self.step == 0 and not self.resumed:
             self._check_warm_start(self._load_warm_start())
         bar = Progress(cfg.ppo.steps, cfg.arm(), cfg.log.progress and self.main)
@@ -559,6 +575,7 @@ class Trainer:
         levels = ([o[cfg.curriculum.option] for o, t in zip(options[keep.start:keep.stop], trajs)
                    if "failed" not in t.meta] if self.curriculum.enabled else [])
         trajs, groups, failed = drop_failed(trajs, groups)  # episodes lost with a Ray worker
+        trajs, groups, infra = drop_infra(trajs, groups)  # lost to a dead sandbox / server / engine: no outcome
         for t in trajs:
             t.meta["policy_version"] = self.engine_version
         overlap = self.held.overlap(trajs, f"step {step + 1}")
@@ -569,7 +586,8 @@ class Trainer:
             write_jsonl(f"{cfg.log.run_dir}/trajectories.jsonl", everyone, append=True)
         metrics: dict[str, Any] = episode_stats(everyone)
         metrics.update(gen_s=rstats.gen_seconds, env_s=rstats.env_seconds,
-                       episodes_failed=D.all_reduce_sum(failed), held_out_overlap=D.all_reduce_sum(overlap),
+                       episodes_failed=D.all_reduce_sum(failed), episodes_infra=D.all_reduce_sum(infra),
+                       held_out_overlap=D.all_reduce_sum(overlap),
                        overlong_frac=sum(1 for t in everyone if self._cut(t)) / max(len(everyone), 1))
         if self.curriculum.enabled:  # every rank's episodes, so all ranks keep the same state
             seen = [x for part in D.all_gather_objects(
@@ -647,21 +665,28 @@ class Trainer:
             runs.append(("sampled_", cfg.rollout.temperature, cfg.log.eval_samples if full else 1))
         m: dict[str, Any] = {"stage": stage}
         for prefix, temperature, samples in runs:
-            with s.compute():
-                trajs = collect_fixed(s.eval_collector, temperature=temperature,
-                                      sample_seed=12345 + mine.start * samples, options=s.eval_options(),
-                                      seeds=[seeds[i] for i in mine], samples=samples)
+            bar = Progress(len(mine) * samples, f"eval {STAGE_NAMES.get(stage, stage)} T={temperature:g}",
+                           cfg.log.progress and self.main)
+            try:
+                with s.compute():
+                    trajs = collect_fixed(s.eval_collector, temperature=temperature,
+                                          sample_seed=12345 + mine.start * samples, options=s.eval_options(),
+                                          seeds=[seeds[i] for i in mine], samples=samples, on_chunk=bar.update)
+            finally:
+                bar.close()
             trajs, _, _ = drop_failed(trajs, list(range(len(trajs))))  # lost with a Ray worker
+            trajs, _, infra = drop_infra(trajs, list(range(len(trajs))))  # no outcome: not a failure either
             if s.dist is not None and s.dist.tp_rank:
-                trajs = []  # the other ranks of this engine hold the same episodes
+                trajs, infra = [], 0  # the other ranks of this engine hold the same episodes
             m.update(eval_record([t for part in D.all_gather_objects(trajs) for t in part], temperature, prefix,
                                  samples=samples, needs_tool=self.held.needs_tool, task_ids=ids))
+            m[prefix + "episodes_infra"] = D.all_reduce_sum(infra)
         self.log.log("eval", self.step, m)
         return m
 
     def _checkpoint(self) -> None:
         cfg, s = self.cfg, self.s
-        state = {"sft_done": self.sft_done, "score_stats": self.score_stats,
+        state = {"sft_done": self.sft_done, "sft_summary": self.sft_summary, "score_stats": self.score_stats,
                  "metrics_lines": len(read_metrics(cfg.log.run_dir)) if self.main else 0,
                  "world_size": s.dist.world if s.dist is not None else 1,
                  "curriculum": self.curriculum.state_dict()}
@@ -669,16 +694,34 @@ class Trainer:
                         scheduler=s.scheduler, value_head=s.value_head, state=state,
                         keep=cfg.log.keep_checkpoints)
 
+    def _checkpoint_sft(self, sft_step: int, optimizer: Any, scheduler: Any) -> None:
+        """A checkpoint inside the warm start: the policy with the warm start's own optimizer."""
+        cfg, s = self.cfg, self.s
+        state = {"sft_done": False, "sft_step": sft_step, "score_stats": self.score_stats,
+                 "metrics_lines": len(read_metrics(cfg.log.run_dir)) if self.main else 0, "world_size": 1,
+                 "curriculum": self.curriculum.state_dict()}
+        save_checkpoint(cfg.log.run_dir, 0, model=s.model, optimizer=optimizer, scheduler=scheduler,
+                        value_head=s.value_head, state=state, keep=cfg.log.keep_checkpoints)
+
     def _resume(self) -> None:
         ckpt = latest_checkpoint(self.cfg.log.run_dir)
         if ckpt is None:
-            return  # nothing saved yet: start over (the metrics file is reset by build_setup)
+            return  # Trainer.__init__ said so and started over
         s = self.s
-        state = load_checkpoint(ckpt, model=s.model, optimizer=s.optimizer, scheduler=s.scheduler,
-                                value_head=s.value_head)
+        mid_warm_start = "sft_step" in json.loads((ckpt / "state.json").read_text())
+        if mid_warm_start:  # killed during the warm start: its own optimizer and schedule come back
+            from agentgym.trainer.sft import sft_optimizer
+
+            opt, sched = sft_optimizer(self.cfg, s.model)
+            state = load_checkpoint(ckpt, model=s.model, optimizer=opt, scheduler=sched, value_head=s.value_head)
+            self.sft_resume = (int(state["sft_step"]), opt, sched)
+        else:
+            state = load_checkpoint(ckpt, model=s.model, optimizer=s.optimizer, scheduler=s.scheduler,
+                                    value_head=s.value_head)
         self.resumed = True
         self.step = int(state["step"])
         self.sft_done = bool(state["sft_done"])
+        self.sft_summary = dict(state.get("sft_summary", {}))
         self.score_stats = list(state["score_stats"])
         if "curriculum" in state:
             self.curriculum.load_state_dict(state["curriculum"])

@@ -132,7 +132,9 @@ def assistant_turn(message: Any) -> AssistantTurn:
         notes.append(f"expected an assistant message (a dict with content and/or tool_calls), "
                      f"got {type(message).__name__}; read as an empty answer")
         message = {}
-    if message.get("role", "assistant") != "assistant":
+    if "role" not in message:
+        notes.append("the message has no role; read as 'assistant'")
+    elif message.get("role") != "assistant":
         notes.append(f"role {message.get('role')!r} read as 'assistant'")
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     raw_calls = message.get("tool_calls") or []

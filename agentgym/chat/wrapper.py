@@ -18,6 +18,7 @@ several parallel tool calls: Harmony runs one call per turn; the others are list
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -26,7 +27,7 @@ import numpy as np
 from agentgym.chat.messages import action_ids, assistant_turn, observation_messages, tool_schemas
 from agentgym.chat.spaces import AssistantMessageSpace, ChatMessagesSpace
 from agentgym.env import ToolEnv
-from agentgym.errors import ConfigError, EnvStateError
+from agentgym.errors import ActionTypeError, ConfigError, EnvStateError
 
 __all__ = ["ChatWrapper"]
 
@@ -64,6 +65,11 @@ class ChatWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):  # type: ignore
     def step(self, action: Any) -> tuple[list[dict[str, Any]], float, bool, bool, dict[str, Any]]:
         if not self.messages:
             raise EnvStateError("ChatWrapper.step() called before reset()")
+        if not isinstance(action, (str, Mapping)) and not hasattr(action, "model_dump"):
+            hint = (f"; pass one message, e.g. the last: step(messages[-1]) (got a list of {len(action)})"
+                    if isinstance(action, (list, tuple)) else "")
+            raise ActionTypeError(f"ChatWrapper.step() takes one assistant message (a dict with content "
+                                  f"and/or tool_calls, or a str), got {type(action).__name__}{hint}")
         turn = assistant_turn(action)
         if turn.call is not None and not turn.call["id"]:
             turn.call["id"] = f"call_{self._n_calls}"  # deterministic: same episode, same ids

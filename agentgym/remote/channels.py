@@ -8,19 +8,28 @@ session is gone (the server restarted), the channel raises :class:`ServiceError`
 
 The remote env takes any ``Channel``; unit tests pass one over ``httpx.MockTransport`` or an
 in-process function, integration tests the real ones against ``agentgym serve``.
+
+Exit: a WebSocket connection has a receiving thread. Once the interpreter finalizes, that
+thread is frozen, and a polite close (which waits for it) would hang the process for ever.
+So every open WebSocket channel is closed by an ``atexit`` hook, which runs before the freeze,
+and a close that still happens during finalization (``__del__`` of a client nobody closed)
+only shuts the socket.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import inspect
+import sys
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import httpx
 
-from agentgym.errors import AgentGymError, EnvStateError, ServiceError
+from agentgym.errors import AgentGymError, ConfigError, EnvStateError, ServiceError
 from agentgym.remote import wire
 
 __all__ = ["Channel", "HTTPChannel", "WebSocketChannel", "make_channel"]
@@ -64,6 +73,26 @@ class _Retrying:
                             "before stepping again")
 
 
+def _handshake_status(e: BaseException) -> int | None:
+    """The HTTP status a server answered a WebSocket handshake with, if that is what ``e`` is."""
+    response = getattr(e, "response", None)
+    status = getattr(response, "status_code", None) or getattr(e, "status_code", None)
+    return int(status) if isinstance(status, int) else None
+
+
+_OPEN: weakref.WeakSet[WebSocketChannel] = weakref.WeakSet()  # channels with a live connection
+CLOSE_TIMEOUT_S = 2.0  # a polite close waits at most this long for the server's answer
+
+
+def _close_open_channels() -> None:
+    """At exit, before daemon threads freeze: end every session a script left open."""
+    for channel in list(_OPEN):
+        channel.close()
+
+
+atexit.register(_close_open_channels)
+
+
 class WebSocketChannel(_Retrying):
     """One WebSocket connection per session (``ws://host:port/ws``), resumed after a drop.
 
@@ -102,13 +131,21 @@ class WebSocketChannel(_Retrying):
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
                 self._ws = self._connect(self.url, open_timeout=self.connect_timeout,
-                                         max_size=self.max_message_bytes, compression=None)
+                                         max_size=self.max_message_bytes, compression=None,
+                                         close_timeout=CLOSE_TIMEOUT_S)
+                _OPEN.add(self)
                 reply = self._roundtrip(first)
             except TimeoutError:
                 self._drop()
                 raise self._timed_out(first.get("op")) from None
             except (OSError, WebSocketException) as e:
                 self._drop()
+                status = _handshake_status(e)
+                if status is not None:  # a server answered, but not with a WebSocket: no retry helps
+                    raise ConfigError(
+                        f"{self.url} answered the WebSocket handshake with HTTP {status}: the server is up but "
+                        f"has no agentgym WebSocket endpoint at that path. `agentgym serve` listens on "
+                        f"ws://HOST:PORT{wire.WS_PATH} (its HTTP base is http://HOST:PORT)") from None
                 last = e
                 continue
             if not reply.get("ok"):
@@ -156,21 +193,26 @@ class WebSocketChannel(_Retrying):
 
     def _drop(self) -> None:
         ws, self._ws = self._ws, None
-        if ws is not None:
-            try:
+        _OPEN.discard(self)
+        if ws is None:
+            return
+        try:
+            if sys.is_finalizing():  # the receiving thread is frozen: a handshake would wait for ever
+                ws.socket.close()
+            else:
                 ws.close()
-            except Exception:
-                pass
+        except Exception:
+            pass
 
     def _forget(self) -> None:
         self._drop()
         self.session = self.secret = None
 
     def close(self) -> None:
-        if self._ws is not None and self.session is not None:
+        if self._ws is not None and self.session is not None and not sys.is_finalizing():
             try:
                 self._ws.send(wire.encode({"op": "close"}))
-                self._ws.recv(timeout=min(self.timeout, 5.0))
+                self._ws.recv(timeout=min(self.timeout, CLOSE_TIMEOUT_S))
             except Exception:
                 pass  # the server closes the session on its own once the connection is gone
         self._forget()
@@ -250,7 +292,5 @@ def make_channel(url: str, **kwargs: Any) -> Channel:
         return WebSocketChannel(url, **kwargs)
     if url.startswith(("http://", "https://")):
         return HTTPChannel(url, **kwargs)
-    from agentgym.errors import ConfigError
-
     raise ConfigError(f"url must start with ws:// or http://, got {url!r}; `agentgym serve` prints its "
                       "WebSocket url (ws://HOST:PORT/ws); its HTTP base is http://HOST:PORT")

@@ -12,8 +12,10 @@ the trainer's collector needs no change. Same seed and keyword arguments, same t
 rewards and info as the local env (tested token for token on every registered env).
 
 Errors: a server that cannot be reached, a session that was lost, or a request that timed out
-raise :class:`ServiceError` (the episode in flight is lost; ``reset()`` opens a new session if
-needed); mistakes of the caller (step before reset, refused keyword arguments, a tokenizer
+raise :class:`ServiceLost` (a ServiceError and an InfraError: the episode in flight is lost, and
+the trainer and agentgym-eval count it as an infrastructure fault; ``reset()`` opens a new
+session if needed); an infrastructure fault of the served env comes back as it does locally
+(``info["infra_error"]``); mistakes of the caller (step before reset, refused keyword arguments, a tokenizer
 that differs from the server's) raise the same classes as locally. Bad actions never raise.
 """
 
@@ -27,8 +29,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agentgym.env import token_space
-from agentgym.errors import ConfigError, EnvStateError, ServiceError
+from agentgym.env import as_action_array, token_space
+from agentgym.errors import ConfigError, EnvStateError, InfraError, ServiceError, ServiceLost
 from agentgym.harmony import HarmonyCodec
 from agentgym.remote import wire
 from agentgym.remote.channels import Channel, make_channel
@@ -96,9 +98,11 @@ class RemoteEnv(gym.Env[np.ndarray, np.ndarray]):
         msg["seq"] = self._seq
         try:
             reply = self.channel.request(msg)
-        except ServiceError:
+        except ServiceError as e:  # the server is gone, hung or lost the session: the episode is lost
             self._state = _State.BROKEN
-            raise
+            if isinstance(e, InfraError):
+                raise
+            raise ServiceLost(str(e)) from None
         if not reply.get("ok"):
             if reply.get("seq") != self._seq:  # refused before it was applied: the seq is not used up
                 self._seq -= 1
@@ -131,6 +135,7 @@ class RemoteEnv(gym.Env[np.ndarray, np.ndarray]):
                 else "the last request to the server failed and the episode is lost; call reset()"
                 if self._state is _State.BROKEN
                 else f"step() called on a {self._state.value} environment; call reset() first")
+        as_action_array(action)  # a program's wrong type raises here, as it does locally
         reply = self._call({"op": "step", "action": wire.encode_action(action)})
         self._apply(reply["delta"])
         info = reply["info"]

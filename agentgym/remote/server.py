@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import signal
 import socket
@@ -161,7 +162,7 @@ def create_app(manager: SessionManager) -> Starlette:
                 "tokenizer": manager.tokenizer_info(), "limits": limits.to_dict(), "protocol": wire.PROTOCOL}
 
     return Starlette(routes=[
-        WebSocketRoute("/ws", ws_endpoint),
+        WebSocketRoute(wire.WS_PATH, ws_endpoint),
         Route(wire.HTTP_PREFIX, http_open, methods=["POST"]),
         Route(wire.HTTP_PREFIX + "/{sid}", http_request, methods=["POST", "DELETE"]),
         Route("/healthz", health, methods=["GET"]),
@@ -210,7 +211,12 @@ def serve(manager: SessionManager, *, host: str = "127.0.0.1", port: int = 0, lo
     # it every small reply waits ~40 ms for a delayed ACK.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        why = "is in use by another process" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e.strerror})"
+        raise ConfigError(f"port {port} on {host} {why}; pick another --port, or --port 0 for a free one") from None
     sock.listen(2048)
     lim = manager.limits
     config = uvicorn.Config(create_app(manager), log_level=log_level, access_log=False, lifespan="on",
@@ -222,7 +228,7 @@ def serve(manager: SessionManager, *, host: str = "127.0.0.1", port: int = 0, lo
     server = uvicorn.Server(config)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
-    url = f"ws://{shown}:{bound}/ws"
+    url = f"ws://{shown}:{bound}{wire.WS_PATH}"
 
     def announce() -> None:
         while not server.started:

@@ -164,9 +164,7 @@ class SessionManager:
                                    "retry later, close idle envs, or start another `agentgym serve`")
             self._reserved += 1
         try:
-            env = self._make_env(self.env_id, **{**kwargs, **self.env_kwargs, "tokenizer": self.tokenizer})
-        except TypeError as e:  # an unknown keyword of the env's constructor
-            raise ConfigError(f"{self.env_id} rejected the keyword arguments {sorted(kwargs)}: {e}") from None
+            env = self._build(kwargs)
         finally:
             with self._lock:
                 self._reserved -= 1
@@ -175,6 +173,19 @@ class SessionManager:
             self._sessions[session.id] = session
             self.created += 1
         return session
+
+    def _build(self, client_kwargs: dict[str, Any]) -> gym.Env:
+        merged = {**client_kwargs, **self.env_kwargs}  # the operator's values win
+        try:
+            return self._make_env(self.env_id, **merged, tokenizer=self.tokenizer)
+        except TypeError as e:  # an unknown keyword of a constructor that does not say it itself
+            raise ConfigError(f"{self.env_id} rejected the keyword arguments {sorted(merged)} (the client's "
+                              f"{sorted(client_kwargs)}, the server's {sorted(self.env_kwargs)}): {e}") from None
+
+    def check(self) -> None:
+        """Build and close one env with the server's own keyword arguments: a typo in
+        ``agentgym serve --env-kwarg`` fails at start-up, not at every client's hello."""
+        self._build({}).close()
 
     def get(self, session_id: str, secret: str) -> Session:
         s = self._sessions.get(session_id)

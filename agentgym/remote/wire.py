@@ -44,6 +44,7 @@ __all__ = [
     "PROTOCOL",
     "READY_PREFIX",
     "SAFE_KWARGS",
+    "WS_PATH",
     "Delta",
     "Limits",
     "decode",
@@ -57,6 +58,7 @@ __all__ = [
 
 PROTOCOL = 1
 HTTP_PREFIX = "/v1/sessions"
+WS_PATH = "/ws"  # the WebSocket endpoint of `agentgym serve`
 # `agentgym serve` prints one line starting with this once it accepts connections.
 READY_PREFIX = "AGENTGYM_SERVE_READY"
 

@@ -8,6 +8,10 @@ Tools (all return text the model reads; a bad call returns a readable error, nev
 * ``run_tests {}``: ``python3 test_visible.py``; ``run_python {code}``;
 * ``submit {}``: run the hidden tests (see :mod:`.judge`) and end the episode.
 
+A sandbox that dies under the episode (its container killed, its runner lost: the work dir is
+then gone) is an infrastructure fault, not a result: the tool raises :class:`SandboxLost` and
+the environment ends the episode with ``info["infra_error"]``.
+
 Sandbox seconds: the durations of the agent's commands (``run_tests``, ``run_python``) are
 summed; each command's timeout is cut to what is left, and when the budget is used up the
 tool says so and the environment truncates the episode. The judge at submit is the
@@ -23,7 +27,7 @@ from typing import Any
 from agentgym.environments.codefix.judge import JudgeReport, judge_argv, judge_payload, parse_judge_output
 from agentgym.environments.codefix.patch import PatchError, apply_unified_diff
 from agentgym.environments.codefix.tasks import CodeFixTask
-from agentgym.errors import ConfigError, SandboxError
+from agentgym.errors import ConfigError, SandboxError, SandboxLost
 from agentgym.sandboxes.base import ExecResult, Sandbox, check_relpath
 from agentgym.tools import Tool, ToolResult
 
@@ -70,7 +74,15 @@ class Workspace:
         self.used_s = 0.0
         self.exhausted = False
         self.report: JudgeReport | None = None
+        self._losses = getattr(sandbox, "runner_losses", 0)
         sandbox.write_files({"solution.py": task.buggy_source, "test_visible.py": task.visible_tests})
+        self.check_alive()
+
+    def check_alive(self) -> None:
+        """SandboxLost if the sandbox lost its runner (and with it the work dir) since the start."""
+        if getattr(self.sandbox, "runner_losses", 0) != self._losses:
+            raise SandboxLost("the episode's sandbox died (container killed or runner lost) and came back "
+                              "with an empty work dir; the episode cannot go on")
 
     # ---------------------------------------------------------------- helpers
     def _path(self, path: str) -> str:
@@ -172,11 +184,13 @@ class Workspace:
     def submit(self) -> ToolResult:
         t = self.task
         payload, nonce = judge_payload(t.judge_spec(), deadline=self.limits.judge_deadline)
+        self.check_alive()
         try:
             res = self.sandbox.run(judge_argv(), stdin=payload, timeout=self.limits.judge_deadline + 15)
-            rep = parse_judge_output(res.stdout, nonce, t.n_units)
-        except SandboxError as e:  # the sandbox died (e.g. killed for memory): a failed submit
-            rep = JudgeReport(0, t.n_units, valid=False, problem=f"sandbox failed during submit: {e}")
+        except SandboxError as e:  # no verdict can be had: a fault of the machine, not a failed submit
+            raise SandboxLost(f"the sandbox failed while judging the submission: {e}") from e
+        self.check_alive()  # the runner died under the judge: its output is no verdict
+        rep = parse_judge_output(res.stdout, nonce, t.n_units)
         self.report = rep
         # The buggy file itself scores its start pass rate by definition: submitting it unchanged
         # gains exactly nothing, whatever a re-run of the judge would say (it measured the start
@@ -192,7 +206,9 @@ class Workspace:
         def guard(fn: Callable[..., ToolResult]) -> Callable[..., ToolResult]:
             def wrapped(**kw: Any) -> ToolResult:
                 try:
-                    return fn(**kw)
+                    result = fn(**kw)
+                    self.check_alive()
+                    return result
                 except ConfigError as e:  # bad paths: '..', absolute, NUL
                     return ToolResult.failure("bad_path", str(e))
                 except (PermissionError, NotADirectoryError) as e:  # through a planted symlink, or a file

@@ -30,6 +30,9 @@ __all__ = ["MathEnv"]
 OPTION_KEYS = ("family", "level", "index")
 
 
+_SINGULAR = {"families": "family", "levels": "level"}
+
+
 def _check_names(kind: str, given: Sequence[str] | str | None, known: Sequence[str]) -> tuple[str, ...]:
     if given is None:
         return tuple(known)
@@ -39,7 +42,7 @@ def _check_names(kind: str, given: Sequence[str] | str | None, known: Sequence[s
     for n in names:
         if n not in known:
             hint = difflib.get_close_matches(str(n), known, n=1)
-            raise ConfigError(f"unknown {kind[:-1]} {n!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
+            raise ConfigError(f"unknown {_SINGULAR.get(kind, kind)} {n!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
                               + f" Known: {list(known)}")
     return names
 

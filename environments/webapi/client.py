@@ -75,8 +75,9 @@ class StoreClient:
     def openapi(self) -> dict[str, Any]:
         return self._admin("GET", "/openapi.json").json()
 
-    def health(self) -> dict[str, Any]:
-        return self._admin("GET", f"{ADMIN_PREFIX}/health").json()
+    def health(self, timeout: float | None = None) -> dict[str, Any]:
+        kw = {} if timeout is None else {"timeout": timeout}
+        return self._admin("GET", f"{ADMIN_PREFIX}/health", **kw).json()
 
     def create_episode(self, key: str) -> None:
         self._admin("POST", f"{ADMIN_PREFIX}/episodes", json={"key": key})

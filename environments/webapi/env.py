@@ -12,6 +12,10 @@ default SQLite files), ``server_url`` (use a server that is already running),
 ``transport`` (an ``httpx.BaseTransport``, e.g. ``httpx.MockTransport`` for offline tests),
 ``request_timeout`` (seconds per tool call), ``test_endpoints`` (adds a slow ``sleep`` tool,
 for tests), plus every ``ToolEnv`` option (tokenizer, reward_mode, max_turns, ...).
+
+A server that dies or hangs under an episode (a call gets no answer and the health check
+fails too, or the final state cannot be read) ends the episode as an infrastructure fault
+(``info["infra_error"]``), not as a 0; the next ``reset`` gets a restarted server.
 """
 
 from __future__ import annotations
@@ -36,12 +40,13 @@ from agentgym.environments.webapi.tasks import (
     goal_state,
     split_tasks,
 )
-from agentgym.errors import ConfigError, ServiceError
+from agentgym.errors import ConfigError, ServiceError, ServiceLost
 from agentgym.tools import Tool, ToolResult
 
 __all__ = ["WebAPIEnv"]
 
 MOCK_BASE_URL = "http://webapi.invalid"  # base URL when only a transport is given
+HEALTH_TIMEOUT_S = 3.0  # after a call got no answer: a server that cannot say it is alive is lost
 
 
 class WebAPIEnv(ToolEnv):
@@ -94,12 +99,27 @@ class WebAPIEnv(ToolEnv):
             if self.client is not None:
                 self.client.close()
             self.client = StoreClient(url, transport=self._transport, timeout_s=self.request_timeout)
-            self._tool_list = tools_from_openapi(self.client.openapi(), self._call_target, self.calls.append)
+            self._tool_list = tools_from_openapi(self.client.openapi(), self._call_target, self._on_call)
         return self.client
 
     def _call_target(self) -> tuple[StoreClient, str]:
         assert self.client is not None and self.episode_key is not None
         return self.client, self.episode_key
+
+    def _on_call(self, record: CallRecord) -> None:
+        self.calls.append(record)
+        if record.status is None:  # no answer: a slow endpoint (the model's business) or a lost server
+            self._check_server()
+
+    def _check_server(self) -> None:
+        """ServiceLost when the server does not answer its health check: the episode's database
+        went with it, so the episode is an infrastructure fault, not the model's failure."""
+        assert self.client is not None
+        try:
+            self.client.health(timeout=HEALTH_TIMEOUT_S)
+        except ServiceError as e:
+            raise ServiceLost(f"the WebAPI server stopped answering mid-episode ({e}); the episode's "
+                              "state is lost") from e
 
     def _drop_episode(self) -> None:
         key, self.episode_key = self.episode_key, None
@@ -137,12 +157,15 @@ class WebAPIEnv(ToolEnv):
         key = uuid.uuid4().hex
         try:
             client.create_episode(key)
-        except ServiceError:
-            if self.server is None:
-                raise  # not our server to restart: the error says which URL failed
+        except ServiceError as e:
+            if self.server is None:  # not our server to restart: the error says which URL failed
+                raise ServiceLost(f"the WebAPI server cannot start an episode: {e}") from e
             self._revive(client)
             client = self._connect()
-            client.create_episode(key)
+            try:
+                client.create_episode(key)
+            except ServiceError as e:
+                raise ServiceLost(f"the WebAPI server cannot start an episode, even restarted: {e}") from e
         self.episode_key = key
 
     def _revive(self, client: StoreClient) -> None:
@@ -167,9 +190,8 @@ class WebAPIEnv(ToolEnv):
         assert self.web_task is not None and self.client is not None and self.episode_key is not None
         try:
             final = self.client.snapshot(self.episode_key)
-        except ServiceError as e:
-            return ToolResult(f"could not read the final state: {e}", ok=False, error="service_unavailable",
-                              terminal=True, outcome=0.0)
+        except ServiceError as e:  # no verdict without the final state: not a 0 for the model
+            raise ServiceLost(f"could not read the episode's final state from the WebAPI server: {e}") from e
         wt = self.web_task
         seen = shown(wt.evidence, self.calls)
         outcome, comps = evaluate(goal_state(wt), final, base_snapshot(), wt.answer, answer,

@@ -181,8 +181,13 @@
         t.parse_errors.length ? el("p", { class: "errors" }, "parse: " + t.parse_errors.join("; ")) : null,
         t.error ? el("p", { class: "errors" }, "error: " + t.error) : null,
         t.observation.map((m) => message(m, true, null)),
-        el("table", { class: "components" }, el("caption", {}, "reward components"),
-          el("tr", {}, comps.map(([k]) => el("th", {}, k))), el("tr", {}, comps.map(([, v]) => el("td", { class: "num" }, v))))));
+        el("table", { class: "components" },
+          el("caption", {}, t.paid ? "reward components: only the outcome is paid (sparse); the others are indicators and counts"
+            : "reward components: indicators and counts, weighted by the env's shaping; the turn's reward is what was paid"),
+          el("tr", {}, el("th", {}, ""), comps.map(([k]) => el("th", {}, k))),
+          el("tr", {}, el("th", {}, "reported"), comps.map(([, v]) => el("td", { class: "num" }, v))),
+          t.paid ? el("tr", { class: "paid" }, el("th", {}, "paid"),
+            comps.map(([k]) => el("td", { class: "num" }, k in t.paid ? fix(t.paid[k], 3) : "-"))) : null)));
     }
     sec.replaceChildren(...parts);
     sec.scrollIntoView();

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from agentgym import ConfigError, EnvStateError
+from agentgym import AgentGymError, ConfigError, EnvStateError, InfraError, Tool
+from agentgym.errors import ActionTypeError, SandboxLost, SandboxStartFailed
 from agentgym.tokenizers import encode_harmony_text
 
 from .toy import EchoEnv
@@ -157,9 +158,6 @@ def test_turn_and_token_budgets_truncate() -> None:
     np.array([], dtype=np.int64),
     np.array([10**9, 5]),
     np.array([-1]),
-    np.array([[1, 2], [3, 4]]),
-    np.array([1.5, 2.5]),
-    ["a", "b"],
 ])
 def test_rejected_actions_leave_the_stream_unchanged(action) -> None:
     env = EchoEnv()
@@ -167,6 +165,36 @@ def test_rejected_actions_leave_the_stream_unchanged(action) -> None:
     before = list(env.trajectory.tokens)
     obs, r, term, trunc, info = env.step(action)
     assert obs.size == 0 and info["error"] and env.trajectory.tokens == before
+
+
+@pytest.mark.parametrize(("action", "hint"), [
+    ("hello", "TextWrapper"),
+    (b"hello", "TextWrapper"),
+    ({"role": "assistant", "content": "hi"}, "ChatWrapper"),
+    (None, "ChatWrapper"),
+    (np.array([[1, 2], [3, 4]]), "1-D integer array"),
+    (np.array([1.5, 2.5]), "dtype float64"),
+    (["a", "b"], "1-D integer array"),
+    ([[1], [2, 3]], "ragged"),
+])
+def test_an_action_of_the_wrong_python_type_raises_and_uses_no_turn(action, hint: str) -> None:
+    """A program's mistake (text, a message, None) is not a policy's: it raises, naming the fix,
+    and the episode is untouched (no turn used, nothing counted)."""
+    env = EchoEnv(max_turns=1)
+    env.reset(seed=0)
+    before = list(env.trajectory.tokens)
+    with pytest.raises(ActionTypeError, match=hint) as e:
+        env.step(action)
+    assert isinstance(e.value, AgentGymError) and isinstance(e.value, TypeError)
+    assert env.trajectory.tokens == before and env.counts["turns"] == 0 and env.trajectory.turns == []
+    _, _, term, _, _ = env.step(np.array(env.codec.final_ids("x")))  # the one turn is still there
+    assert term
+
+
+def test_a_typo_in_a_constructor_argument_gets_a_did_you_mean() -> None:
+    with pytest.raises(ConfigError, match=r"EchoEnv got unknown keyword argument\(s\) 'max_turn' \(did you "
+                                          r"mean 'max_turns'\?\); it takes: tokenizer, reward_mode"):
+        EchoEnv(max_turn=3)
 
 
 def test_huge_action_is_clipped_and_truncates() -> None:
@@ -240,3 +268,67 @@ def test_a_non_finite_weight_reaches_every_turn_not_floored_away(weight: float) 
     env.reset(seed=0)
     _, r, *_ = env.step(np.array(env.codec.final_ids("wrong")))
     assert not np.isfinite(r)  # the trainer refuses it with NonFiniteError
+
+
+class _FlakyEnv(EchoEnv):
+    """EchoEnv whose echo service dies on the word 'stone' and whose reset can fail to start."""
+
+    fail_reset = False
+
+    def on_reset(self) -> None:
+        if self.fail_reset:
+            raise SandboxStartFailed("could not start a sandbox container: engine busy")
+
+    def tools(self) -> list[Tool]:
+        def echo(word: str) -> str:
+            if word == "stone":
+                raise SandboxLost("the episode's sandbox died")
+            return word.upper()
+
+        return [Tool("echo", "Returns the word in upper case.",
+                     {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}, echo)]
+
+
+@pytest.mark.parametrize("mode", ["sparse", "shaped"])
+def test_an_infrastructure_fault_ends_the_episode_without_an_outcome(mode: str) -> None:
+    env = _FlakyEnv(reward_mode=mode)
+    env.reset(seed=0)
+    call = np.array(env.codec.tool_call_ids("echo", {"word": "stone"}))
+    obs, r, term, trunc, info = env.step(call)
+    assert (obs.size, r, term, trunc) == (0, 0.0, False, True)
+    assert info["infra_error"] == "SandboxLost: the episode's sandbox died" and info["error"] == "infra_error"
+    traj = env.trajectory
+    assert traj.infra_error == info["infra_error"] and traj.truncated and not traj.terminated
+    assert traj.turns[-1].components == {} and traj.tokens[traj.turns[-1].action_start:] == call.tolist()
+    with pytest.raises(EnvStateError):
+        env.step(call)
+    env.reset(seed=0)  # the next episode starts clean
+    assert env.trajectory.infra_error is None
+
+
+def test_a_reset_that_meets_an_infrastructure_fault_raises_it_and_leaves_no_episode() -> None:
+    env = _FlakyEnv()
+    env.reset(seed=0)
+    env.fail_reset = True
+    with pytest.raises(InfraError, match="could not start"):
+        env.reset(seed=1)
+    with pytest.raises(EnvStateError, match="reset"):
+        env.step(np.array([1, 2]))
+    env.fail_reset = False
+    env.reset(seed=1)
+
+
+@pytest.mark.parametrize("mode", ["sparse", "shaped"])
+def test_reward_paid_holds_what_was_paid_and_components_the_indicators(mode: str) -> None:
+    env = EchoEnv(reward_mode=mode)
+    env.reset(seed=3)
+    word = env.task.prompt.split()[-1]
+    _, r1, _, _, info1 = env.step(np.array(env.codec.tool_call_ids("echo", {"word": word})))
+    assert info1["reward_components"]["turn"] == 1.0 and info1["reward_paid"] == {} and r1 == 0.0
+    _, r2, term, _, info2 = env.step(np.array(env.codec.final_ids(word.upper())))
+    assert term and info2["reward_components"]["format"] == 1.0  # an indicator, always reported
+    assert sum(info2["reward_paid"].values()) == pytest.approx(r2)
+    if mode == "sparse":
+        assert info2["reward_paid"] == {"outcome": 1.0}  # turn and format are not paid in sparse mode
+    else:
+        assert info2["reward_paid"] == pytest.approx({"outcome": 1.0, "process_bonus": 0.1 - 0.02})

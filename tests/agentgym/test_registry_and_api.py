@@ -40,6 +40,22 @@ def test_unknown_id_suggests_a_close_match() -> None:
         gym.make("agentgym/Mathh-v0")
 
 
+@pytest.mark.parametrize("env_id", ["agentgym/Math-v0", "agentgym/MathCalc-v0", "agentgym/MathTool-v0"])
+def test_step_before_reset_through_gym_make_raises_agentgyms_own_error(env_id: str) -> None:
+    env = gym.make(env_id)
+    with pytest.raises(agentgym.EnvStateError, match="call reset"):
+        env.step(np.array([1, 2, 3]))
+    env.close()
+
+
+def test_a_constructor_typo_through_gym_make_names_the_env_and_suggests() -> None:
+    with pytest.raises(agentgym.ConfigError, match=r"MathEnv got unknown keyword argument\(s\) 'famlies' "
+                                                   r"\(did you mean 'families'\?\)"):
+        gym.make("agentgym/Math-v0", famlies=["arithmetic"])
+    with pytest.raises(agentgym.ConfigError, match=r"unknown family 'arithmetc'; did you mean 'arithmetic'"):
+        gym.make("agentgym/Math-v0", families=["arithmetc"])
+
+
 def test_register_rejects_ids_outside_the_namespace() -> None:
     with pytest.raises(agentgym.ConfigError, match="namespace"):
         agentgym.register("Echo-v0", "x:y")
@@ -47,8 +63,8 @@ def test_register_rejects_ids_outside_the_namespace() -> None:
 
 def test_public_surface_is_pinned() -> None:
     assert set(agentgym.__all__) == {
-        "AgentGymError", "ByteTokenizer", "ChatWrapper", "CheckpointError", "ConfigError", "DatasetError", "EnvPool",
-        "EnvStateError", "HFTokenizer", "HarmonyCodec", "Message", "NonFiniteError", "ParsedAction",
+        "ActionTypeError", "AgentGymError", "ByteTokenizer", "ChatWrapper", "CheckpointError", "ConfigError", "DatasetError", "EnvPool",
+        "EnvStateError", "HFTokenizer", "HarmonyCodec", "InfraError", "Message", "NonFiniteError", "ParsedAction",
         "SandboxError", "SandboxStateError", "SandboxUnavailable", "ServiceError", "StepResult",
         "SubmissionError", "Task", "TextWrapper", "TokenizerError", "Tool", "ToolCall", "ToolEnv",
         "ToolResult", "Tokenizer", "TrainerError", "Trajectory", "Turn", "__version__", "as_tokenizer",

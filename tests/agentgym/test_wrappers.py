@@ -8,7 +8,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import agentgym
-from agentgym import TextWrapper
+from agentgym import ActionTypeError, TextWrapper
 from agentgym.wrappers import HarmonyText
 from tests.agentgym.toy import EchoEnv
 
@@ -116,13 +116,14 @@ def test_unrepairable_text_gives_one_clear_error() -> None:
     assert "[agentgym]" in obs and obs.endswith("<|start|>assistant")
 
 
-def test_non_string_action_is_rejected_without_raising() -> None:
+@pytest.mark.parametrize(("action", "hint"), [(12345, "got int$"), ({"content": "x"}, "ChatWrapper"),
+                                              (np.array([1, 2]), "unwrapped env"), (None, "got NoneType")])
+def test_a_non_string_action_is_the_programs_mistake_and_raises(action, hint: str) -> None:
     env = TextWrapper(EchoEnv(reward_mode="shaped"))
     env.reset(seed=2)
-    obs, r, term, trunc, info = env.step(12345)  # type: ignore[arg-type]
-    assert obs == "" and not term and not trunc and "bad_action" in info["error"]
-    assert r == 0.0 and info["reward_components"]["malformed"] == 1.0  # penalised on a correct outcome only
-    assert env.unwrapped.trajectory.turns[-1].action_start == env.unwrapped.trajectory.turns[-1].action_end
+    with pytest.raises(ActionTypeError, match=hint):
+        env.step(action)  # type: ignore[arg-type]
+    assert env.unwrapped.trajectory.turns == []  # no turn used
     _, r, term, _, info = env.step(f"<|channel|>final<|message|>{_word(env).upper()}<|return|>".encode())
     assert term and info["error"] is None
 

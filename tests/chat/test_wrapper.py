@@ -145,3 +145,18 @@ def test_truncation_and_misuse() -> None:
     assert trunc and not term and new == []
     with pytest.raises(ConfigError, match="ToolEnv"):
         ChatWrapper(gym.make("CartPole-v1"))
+
+
+def test_a_list_of_messages_is_the_programs_mistake_and_a_missing_role_gets_a_note() -> None:
+    from agentgym.errors import ActionTypeError
+
+    chat = ChatWrapper(EchoEnv())
+    chat.reset(seed=2)
+    msg = {"role": "assistant", "content": "x"}
+    with pytest.raises(ActionTypeError, match=r"one assistant message.*step\(messages\[-1\]\) \(got a list of 1\)"):
+        chat.step([msg])
+    with pytest.raises(ActionTypeError, match="got NoneType"):
+        chat.step(None)
+    assert chat.inner.trajectory.turns == []  # nothing used up
+    _, _, term, _, info = chat.step({"content": "x"})
+    assert term and info["message_notes"] == ["the message has no role; read as 'assistant'"]

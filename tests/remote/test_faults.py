@@ -173,3 +173,35 @@ def test_import_agentgym_imports_neither_the_server_nor_ray() -> None:
             "'agentgym.remote.sessions', 'uvicorn', 'starlette') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stderr  # the client never imports the server
+
+
+def test_a_url_without_the_ws_path_is_named_not_called_gone(serve_process) -> None:
+    server = serve_process(MATH)
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match=r"answered the WebSocket handshake with HTTP 403: the server is up but has "
+                                          r"no agentgym WebSocket endpoint.*ws://HOST:PORT/ws"):
+        _remote(server.url.removesuffix("/ws"))
+    assert time.monotonic() - t0 < 2  # no retries: a server that answers is not gone
+
+
+def test_a_killed_server_mid_episode_is_an_infrastructure_fault(serve_process) -> None:
+    from agentgym.errors import InfraError
+
+    server = serve_process(MATH)
+    env = _remote(server.url, reconnect_attempts=1)
+    env.reset(seed=0)
+    server.kill()
+    with pytest.raises(InfraError) as e:
+        env.step(np.array([1, 2, 3]))
+    assert isinstance(e.value, ServiceError)  # still the ServiceError it always was
+    env.close()
+
+
+def test_run_oracle_on_a_remote_env_says_where_the_oracle_can_run(serve_process) -> None:
+    from agentgym.oracles import run_oracle
+
+    server = serve_process(MATH)
+    env = _remote(server.url)
+    with pytest.raises(ConfigError, match=r"keeps on its server.*run_oracle\(gym.make\('agentgym/Math-v0'\)\)"):
+        run_oracle(env, seed=0)
+    env.close()

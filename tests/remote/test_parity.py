@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import agentgym
+from agentgym.errors import ActionTypeError
 from agentgym.oracles import get_oracle
 from agentgym.remote.wire import jsonable
 
@@ -35,8 +36,10 @@ def test_every_registered_env_is_covered() -> None:
 
 def _garbage(vocab: int) -> list[Any]:
     """Actions a bad policy sends; each must give the same error observation remotely."""
-    return [np.array([1, 2, 3]), np.array([[1, 2], [3, 4]]), np.array([vocab + 5]), np.array([], dtype=np.int64),
-            np.array([1.5, 2.0]), "not tokens"]
+    return [np.array([1, 2, 3]), np.array([vocab + 5]), np.array([], dtype=np.int64), np.array([-1, 4])]
+
+
+WRONG_TYPES = [np.array([[1, 2], [3, 4]]), np.array([1.5, 2.0]), "not tokens", None, {"content": "x"}]
 
 
 def _play_local(env: gym.Env, seed: int) -> tuple[Any, list[tuple[Any, Any]]]:
@@ -97,6 +100,13 @@ def test_bad_actions_give_the_local_error_observations(serve_process) -> None:
             ro, rr, rterm, rtrunc, ri = remote.step(a)
             assert (ro.tolist(), rr, rterm, rtrunc, ri) == (lo.tolist(), lr, lterm, ltrunc, jsonable(li)), a
             assert ri["error"]
+        assert remote.unwrapped.trajectory.to_dict() == local.unwrapped.trajectory.to_dict()  # type: ignore[attr-defined]
+        for a in WRONG_TYPES:  # a program's mistake raises the same error on both sides, using no turn
+            with pytest.raises(ActionTypeError) as lerr:
+                local.step(a)
+            with pytest.raises(ActionTypeError) as rerr:
+                remote.step(a)
+            assert str(lerr.value) == str(rerr.value)
         assert remote.unwrapped.trajectory.to_dict() == local.unwrapped.trajectory.to_dict()  # type: ignore[attr-defined]
     finally:
         local.close()

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from agentgym.errors import SandboxUnavailable
+from agentgym.errors import InfraError, SandboxUnavailable
 from agentgym.sandboxes import SandboxPool
 from agentgym.sandboxes.docker_backend import docker_client
 from agentgym.sandboxes.orphans import (
@@ -110,6 +110,7 @@ def test_runner_loss_is_reported_and_the_sandbox_recovers(docker_pool: SandboxPo
         docker_pool.client.api.kill(sb.container_id)  # as if the OOM killer took PID 1
         r = sb.run("echo hi")
         assert r.exit_code == -9 and "runner lost" in r.stderr
+        assert sb.runner_losses == 1  # what an episode checks to call it an infrastructure fault
         assert sb.run("echo back").stdout == "back\n"
     finally:
         sb.close()
@@ -249,8 +250,9 @@ def test_a_container_start_that_times_out_is_sandbox_unavailable(monkeypatch: py
     monkeypatch.setattr(docker_backend, "_START_TIMEOUT_S", 0.05)  # no container starts this fast
     pool = SandboxPool(size=1)
     try:
-        with pytest.raises(SandboxUnavailable, match="container"):
+        with pytest.raises(SandboxUnavailable, match="container") as e:
             pool.acquire()
+        assert isinstance(e.value, InfraError)  # one container that did not start: the machine's fault
     finally:
         pool.close()
     assert pool._live == set()  # type: ignore[attr-defined]

@@ -56,3 +56,40 @@ def test_subcommands_delegate(sub: str, needle: str, capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit) as e:
         main([sub, "--help"])
     assert e.value.code == 0 and needle in capsys.readouterr().out
+
+
+def test_no_arguments_print_help_and_start_nothing(tmp_path, capsys: pytest.CaptureFixture[str],  # type: ignore[no-untyped-def]
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: agentgym-train") and "agentgym-train --config cpu-quickstart" in out
+    assert list(tmp_path.iterdir()) == []  # no run dir: nothing ran
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("env.id=agentgym/Maths-v0", "did you mean 'agentgym/Math-v0'?"),
+    ("rollout.engine=vlm", "Did you mean 'vllm'?"),
+    ("log.run_dir=/proc/forbidden", "cannot create files under /proc"),
+    ("model.name=/nonexist/model", "no such directory"),
+])
+def test_a_run_that_would_fail_at_once_is_refused_before_it_starts(override: str, needle: str) -> None:
+    import time
+
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "agentgym.trainer.cli", "--config", "cpu-quickstart", override],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.count("\n") == 1 and time.monotonic() - t0 < 60  # one line, before any model is built
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("env.id=agentgym/Maths-v0", "did you mean 'agentgym/Math-v0'?"),
+    ("rollout.engine=vlm", "unknown engine 'vlm'"),
+    ("log.run_dir=/proc/forbidden", "cannot create files under /proc"),
+])
+def test_dry_run_is_not_consistent_for_a_run_that_would_fail(override: str, needle: str,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--dry-run", "--config", "cpu-quickstart", override]) == 2
+    out = capsys.readouterr().out
+    assert "verdict: NOT consistent" in out and needle in out

@@ -75,3 +75,23 @@ def test_doctor_runs_tiny_gptoss_with_the_real_vocabulary() -> None:
                         max_new_tokens=8, env_kwargs={"max_turns": 1})
     assert report.setup["vocab_size"] == 201_088 and report.verdict == "healthy", report.reasons
     assert report.stats["routing_agree"] == 1.0
+
+
+def test_doctor_help_shows_defaults_and_the_turn_and_env_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        doctor_main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert e.value.code == 0
+    for flag in ("--episodes EPISODES episodes sampled (default: 8)", "--max-turns MAX_TURNS",
+                 "(default: 2)", "--env-kwarg KEY=VALUE", "(default: 64)"):
+        assert flag in out, flag
+
+
+def test_doctor_max_turns_and_env_kwargs_reach_the_env(capsys: pytest.CaptureFixture[str]) -> None:
+    code = doctor_main(["--episodes", "2", "--max-turns", "1", "--max-new-tokens", "8",
+                        "--env-kwarg", "prompt=compact", "--json"])
+    captured = capsys.readouterr()
+    assert "2 episodes of agentgym/MathCalc-v0 with the hf engine, up to 1 turns x 8 new tokens" in captured.err
+    report = json.loads(captured.out)  # stdout is the report alone: progress went to stderr
+    assert code in (0, 1, 2) and report["stats"]["n_seqs"] == 2
+    assert report["stats"]["n_tokens"] <= 2 * 8  # one turn of at most 8 sampled tokens per episode

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import torch
 
-from agentgym.errors import ConfigError, ServiceError
+from agentgym.errors import ConfigError, ServiceError, ServiceLost
 from agentgym.trainer.engines.base import Sample
 from agentgym.trainer.engines.wire import COMPLETIONS_PATH, RELOAD_PATH, completion_request, parse_completion
 
@@ -148,8 +148,8 @@ class OpenAIHTTPEngine:
     def _post(self, path: str, body: dict[str, Any] | None, timeout: float | None = None) -> dict[str, Any]:
         try:
             r = self._client.post(path, json=body, timeout=timeout or self._client.timeout)
-        except httpx.HTTPError as e:
-            raise ServiceError(
+        except httpx.HTTPError as e:  # no answer (down, hung, timed out): an infrastructure fault
+            raise ServiceLost(
                 f"request to {self._client.base_url}{path} failed: {e!r}; is the server running?"
             ) from e
         if r.status_code != 200:

@@ -265,3 +265,22 @@ def test_a_degenerate_program_earns_no_shaped_credit(make: Any, task_id: str, co
     call(env, "write_file", path="solution.py", content=degenerate)
     _, r, *_ = call(env, "submit")
     assert 0.3 <= r < 1.0
+
+
+@pytest.mark.parametrize("when", ["before_a_tool", "before_submit"])
+def test_a_killed_container_is_an_infrastructure_fault_not_a_zero(make: Any, docker_pool: Any, when: str) -> None:
+    """docker kill under a running episode: the work dir is gone, so the episode ends with
+    info["infra_error"], no outcome; the next episode gets a new container and works."""
+    env = make(split="train", level=1)
+    env.reset(seed=0)
+    sb = env.unwrapped.sandbox
+    if when == "before_submit":
+        assert call(env, "run_tests")[4].get("infra_error") is None
+    docker_pool.client.api.kill(sb.container_id)  # as a preempted / crashed machine would
+    name = "submit" if when == "before_submit" else "read_file"
+    _, r, term, trunc, info = call(env, name, **({} if name == "submit" else {"path": "solution.py"}))
+    assert trunc and not term and r == 0.0 and "sandbox died" in info["infra_error"]
+    traj = env.unwrapped.trajectory
+    assert traj.infra_error == info["infra_error"] and traj.turns[-1].components == {}
+    reward, _ = play(env, oracle_policy, seed=0)  # a fresh container: the episode runs to its real outcome
+    assert reward == 1.0 and env.unwrapped.trajectory.infra_error is None

@@ -69,11 +69,12 @@ def test_killed_server_is_detected_and_restarted_for_the_next_episode() -> None:
         old_pid = server.pid
         os.kill(old_pid, signal.SIGKILL)
         server.proc.wait(10)
-        # Mid-episode the agent reads that the service is gone; nothing raises.
-        text, info = call(env, "get_order", order_id=1)
-        assert "service_unavailable" in text and info["tool_result"]["error"] == "service_unavailable"
-        reward, info = final(env, "Done.")
-        assert reward == 0.0 and "could not read the final state" in info["tool_result"]["content"]
+        # Mid-episode: an infrastructure fault ends the episode; it is not the model's 0.
+        _, reward, term, trunc, info = env.step(np.asarray(env.unwrapped.codec.tool_call_ids(
+            "get_order", {"order_id": 1}), dtype=np.int64))
+        assert "WebAPI server stopped answering" in info["infra_error"] and trunc and not term
+        assert env.unwrapped.trajectory.infra_error == info["infra_error"]
+        assert env.unwrapped.trajectory.turns[-1].components == {}  # no outcome recorded
         # The next episode gets a fresh server and works end to end.
         reward, _ = run_episode(env, oracle_action, options={"task_id": t.id})
         assert reward == 1.0
@@ -165,3 +166,25 @@ def test_server_exits_when_its_parent_is_killed_and_leaves_no_files(tmp_path: Pa
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def test_a_server_that_hangs_mid_episode_is_an_infrastructure_fault_not_a_zero() -> None:
+    env = gym.make("agentgym/WebAPI-v0", split="all", request_timeout=1.0)
+    try:
+        t = next(t for t in all_tasks() if t.kind == "cancel")
+        env.reset(options={"task_id": t.id})
+        server = env.unwrapped.server
+        old_pid = server.pid
+        os.kill(old_pid, signal.SIGSTOP)  # alive but deaf, mid-episode
+        try:
+            t0 = time.monotonic()
+            _, _, term, trunc, info = env.step(np.asarray(env.unwrapped.codec.tool_call_ids(
+                "get_order", {"order_id": 1}), dtype=np.int64))
+            assert time.monotonic() - t0 < 10  # the call's timeout + one short health check
+        finally:
+            os.kill(old_pid, signal.SIGCONT)
+        assert trunc and not term and "stopped answering" in info["infra_error"]
+        reward, _ = run_episode(env, oracle_action, options={"task_id": t.id})  # a healthy server again
+        assert reward == 1.0
+    finally:
+        env.close()

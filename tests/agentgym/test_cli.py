@@ -1,0 +1,101 @@
+"""The ``agentgym`` command: one line and an exit code for every mistake, never a traceback."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+
+def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agentgym.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _one_line_error(p: subprocess.CompletedProcess[str], rc: int, *needles: str) -> None:
+    assert p.returncode == rc, (p.returncode, p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr and "Traceback" not in p.stdout, p.stderr
+    for n in needles:
+        assert n in p.stderr, (n, p.stderr)
+
+
+def test_version_and_list_show_what_is_installed() -> None:
+    import agentgym
+
+    p = run_cli("--version")
+    assert p.returncode == 0 and p.stdout.startswith(f"agentgym {agentgym.__version__}")
+    p = run_cli("list")
+    assert p.returncode == 0 and "agentgym/MathCalc-v0" in p.stdout.splitlines()
+    assert any(line.startswith("agentgym/Remote-v0  (adapter") for line in p.stdout.splitlines())
+
+
+@pytest.mark.parametrize(("args", "needles"), [
+    (["demo", "Math-v0"], ["did you mean 'agentgym/Math-v0'?"]),
+    (["demo", "--episodes", "0"], ["--episodes: expected a positive integer"]),
+    (["validate", "agentgym/Math-v0", "--max-tasks", "0"], ["--max-tasks: expected a positive integer"]),
+    (["validate", "agentgym/Math-v0", "--env-arg", "famlies=[arithmetic]", "--max-tasks", "2"],
+     ["MathEnv got unknown keyword argument(s) 'famlies' (did you mean 'families'?)"]),
+    (["validate", "agentgym/Math-v0", "--oracle", "nosuch:fn"], ["cannot import module 'nosuch'"]),
+    (["validate", "agentgym/Maths-v0"], ["did you mean 'agentgym/Math-v0'?"]),
+    (["serve", "agentgym/Math-v0", "--env-kwarg", 'famlies=["arithmetic"]'], ["did you mean 'families'?"]),
+    (["serve", "agentgym/Math-v0", "--tokenizer", "/nonexist"], ["'/nonexist': no such directory"]),
+    (["serve", "agentgym/Maths-v0"], ["did you mean 'agentgym/Math-v0'?"]),
+])
+def test_usage_mistakes_exit_2_with_one_line(args: list[str], needles: list[str]) -> None:
+    _one_line_error(run_cli(*args), 2, *needles)
+
+
+def test_serve_on_a_busy_port_says_so() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        p = run_cli("serve", "agentgym/Math-v0", "--port", str(port))
+    _one_line_error(p, 2, f"port {port} on 127.0.0.1 is in use", "--port 0")
+
+
+ENTRY = {"agentgym": "agentgym.cli:main", "agentgym-eval": "agentgym.leaderboards.cli:eval_main",
+         "agentgym-train": "agentgym.trainer.cli:main"}
+
+
+def _launch(prog: str, *args: str, cwd: str) -> subprocess.Popen[str]:
+    module, fn = ENTRY[prog].split(":")
+    code = f"import sys; from {module} import {fn}; sys.exit({fn}())"
+    return subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=cwd)
+
+
+@pytest.mark.parametrize(("prog", "args", "ready", "message"), [
+    ("agentgym", ["serve", "agentgym/Math-v0", "--port", "0"], "AGENTGYM_SERVE_READY", None),
+    ("agentgym", ["demo", "agentgym/MathCalc-v0", "--episodes", "100000000"], None, "agentgym demo: interrupted"),
+    ("agentgym-eval", ["--suite", "core", "--policy", "do-nothing", "--out", "x.jsonl.gz"], None,
+     "run the same command again to resume"),
+    ("agentgym-train", ["doctor", "--episodes", "16", "--max-turns", "8", "--max-new-tokens", "96"],
+     "agentgym-train doctor:", "agentgym-train: interrupted"),
+])
+def test_one_ctrl_c_stops_a_long_running_command(tmp_path, prog: str, args: list[str], ready: str | None,  # type: ignore[no-untyped-def]
+                                                 message: str | None) -> None:
+    p = _launch(prog, *args, cwd=str(tmp_path))
+    try:
+        assert p.stdout is not None and p.stderr is not None
+        if ready is not None:  # the server announces itself on stdout; the doctor's chatter is on stderr
+            line = (p.stderr if prog == "agentgym-train" else p.stdout).readline()
+            assert ready in line, (line, p.stderr.read() if p.poll() is not None else "")
+        time.sleep(3)  # well into the work
+        assert p.poll() is None, p.stderr.read()
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        rc = p.wait(timeout=30)
+        assert time.monotonic() - t0 < 20
+        err = p.stderr.read()
+        assert "Traceback" not in err, err
+        if message is not None:
+            assert rc == 130 and message in err, (rc, err)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
