@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from agentgym.trainer.config import load_config
 from agentgym.trainer.metrics import read_metrics
 from agentgym.trainer.train import Trainer
