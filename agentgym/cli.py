@@ -31,7 +31,7 @@ def _demo(args: argparse.Namespace) -> int:
     import agentgym
     from agentgym.oracles import ORACLES, run_oracle
 
-    ids = args.env_ids or [i for i in ("agentgym/Math-v0", "agentgym/MathCalc-v0") if i in ORACLES]
+    ids = args.env_ids or [i for i in ("agentgym/Math-v1", "agentgym/MathCalc-v1") if i in ORACLES]
     for env_id in ids:
         if env_id not in ORACLES:
             print(f"{env_id}: no scripted policy; known: {', '.join(sorted(ORACLES))}", file=sys.stderr)
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--episodes", type=int, default=100)
     demo.set_defaults(fn=_demo)
     srv = sub.add_parser("serve", help="serve an environment over WebSocket/HTTP (client: agentgym/Remote-v0)")
-    srv.add_argument("env_id", help="a registered id, e.g. agentgym/MathCalc-v0")
+    srv.add_argument("env_id", help="a registered id, e.g. agentgym/MathCalc-v1")
     srv.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
     srv.add_argument("--port", type=int, default=8700, help="TCP port; 0 picks a free one")
     srv.add_argument("--max-sessions", type=int, default=256, help="env instances held at once")

@@ -22,11 +22,11 @@ NAMESPACE = "agentgym"
 
 # id -> entry point. The single list of built-in environments.
 BUILTIN: dict[str, str] = {
-    "agentgym/Math-v0": "agentgym.environments.math.env:MathEnv",
-    "agentgym/MathCalc-v0": "agentgym.environments.math.calc:MathCalcEnv",
-    "agentgym/MathTool-v0": "agentgym.environments.mathtool.env:MathToolEnv",
-    "agentgym/CodeFix-v0": "agentgym.environments.codefix.env:CodeFixEnv",
-    "agentgym/WebAPI-v0": "agentgym.environments.webapi.env:WebAPIEnv",
+    "agentgym/Math-v1": "agentgym.environments.math.env:MathEnv",
+    "agentgym/MathCalc-v1": "agentgym.environments.math.calc:MathCalcEnv",
+    "agentgym/MathTool-v1": "agentgym.environments.mathtool.env:MathToolEnv",
+    "agentgym/CodeFix-v1": "agentgym.environments.codefix.env:CodeFixEnv",
+    "agentgym/WebAPI-v1": "agentgym.environments.webapi.env:WebAPIEnv",
 }
 # Clients of the environments above rather than environments of their own: registered for
 # gym.make, left out of registered_ids(). Remote-v0: an env served by `agentgym serve`.

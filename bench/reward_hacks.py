@@ -2,9 +2,9 @@
 
     .venv/bin/python bench/reward_hacks.py            # ~3 min on 2 busy cores (needs bubblewrap)
 
-1. WebAPI-v0: "Done." at once (no tool call) on every train and test task, sparse and shaped.
+1. WebAPI-v1: "Done." at once (no tool call) on every train and test task, sparse and shaped.
    Before issue 10 it earned 1.0 on 79 of 339 train and 16 of 93 test tasks (the forbidden ones).
-2. CodeFix-v0: the partial credit a degenerate program would get from the hidden-test pass rate
+2. CodeFix-v1: the partial credit a degenerate program would get from the hidden-test pass rate
    (``pass_rate_delta``): the body of the buggy function replaced by the best of six constants,
    on a sample of train tasks; with and without a no-regression rule (every hidden unit the bug
    passed must still pass). This is why ``pass_rate_delta`` has weight 0 by default.
@@ -30,7 +30,7 @@ def webapi_done() -> None:
     from agentgym.environments.webapi.tasks import split_tasks
 
     for mode in ("sparse", "shaped"):
-        env = gym.make("agentgym/WebAPI-v0", split="all", reward_mode=mode)
+        env = gym.make("agentgym/WebAPI-v1", split="all", reward_mode=mode)
         for split in ("train", "test"):
             tasks, paid = split_tasks(split), Counter[float]()
             for t in tasks:
@@ -39,7 +39,7 @@ def webapi_done() -> None:
                 _, r, *_ = env.step(u.codec.final_ids("Done."))
                 if r != 0:
                     paid[round(float(r), 3)] += 1
-            print(f"WebAPI-v0 {mode:6} {split:5}: {len(tasks)} tasks, 'Done.' at once earned nonzero on "
+            print(f"WebAPI-v1 {mode:6} {split:5}: {len(tasks)} tasks, 'Done.' at once earned nonzero on "
                   f"{sum(paid.values())} {dict(paid) or ''}")
         env.close()
 
@@ -77,7 +77,7 @@ def codefix_constants(backend: str, every: int) -> None:
         sb.close()
     for name, gains in (("pass-rate gain", plain), ("with no regressions", strict)):
         pos = sum(g > 0 for g in gains)
-        print(f"CodeFix-v0 {name:20}: best of {len(CONSTANTS)} constant bodies gains on {pos} of {len(gains)} "
+        print(f"CodeFix-v1 {name:20}: best of {len(CONSTANTS)} constant bodies gains on {pos} of {len(gains)} "
               f"train tasks ({pos / len(gains):.0%}), mean {statistics.mean(gains):.3f}, max {max(gains):.3f}")
     print(f"  largest: {example[0]} `return {example[1]}` gains {example[2]:.3f}")
 

@@ -131,7 +131,7 @@ def run_doctor(
     model: str | nn.Module = "tiny",
     engine: str | Engine = "hf",
     attn_implementation: str = "eager",
-    env_id: str = "agentgym/MathCalc-v0",
+    env_id: str = "agentgym/MathCalc-v1",
     episodes: int = 8,
     *,
     max_new_tokens: int = 64,
@@ -287,7 +287,7 @@ def doctor_main(argv: list[str] | None = None) -> int:
                     help="checkpoint dir, hub id, 'tiny' or 'tiny:o200k_harmony' (GPT-OSS's real vocabulary)")
     ap.add_argument("--engine", default="hf", choices=["hf", "openai-http", "vllm"])
     ap.add_argument("--attn", default="eager", help="trainer attention implementation")
-    ap.add_argument("--env", default="agentgym/MathCalc-v0")
+    ap.add_argument("--env", default="agentgym/MathCalc-v1")
     ap.add_argument("--episodes", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=1.0)

@@ -1,6 +1,6 @@
 """``agentgym/Remote-v0``: an environment served by ``agentgym serve``, with the local token API.
 
-    env = gym.make("agentgym/Remote-v0", url="ws://127.0.0.1:8700/ws", env_id="agentgym/Math-v0",
+    env = gym.make("agentgym/Remote-v0", url="ws://127.0.0.1:8700/ws", env_id="agentgym/Math-v1",
                    reward_mode="shaped")
     obs, info = env.reset(seed=0)        # the same ids the local env returns for seed 0
     obs, reward, terminated, truncated, info = env.step(action_ids)

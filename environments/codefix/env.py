@@ -1,6 +1,6 @@
-"""CodeFix-v0: fix an injected bug in a HumanEval function, in a sandbox, then submit.
+"""CodeFix-v1: fix an injected bug in a HumanEval function, in a sandbox, then submit.
 
-    env = gym.make("agentgym/CodeFix-v0", split="train", level=1)   # sandbox="docker"
+    env = gym.make("agentgym/CodeFix-v1", split="train", level=1)   # sandbox="docker"
     obs, info = env.reset(seed=0)                 # or options={"task_id": ...} / {"index": n} / {"level": 2}
 
 Each episode gets a fresh sandbox (from the shared warm pool for Docker) holding
@@ -57,7 +57,7 @@ def sandbox_factory(spec: SandboxSpec) -> Callable[[], Sandbox]:
 
 
 class CodeFixEnv(ToolEnv):
-    default_id = "agentgym/CodeFix-v0"
+    default_id = "agentgym/CodeFix-v1"
     # Reported, paid only if you opt in (shaping={"pass_rate_delta": 1.0}): partial credit by
     # hidden-test counts pays degenerate programs (`return True` gains up to 0.8 on a task whose
     # bug fails every unit; the best constant gains on 28% of sampled tasks), which is a hack.

@@ -1,4 +1,4 @@
-"""``agentgym/MathCalc-v0``: the same problems plus a ``calculator`` tool; the trainer's CPU task.
+"""``agentgym/MathCalc-v1``: the same problems plus a ``calculator`` tool; the trainer's CPU task.
 
 The intended episode is two turns: call ``calculator`` with the arithmetic, read the number
 it returns, answer it in the final channel. Defaults are short, easy questions ("What is
@@ -38,7 +38,7 @@ def calculate(expression: str) -> str:
 
 
 class MathCalcEnv(MathEnv):
-    default_id = "agentgym/MathCalc-v0"
+    default_id = "agentgym/MathCalc-v1"
     instructions = ("Use the calculator tool to compute the answer, then reply in the final "
                     "channel with only the number.")
 

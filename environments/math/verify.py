@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from agentgym.environments.math import forms
+from agentgym.environments.math.answer_form import Form, check_value, infer_element, parse_form
 from agentgym.environments.math.expr import (
     CONSTANTS,
     FUNCTIONS,
@@ -50,6 +51,7 @@ from agentgym.environments.math.expr import (
 )
 from agentgym.environments.math.latex import (
     extract,
+    extract_with_lead,
     max_depth,
     split_top,
     strip_lead,
@@ -59,7 +61,7 @@ from agentgym.environments.math.latex import (
 from agentgym.environments.math.symbolic import equal as symbolic_equal
 from agentgym.environments.math.values import NotRational, eval_exact, eval_mp, mp_context
 
-__all__ = ["MAX_INPUT", "Verdict", "verify"]
+__all__ = ["MAX_INPUT", "Verdict", "infer_form", "reference_form_problem", "verify"]
 
 MAX_INPUT = 100_000  # characters of a whole final message
 MAX_ITEMS = 50  # elements of a set / tuple / list
@@ -91,6 +93,7 @@ class _Ans:
     bare: bool = False  # seq or list written without brackets ("3, 4", "x = 3, y = 4")
     mark: str | None = None  # scalar: "%" or "°" written after it (forms.mark)
     unitless: Node | None = None  # scalar: the number before a unit ("5 m" -> 5), forms.without_unit
+    equation: str | None = None  # read from "lhs = value" whose lhs is no variable ("x + y = 5")
 
     def __str__(self) -> str:
         if self.kind == "scalar":
@@ -144,7 +147,11 @@ def _structure(s: str, expect_scalar: bool) -> _Ans:
         return _inequality(s)
     eqs = split_top(s, ("=",))
     if len(eqs) > 1:
-        return _structure(eqs[-1], expect_scalar)
+        out = _structure(eqs[-1], expect_scalar)
+        lhs = [e for e in eqs[:-1] if not _is_name(e)]
+        if lhs:
+            out.equation = lhs[0].strip()
+        return out
     unions = split_top(s, ("\\cup", " U "))
     if len(unions) > 1:
         items = [_structure(u, False) for u in unions]
@@ -230,8 +237,24 @@ def _assignment(part: str) -> tuple[str | None, _Ans]:
     eqs = split_top(part, ("=",))
     if len(eqs) > 1 and not _INEQ.search(part):
         lhs = eqs[0].strip()
-        return (lhs if _VAR.fullmatch(lhs) else None), _structure(eqs[-1], True)
+        out = _structure(eqs[-1], True)
+        if not _is_name(lhs):
+            out.equation = lhs
+        return (lhs if _VAR.fullmatch(lhs) else None), out
     return None, _structure(part, True)
+
+
+def _is_name(lhs: str) -> bool:
+    """``x``, ``y'``, ``f(x)``, ``x_1``, ``dy/dx`` (also as LaTeX): the left side of an answer
+    ``x = 3``, not of the question's equation (``x + y = 5``)."""
+    t = lhs.strip()
+    if _VAR.fullmatch(t):
+        return True
+    try:
+        plain = _squash(to_plain(t)).replace("(", "").replace(")", "")
+    except ExprError:
+        return False
+    return _VAR.fullmatch(plain) is not None
 
 
 # ---------------------------------------------------------------------------- comparison
@@ -391,24 +414,38 @@ def _reference(reference: str) -> tuple[str, str, _Ans | None, str]:
         return raw, r, None, str(e)
 
 
-def verify(predicted: str, reference: str) -> Verdict:
+def verify(predicted: str, reference: str, form: str | Form | None = None,
+           given: str | None = None) -> Verdict:
     """Decide whether ``predicted`` (a final message) states the answer ``reference``.
 
-    Never raises on content; unparseable or hostile input gives ``correct=False`` and a reason.
+    ``form`` (a name of :mod:`.answer_form`, e.g. ``"integer"`` or ``"set[fraction]"``): the
+    form the answer must have, checked *before* equivalence; an answer in another form gets
+    ``not_final_form: <why>``. None checks equivalence only. ``given``: the question's own
+    expression, which an answer may never restate. Never raises on content; unparseable or
+    hostile input gives ``correct=False`` and a reason (an unknown ``form`` name is a
+    :class:`ConfigError`: the caller's mistake).
     """
     if not isinstance(predicted, str) or not isinstance(reference, str):
         return Verdict(False, "bad_input: expected two strings", None)
+    spec = parse_form(form) if isinstance(form, str) else form
     if predicted.strip() == reference.strip():  # the common case: microseconds
         return Verdict(True, "equivalent: identical text", reference.strip())
     if len(predicted) > MAX_INPUT:
         return Verdict(False, f"too_long: the answer has {len(predicted)} characters; "
                        f"at most {MAX_INPUT}", None)
-    p = extract(predicted)
+    p, lead = extract_with_lead(predicted)
     if not p:
         return Verdict(False, "unparseable: no answer found in the final message", None)
     r_raw, r, ref, why = _reference(reference)
+    if ref is not None:
+        hedge = _hedged(p, lead)
+        if hedge:
+            return Verdict(False, hedge, None)
     plain = _plain_numbers(p, r_raw)
     if plain is not None:  # two plain numbers: exact arithmetic, no parsing
+        bad = _plain_form(p, spec) if plain and spec is not None else None
+        if bad:
+            return Verdict(False, f"not_final_form: {bad}", p)
         return Verdict(plain, "equivalent" if plain else f"not equivalent: got {p}, expected {r_raw}", p)
     if _squash(p) == _squash(r_raw):
         return Verdict(True, "equivalent: same answer text", p)
@@ -416,6 +453,9 @@ def verify(predicted: str, reference: str) -> Verdict:
         p = _rewrite(p)
         if not p:
             return Verdict(False, "unparseable: no answer found in the final message", None)
+        hedge = _hedged(p)
+        if hedge:
+            return Verdict(False, hedge, None)
         if _squash(p) == _squash(r):
             return Verdict(True, "equivalent: same answer text", p)
     if len(p) > MAX_CHARS or max_depth(p) > MAX_DEPTH:
@@ -427,6 +467,10 @@ def verify(predicted: str, reference: str) -> Verdict:
                        f"math ({why}); compared as text", p)
     try:
         pred = _structure(p, ref.kind == "scalar")
+        if spec is not None:
+            bad = _form_problem(pred, ref, spec, _given(given) if given else None)
+            if bad:
+                return Verdict(False, f"not_final_form: {bad}", str(pred))
         ok = _equal(pred, ref)
     except TooLarge as e:
         return Verdict(False, f"too_large: {e}", None)
@@ -435,3 +479,100 @@ def verify(predicted: str, reference: str) -> Verdict:
     if ok:
         return Verdict(True, "equivalent", str(pred))
     return Verdict(False, f"not equivalent: got {pred}, expected {ref}", str(pred))
+
+
+# ---------------------------------------------------------------------------- form
+# A negation of the answer's value ("the answer is not 3", "\\ne 3", "it isn't \\boxed{3}") or a
+# hedge in the answer ("3, or maybe 4"): the verdict names it; nothing is stripped. A negation
+# elsewhere ("It is 3, not 4", "\\boxed{2} ... no, \\boxed{3}") is about another value.
+_NEG = r"(?:\\(?:neq?|neg|lnot|not)(?![A-Za-z])|≠|¬|!=|=/=|\bnot\b|n't\b|\bnever\b|\bno\b)"
+_NEG_START = re.compile(rf"(?i)^\s*{_NEG}(?!\s*,)")
+_NEG_END = re.compile(rf"(?i){_NEG}\s*(?:(?:be|equals?|equal to|is)\s*)?[:=]?\s*$")
+_HEDGE = re.compile(r"(?i)\b(?:maybe|perhaps|possibly|probably|alternatively|might|could)\b")
+
+
+def _hedged(answer: str, lead: str = "") -> str | None:
+    m = _NEG_START.search(answer) or _NEG_END.search(lead)
+    if m is not None:
+        return f"negated: the answer says {m.group(0).strip()!r} before its value; state the value itself"
+    m = _HEDGE.search(answer)
+    if m is not None:
+        return f"hedged: the answer says {m.group(0)!r}; state one value"
+    return None
+
+
+def _plain_form(p: str, spec: Form) -> str | None:
+    try:
+        return check_value(parse(p), spec.element) if spec.element != "any" else None
+    except ExprError as e:
+        return str(e)
+
+
+@functools.lru_cache(maxsize=1024)
+def _given(text: str) -> Node | None:
+    """The question's expression as a node (None when it does not parse as one value)."""
+    try:
+        a = _structure(_rewrite(extract(text)), True)
+    except (ExprError, RecursionError, ZeroDivisionError, OverflowError, ValueError):
+        return None
+    return a.node if a.kind == "scalar" else None
+
+
+_NUMERIC = ("integer", "decimal", "fraction", "number", "complex")
+
+
+def _form_problem(pred: _Ans, ref: _Ans, spec: Form, given: Node | None) -> str | None:
+    """Why ``pred`` is not in form ``spec`` (every value inside is checked), else None."""
+    if spec.element == "any":
+        return None
+    leaves = _scalars(pred)
+    refs = _scalars(ref)
+    for a in leaves:
+        assert a.node is not None
+        if a.equation is not None:
+            return f"{a.equation} = {to_str(a.node)} is an equation, not a value"
+        node = a.node
+        if a.unitless is not None and spec.element in _NUMERIC and free_symbols(node):
+            node = a.unitless
+        rnode = refs[0].node if len(refs) == 1 and len(leaves) == 1 else None
+        bad = check_value(node, spec.element, reference=rnode, given=given)
+        if bad:
+            return bad
+    return None
+
+
+def _scalars(a: _Ans) -> list[_Ans]:
+    return [a] if a.kind == "scalar" else [x for i in a.items for x in _scalars(i)]
+
+
+def infer_form(reference: str) -> str:
+    """The form a reference is written in (what a dataset row without ``form`` asks for):
+    ``number`` for number literals, ``set[...]``/``tuple[...]``/``interval`` by shape, ``any``
+    for text. See :mod:`.answer_form`."""
+    _raw, _r, ref, _why = _reference(reference)
+    if ref is None:
+        return "any"
+    leaves = _scalars(ref)
+    kinds = {infer_element(x.node) for x in leaves if x.node is not None and not _is_oo(x.node)}
+    element = kinds.pop() if len(kinds) == 1 else "number" if not kinds else "expression"
+    if ref.kind == "scalar":
+        return element
+    if ref.kind == "union" or ref.kind == "seq" and ref.brackets in ("[)", "(]") \
+            or any(x.node is not None and _is_oo(x.node) for x in leaves):
+        return "interval"
+    if element == "antiderivative":
+        element = "expression"
+    return f"{'tuple' if ref.kind == 'seq' else 'set'}[{element}]"
+
+
+def reference_form_problem(reference: str, form: str | Form, given: str | None = None) -> str | None:
+    """Why a reference answer is not in its own ``form`` (None when it is): a dataset whose
+    reference breaks its form could never be answered."""
+    spec = parse_form(form) if isinstance(form, str) else form
+    _raw, _r, ref, why = _reference(reference)
+    if ref is None:
+        return None if spec.element == "any" else f"the reference is not math ({why})"
+    try:
+        return _form_problem(ref, ref, spec, _given(given) if given else None)
+    except (ExprError, RecursionError, ZeroDivisionError, OverflowError, ValueError) as e:
+        return str(e)

@@ -1,10 +1,10 @@
-"""``agentgym/WebAPI-v0``: serve a store's customer through its real HTTP API.
+"""``agentgym/WebAPI-v1``: serve a store's customer through its real HTTP API.
 
 The environment launches (or joins) the store's uvicorn server, gives every episode its
 own database under a fresh episode key, offers one tool per OpenAPI operation, and scores
 the final answer by comparing the episode's database with the task's goal state::
 
-    env = gym.make("agentgym/WebAPI-v0", split="train")
+    env = gym.make("agentgym/WebAPI-v1", split="train")
     obs, info = env.reset(seed=0)                       # or options={"task_id": "cancel-41"}
 
 Options: ``split`` ("train" | "test" | "all"), ``database_url`` (a ``postgresql://`` DSN;
@@ -45,7 +45,7 @@ MOCK_BASE_URL = "http://webapi.invalid"  # base URL when only a transport is giv
 
 
 class WebAPIEnv(ToolEnv):
-    default_id = "agentgym/WebAPI-v0"
+    default_id = "agentgym/WebAPI-v1"
     instructions = POLICY
     # Shaped terms (see reward.py). answer_correct is reported only: the outcome already pays it.
     extra_shaping = {"progress": 0.5, "forbidden_writes": -0.25, "answer_correct": 0.0}

@@ -231,7 +231,7 @@ def test_prompt_sizes_quoted_in_the_docs_are_true() -> None:
         obs, _ = env.reset(seed=0)
         user = env.codec.render_prompt([agentgym.Message("user", env.task.prompt)])
         assert (len(obs), len(obs) - len(user)) == (total, prefix), style
-        assert f"{prefix} byte tokens for MathCalc-v0" in PROMPT_STYLES[style]
+        assert f"{prefix} byte tokens for MathCalc-v1" in PROMPT_STYLES[style]
 
 
 @pytest.mark.parametrize("weight", [float("nan"), float("inf")])

@@ -24,14 +24,14 @@ def test_import_is_light() -> None:
 
 
 def test_make_with_module_prefix_needs_no_import() -> None:
-    out = _run("import gymnasium as gym; e = gym.make('agentgym:agentgym/Math-v0'); "
+    out = _run("import gymnasium as gym; e = gym.make('agentgym:agentgym/Math-v1'); "
                "print(type(e.unwrapped).__name__)")
     assert out == "MathEnv"
 
 
 def test_builtin_ids_are_registered_and_versioned() -> None:
     ids = agentgym.registered_ids()
-    for name in ("Math-v0", "MathCalc-v0", "MathTool-v0", "CodeFix-v0", "WebAPI-v0"):
+    for name in ("Math-v1", "MathCalc-v1", "MathTool-v1", "CodeFix-v1", "WebAPI-v1"):
         assert f"agentgym/{name}" in ids
 
 
@@ -113,4 +113,4 @@ def test_re_registering_an_id_same_entry_point_is_a_no_op_another_is_an_error() 
     with pytest.raises(agentgym.ConfigError, match="already registered"):
         agentgym.register("myorg/Twice-v0", "tests.agentgym.test_env_contract:DescribedEnv")
     with pytest.raises(agentgym.ConfigError, match="already registered"):
-        agentgym.register("agentgym/Math-v0", "my_module:MyMath")
+        agentgym.register("agentgym/Math-v1", "my_module:MyMath")

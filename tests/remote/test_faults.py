@@ -20,7 +20,7 @@ from agentgym.remote import wire
 from agentgym.remote.sessions import SessionManager
 
 pytestmark = pytest.mark.scale  # WebSocket sessions: the [scale] extra (must run in CI)
-MATH = "agentgym/Math-v0"
+MATH = "agentgym/Math-v1"
 
 
 def _remote(url: str, **kw: Any) -> gym.Env:
@@ -121,7 +121,7 @@ def test_oversized_messages_and_refused_kwargs_are_clear_errors(serve_process) -
 
 
 class SlowEnv:
-    """Math-v0 whose step sleeps when the action starts with the byte 'z'."""
+    """Math-v1 whose step sleeps when the action starts with the byte 'z'."""
 
     @staticmethod
     def make(env_id: str, **kwargs: Any) -> gym.Env:

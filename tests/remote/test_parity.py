@@ -17,14 +17,14 @@ from agentgym.oracles import get_oracle
 from agentgym.remote.wire import jsonable
 
 pytestmark = pytest.mark.scale  # WebSocket sessions: the [scale] extra (must run in CI)
-NEEDS_DOCKER = {"agentgym/CodeFix-v0", "agentgym/MathTool-v0"}
+NEEDS_DOCKER = {"agentgym/CodeFix-v1", "agentgym/MathTool-v1"}
 # Constructor keywords each env is made with on both sides (the remote client sends them).
 KWARGS: dict[str, dict[str, Any]] = {
-    "agentgym/Math-v0": {"reward_mode": "shaped"},
-    "agentgym/MathCalc-v0": {"reward_mode": "shaped", "max_turns": 6},
-    "agentgym/MathTool-v0": {"reward_mode": "shaped"},
-    "agentgym/CodeFix-v0": {"reward_mode": "shaped"},
-    "agentgym/WebAPI-v0": {"reward_mode": "shaped"},
+    "agentgym/Math-v1": {"reward_mode": "shaped"},
+    "agentgym/MathCalc-v1": {"reward_mode": "shaped", "max_turns": 6},
+    "agentgym/MathTool-v1": {"reward_mode": "shaped"},
+    "agentgym/CodeFix-v1": {"reward_mode": "shaped"},
+    "agentgym/WebAPI-v1": {"reward_mode": "shaped"},
 }
 SEEDS = (0, 1)
 
@@ -85,7 +85,7 @@ def test_remote_matches_local_token_for_token(env_id: str, serve_process) -> Non
 
 
 def test_bad_actions_give_the_local_error_observations(serve_process) -> None:
-    env_id = "agentgym/MathCalc-v0"
+    env_id = "agentgym/MathCalc-v1"
     server = serve_process(env_id)
     local = gym.make(env_id, max_turns=20)
     remote = gym.make("agentgym/Remote-v0", url=server.url, env_id=env_id, max_turns=20)
@@ -104,7 +104,7 @@ def test_bad_actions_give_the_local_error_observations(serve_process) -> None:
 
 
 def test_http_sessions_match_too(serve_process) -> None:
-    env_id = "agentgym/Math-v0"
+    env_id = "agentgym/Math-v1"
     server = serve_process(env_id)
     local = gym.make(env_id)
     remote = gym.make("agentgym/Remote-v0", url=server.http_url, env_id=env_id)
@@ -126,8 +126,8 @@ def test_http_sessions_match_too(serve_process) -> None:
 def test_check_env_passes_on_the_client(serve_process) -> None:
     from gymnasium.utils.env_checker import check_env
 
-    server = serve_process("agentgym/Math-v0")
-    env = gym.make("agentgym/Remote-v0", url=server.url, env_id="agentgym/Math-v0")
+    server = serve_process("agentgym/Math-v1")
+    env = gym.make("agentgym/Remote-v0", url=server.url, env_id="agentgym/Math-v1")
     try:
         check_env(env.unwrapped, skip_render_check=True)
     finally:

@@ -21,7 +21,7 @@ def test_parse_args_forms() -> None:
 def test_print_config_applies_overrides(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--print-config", "--config", "cpu-quickstart", "ppo.lr=3e-4"]) == 0
     data = yaml.safe_load(capsys.readouterr().out)
-    assert data["ppo"]["lr"] == 3e-4 and data["env"]["id"] == "agentgym/MathCalc-v0"
+    assert data["ppo"]["lr"] == 3e-4 and data["env"]["id"] == "agentgym/MathCalc-v1"
 
 
 def test_help_lists_recipes_and_keys(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,7 +4,7 @@ Two tests. The multi-turn one (``test_ppo_own_gain_on_multi_turn_mathcalc``) is 
 recipe itself: PPO, not the warm start, must raise success on fixed tasks. The single-turn
 one (below) checks the loop on a task a few SFT steps nearly solve:
 
-Math-v0 on a one-answer dataset ("reply with the number 7"; shaped reward: +1 for the right
+Math-v1 on a one-answer dataset ("reply with the number 7"; shaped reward: +1 for the right
 number, and on a right answer only +0.1 for a well-formed final message and -0.01 per turn;
 a wrong or unparsable answer earns 0) with the tiny GPT-OSS. A short warm start leaves about
 40% of the sampled answers malformed, most of them unreadable; PPO must fix that. Seeded and
@@ -32,7 +32,7 @@ def test_reward_rises_with_warm_start_plus_ppo(tmp_path: Path) -> None:
     data.write_text("".join(json.dumps({"id": f"say-{i}", "question": f"Request {i}: reply with the number 7.",
                                         "answer": "7"}) + "\n" for i in range(32)))
     cfg = load_config("cpu-quickstart", [
-        f"log.run_dir={tmp_path}", "seed=0", "threads=1", "env.id=agentgym/Math-v0",
+        f"log.run_dir={tmp_path}", "seed=0", "threads=1", "env.id=agentgym/Math-v1",
         f"env.kwargs={{dataset: {data}}}", "env.reward_mode=shaped",
         "env.max_turns=1", "env.max_action_tokens=48", "sft.steps=30", "sft.batch_size=8", "sft.teacher=oracle",
         "sft.lr=3e-3", "sft.schedule=cosine", "sft.warmup_steps=5", "env.prompt=harmony", "ppo.steps=20", "ppo.lr=1e-3", "ppo.warmup_steps=2",
@@ -57,7 +57,7 @@ def test_reward_rises_with_warm_start_plus_ppo(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(2400)  # ~10 min alone on 2 cores; room for a loaded CI machine
 def test_ppo_own_gain_on_multi_turn_mathcalc(tmp_path: Path) -> None:
-    """The main job's recipe (multi-turn MathCalc-v0: calculator call -> tool result -> answer,
+    """The main job's recipe (multi-turn MathCalc-v1: calculator call -> tool result -> answer,
     sparse reward) at seed 1, evaluated on its 256 fixed tasks: the warm start imitates an
     imperfect teacher (a leading minus in 70% of its calculator calls), so it fails almost
     every task greedily; PPO alone must then raise success on the same tasks, greedy and at

@@ -1,4 +1,4 @@
-"""CodeFix-v0 end to end in real Docker sandboxes: contract, oracles, tools, budgets, tampering."""
+"""CodeFix-v1 end to end in real Docker sandboxes: contract, oracles, tools, budgets, tampering."""
 
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture
 def make(docker_pool: Any) -> Iterator[Any]:
-    """CodeFix-v0 envs on the session's Docker pool (tests using it carry the docker marker)."""
+    """CodeFix-v1 envs on the session's Docker pool (tests using it carry the docker marker)."""
     made: list[gym.Env] = []
 
     def _make(**kw: Any) -> gym.Env:
         # a lambda, not the pool: gym.make and check_env deep-copy their kwargs
         kw.setdefault("sandbox", lambda: docker_pool.acquire())
-        env = gym.make("agentgym/CodeFix-v0", **kw)
+        env = gym.make("agentgym/CodeFix-v1", **kw)
         made.append(env)
         return env
 

@@ -19,7 +19,7 @@ from .conftest import call, final
 
 @pytest.fixture(scope="module", params=["sparse", "shaped"])
 def any_env(request: pytest.FixtureRequest) -> Iterator[gym.Env]:
-    e = gym.make("agentgym/WebAPI-v0", split="all", reward_mode=request.param)
+    e = gym.make("agentgym/WebAPI-v1", split="all", reward_mode=request.param)
     yield e
     e.close()
 
