@@ -56,7 +56,7 @@ def test_same_seed_same_task_and_prompt(env: gym.Env) -> None:
 
 
 def test_refusals_and_bad_calls_are_observations_and_the_episode_continues(env: gym.Env) -> None:
-    t = _task("cancel_shipped")
+    t = next(t for t in all_tasks() if t.kind == "cancel_not_placed" and t.fact == "shipped")
     env.reset(options={"task_id": t.id})
     email, last4 = t.plan[0][1]["email"], t.plan[0][1]["card_last4"]
     order_id = t.plan[1][1]["order_id"]
@@ -82,8 +82,8 @@ def test_refusals_and_bad_calls_are_observations_and_the_episode_continues(env: 
     assert not term and not trunc and "bad_json" in u.tokenizer.decode(obs.tolist())
     obs, _, term, trunc, info = env.step(np.asarray(u.tokenizer.encode("lorem ipsum")))
     assert not term and not trunc and info["reward_components"]["malformed"] == 1.0
-    reward, info = final(env, "Order already shipped: it cannot be cancelled.\nREFUSED: not_placed")
-    assert reward == 1.0  # nothing changed and the refusal names the rule the 409 showed
+    reward, info = final(env, "Order already shipped: it cannot be cancelled.\nREFUSED: not_placed (shipped)")
+    assert reward == 1.0  # nothing changed and the refusal names the rule and status the 409 showed
     assert info["counts"]["malformed"] >= 4
 
 
