@@ -22,6 +22,9 @@ from agentgym.errors import ConfigError
 __all__ = ["EVAL_SHARE", "check_split", "hash_split", "problem_digest"]
 
 EVAL_SHARE = 5  # one problem in EVAL_SHARE goes to "eval" (20 %)
+# Names other projects use, for the did-you-mean of an env that lacks them.
+_ALIASES = {"test": "eval", "validation": "eval", "valid": "eval", "val": "eval", "dev": "eval",
+            "evaluation": "eval", "training": "train"}
 
 
 def _digest(text: str) -> bytes:
@@ -46,5 +49,8 @@ def check_split(name: object, known: Sequence[str], where: str) -> str:
     if not known:
         raise ConfigError(f"{where} has no splits; leave 'split' out (got {name!r})")
     hint = difflib.get_close_matches(str(name), list(known), n=1)
+    if not hint and isinstance(name, str):
+        alias = _ALIASES.get(name.lower())
+        hint = [alias] if alias in known else [k for k in known if name.startswith(k)][:1]
     raise ConfigError(f"{where} has no split {name!r}" + (f"; did you mean {hint[0]!r}?" if hint else ";")
                       + f" its splits are {list(known)}")

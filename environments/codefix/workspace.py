@@ -8,10 +8,11 @@ Tools (all return text the model reads; a bad call returns a readable error, nev
 * ``run_tests {}``: ``python3 test_visible.py``; ``run_python {code}``;
 * ``submit {}``: run the hidden tests (see :mod:`.judge`) and end the episode.
 
-Sandbox seconds: the durations of the agent's commands (``run_tests``, ``run_python``) are
-summed; each command's timeout is cut to what is left, and when the budget is used up the
-tool says so and the environment truncates the episode. The judge at submit is the
-environment's own work and is not charged.
+Sandbox seconds: the durations of the agent's commands (``run_tests``, ``run_python``) and of
+the judge at submit are summed; each command's timeout, and the judge's, is cut to what is
+left, and when the budget is used up the tool says so and the environment truncates the
+episode. The judge runs the agent's code, so its time is the agent's: a ``solution.py`` that
+stalls the judge (``SIGSTOP`` at import) spends the episode's budget, never more.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ class Limits:
         self.max_output_chars = int(max_output_chars)
         self.max_file_bytes = int(max_file_bytes)
         self.judge_deadline = float(judge_deadline)
+
+
+JUDGE_STARTUP = 15.0  # seconds past the judge's deadline before it is killed (start-up, import)
+MIN_JUDGE_S = 1.0  # the judge's smallest timeout: a submit with less budget left still runs
 
 
 def _cut(text: str, limit: int) -> str:
@@ -171,9 +176,17 @@ class Workspace:
 
     def submit(self) -> ToolResult:
         t = self.task
-        payload, nonce = judge_payload(t.judge_spec(), deadline=self.limits.judge_deadline)
+        # The judge gets what is left of the budget (at most judge_deadline, plus JUDGE_STARTUP
+        # for the interpreter and the candidate's import); its whole run is charged.
+        left = max(self.limits.sandbox_seconds - self.used_s, 0.0)
+        timeout = max(min(self.limits.judge_deadline + JUDGE_STARTUP, left), MIN_JUDGE_S)
+        deadline = max(min(self.limits.judge_deadline, timeout - min(JUDGE_STARTUP, timeout / 2)), MIN_JUDGE_S / 2)
+        payload, nonce = judge_payload(t.judge_spec(), deadline=deadline)
         try:
-            res = self.sandbox.run(judge_argv(), stdin=payload, timeout=self.limits.judge_deadline + 15)
+            res = self.sandbox.run(judge_argv(), stdin=payload, timeout=timeout)
+            self.used_s += res.duration_s
+            if res.timed_out:
+                self.used_s = max(self.used_s, self.limits.sandbox_seconds)
             rep = parse_judge_output(res.stdout, nonce, t.n_units)
         except SandboxError as e:  # the sandbox died (e.g. killed for memory): a failed submit
             rep = JudgeReport(0, t.n_units, valid=False, problem=f"sandbox failed during submit: {e}")

@@ -193,6 +193,31 @@ def test_sandbox_seconds_budget_truncates(make: Any) -> None:
     assert "42" in text and not (term or trunc)
 
 
+def test_judge_time_is_charged_to_the_budget(make: Any) -> None:
+    """A solution.py that stops the judge at import (SIGSTOP) stalled every submit for
+    judge_deadline + 15 = 35 s, uncharged: a policy could stall the collector for free. Now the
+    judge runs on what is left of the episode's sandbox seconds, and its time is charged."""
+    env = make(sandbox_seconds=4.0)
+    env.reset(seed=0)
+    call(env, "write_file", path="solution.py",
+         content="import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n")
+    text, r, term, trunc, info = call(env, "submit")
+    assert term and r == 0.0 and not info["judge"]["valid"]
+    assert 3.0 < info["sandbox_seconds"] < 8.0  # the stall cost the budget, not 35 s
+    env.reset(seed=0)
+    _, r, term, _, info = call(env, "submit")  # an ordinary submit is charged too
+    assert term and 0.0 < info["sandbox_seconds"] < 4.0
+
+
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_split_as_a_reset_option(make: Any, split: str) -> None:
+    env = make()
+    _, info = env.reset(seed=3, options={"split": split})
+    assert info["split"] == split == env.unwrapped.task.answer.split
+    with pytest.raises(agentgym.ConfigError, match="did you mean 'eval'"):
+        env.reset(options={"split": "evaluation"})
+
+
 def test_same_seed_same_task_and_tokens(make: Any) -> None:
     a, b = make(), make()
     oa, ia = a.reset(seed=7)
