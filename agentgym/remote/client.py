@@ -48,6 +48,9 @@ class _State(enum.Enum):
 
 class RemoteEnv(gym.Env[np.ndarray, np.ndarray]):
     metadata = {"render_modes": ["ansi"]}  # noqa: RUF012  (gymnasium declares it an instance var)
+    # The served env's splits, as the server reports them when the session opens: ``split`` (a
+    # keyword argument) and ``options={"split": ...}`` pass through to it unchanged.
+    splits: tuple[str, ...] = ()
 
     def __init__(self, *, url: str, env_id: str, tokenizer: Tokenizer | Any = None, timeout: float = 60.0,
                  connect_timeout: float = 10.0, reconnect_attempts: int = 3, backoff_s: float = 0.2,
@@ -88,6 +91,7 @@ class RemoteEnv(gym.Env[np.ndarray, np.ndarray]):
         welcome = self.channel.open(self._hello)
         self.session_id: str = welcome["session"]
         self.limits: dict[str, Any] = welcome.get("limits", {})
+        self.splits = tuple(welcome.get("splits", ()))
         self._seq = 0
         self._state = _State.READY
 

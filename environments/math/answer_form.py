@@ -24,7 +24,8 @@ Elements (what one value must look like):
   to multiply out (``(x + 1)(x - 2)``, ``(x + 1)^2``).
 * ``factored``: an evaluated expression with at least as many non-constant factors as the
   reference (``x(x^2 - 1)`` is not ``x(x - 1)(x + 1)``), and not a sum where the reference
-  is a product (``2x + 2`` is not ``2(x + 1)``).
+  is a product (``2x + 2`` is not ``2(x + 1)``); for a number, a product of primes and prime
+  powers (``2 × 2 × 5 × 7^2``; ``980`` itself is the question).
 * ``simplified``: an evaluated expression with no more nodes than the reference and, when the
   task gives its input expression, fewer than that (the input, or a copy of it rewritten
   without getting shorter, is not a simplification).
@@ -347,6 +348,8 @@ def _element(n: Node, element: str, reference: Node | None, given: Node | None) 
         return _number(n, element)
     if element == "complex":
         return _complex(n)
+    if element == "factored" and not free_symbols(n) and (reference is None or not free_symbols(reference)):
+        return _prime_factors(n)
     body = _drop_c(n) if element == "antiderivative" else n
     why = _evaluated(body)
     if why or element in ("expression", "antiderivative"):
@@ -366,6 +369,46 @@ def _element(n: Node, element: str, reference: Node | None, given: Node | None) 
         return f"{to_str(n)} is longer ({size(n)} nodes) than the simplified form ({size(reference)})"
     if given is not None and size(n) >= size(given):
         return f"{to_str(n)} is no shorter than the expression to simplify"
+    return None
+
+
+def _is_prime(k: int) -> bool:
+    """Deterministic Miller-Rabin (exact below 3.3e24; literals are at most 200 digits)."""
+    if k < 2:
+        return False
+    small = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
+    if k in small:
+        return True
+    if any(k % q == 0 for q in small):
+        return False
+    d, r = k - 1, 0
+    while d % 2 == 0:
+        d, r = d // 2, r + 1
+    for a in small:
+        x = pow(a, d, k)
+        if x in (1, k - 1):
+            continue
+        for _ in range(r - 1):
+            x = x * x % k
+            if x == k - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def _prime_factors(n: Node) -> str | None:
+    """Why ``n`` is not a product of primes (``2 × 2 × 5 × 7^2``): the factored form of a number."""
+    num: list[Node] = []
+    den: list[Node] = []
+    negs = _factors(n, num, den)
+    if den or negs:
+        return f"{to_str(n)} is not a product of primes"
+    for f in num:
+        base, e = (f[1], _lit(f[2])) if f[0] == "pow" else (f, Fraction(1))
+        v = _lit(base)
+        if v is None or v.denominator != 1 or e is None or e.denominator != 1 or e < 1 or not _is_prime(int(v)):
+            return f"{to_str(n)} is not a product of primes ({to_str(f)} is not a prime or a power of one)"
     return None
 
 
@@ -406,6 +449,8 @@ def infer_element(n: Node) -> str:
     for ``a + bi``, ``antiderivative`` with a ``+ C``, else ``expression``."""
     if _number(n, "number") is None:
         return "number"
+    if n[0] in ("mul", "pow") and _prime_factors(n) is None:
+        return "factored"
     if ("const", "i") in _leaves(n) and _complex(n) is None:
         return "complex"
     if _drop_c(n) is not n:

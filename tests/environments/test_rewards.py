@@ -166,7 +166,7 @@ def cases(env_id: str, mode: str = "shaped") -> list[tuple[dict[str, Any], dict[
         from agentgym.environments.webapi.tasks import all_tasks
 
         ids = [next(t.id for t in all_tasks() if t.kind == k)
-               for k in ("return_late", "wrong_card", "move_and_cancel", "cancel_latest")]
+               for k in ("return_late", "update_email_wrong_card", "move_and_cancel", "cancel_latest")]
         return [({"task_id": i}, {"split": "all"}, *_webapi(i)) for i in ids]
     raise AssertionError(f"no scripted policies for {env_id}: every registered env needs them")
 

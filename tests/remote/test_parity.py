@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import agentgym
+from agentgym.errors import ConfigError
 from agentgym.oracles import get_oracle
 from agentgym.remote.wire import jsonable
 
@@ -79,6 +80,26 @@ def test_remote_matches_local_token_for_token(env_id: str, serve_process) -> Non
             lt, rt = local.unwrapped.trajectory, remote.unwrapped.trajectory  # type: ignore[attr-defined]
             assert rt.to_dict() == lt.to_dict()
             assert rt.total_reward == lt.total_reward and lt.terminated
+    finally:
+        local.close()
+        remote.close()
+
+
+def test_split_passes_through(serve_process) -> None:
+    """``split=`` (a keyword argument) and ``options={"split": ...}`` reach the served env."""
+    env_id = "agentgym/MathCalc-v1"
+    server = serve_process(env_id)
+    local = gym.make(env_id, split="eval")
+    remote = gym.make("agentgym/Remote-v0", url=server.url, env_id=env_id, split="eval")
+    try:
+        assert remote.unwrapped.splits == local.unwrapped.splits == ("train", "eval")
+        for seed, options in ((1, None), (2, {"split": "train"}), (3, {"split": "eval"})):
+            lo, li = local.reset(seed=seed, options=options)
+            ro, ri = remote.reset(seed=seed, options=options)
+            assert ro.tolist() == lo.tolist() and ri == jsonable(li)
+            assert ri["split"] == (options or {}).get("split", "eval")
+        with pytest.raises(ConfigError, match="did you mean 'eval'"):
+            remote.reset(options={"split": "test"})
     finally:
         local.close()
         remote.close()
