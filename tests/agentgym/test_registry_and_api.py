@@ -35,6 +35,16 @@ def test_builtin_ids_are_registered_and_versioned() -> None:
         assert f"agentgym/{name}" in ids
 
 
+@pytest.mark.filterwarnings("ignore:.*is out of date")
+@pytest.mark.parametrize("name", ["Math", "MathCalc", "MathTool", "CodeFix", "WebAPI"])
+def test_an_old_version_names_the_new_one(name: str) -> None:
+    """v0 scored answers by equivalence alone (an echoed question earned 1), refusals by their
+    wording, and the CodeFix judge outside the budget: its ids are gone, and say what replaced them."""
+    assert f"agentgym/{name}-v0" not in gym.registry
+    with pytest.raises(gym.error.DeprecatedEnv, match=f"Please use `agentgym/{name}-v1` instead"):
+        gym.make(f"agentgym/{name}-v0")
+
+
 def test_unknown_id_suggests_a_close_match() -> None:
     with pytest.raises(gym.error.Error, match="Math"):
         gym.make("agentgym/Mathh-v0")
