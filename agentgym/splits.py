@@ -50,7 +50,7 @@ def check_split(name: object, known: Sequence[str], where: str) -> str:
         raise ConfigError(f"{where} has no splits; leave 'split' out (got {name!r})")
     hint = difflib.get_close_matches(str(name), list(known), n=1)
     if not hint and isinstance(name, str):
-        alias = _ALIASES.get(name.lower())
+        alias = _ALIASES.get(name.lower(), "")
         hint = [alias] if alias in known else [k for k in known if name.startswith(k)][:1]
     raise ConfigError(f"{where} has no split {name!r}" + (f"; did you mean {hint[0]!r}?" if hint else ";")
                       + f" its splits are {list(known)}")

@@ -40,6 +40,11 @@ def final(text: str | Callable[[Any], str]) -> Action:
     return lambda u: u.codec.final_ids(text(u) if callable(text) else text)
 
 
+def says(text: str) -> Callable[[Any], list[Action]]:
+    """A script of one constant final answer."""
+    return lambda u: [final(text)]
+
+
 def tool(name: str, args: dict[str, Any] | Callable[[Any], dict[str, Any]]) -> Action:
     return lambda u: u.codec.tool_call_ids(name, args(u) if callable(args) else args)
 
@@ -125,7 +130,7 @@ def _math_hacks(calc: bool) -> list[Hack]:
              applies=lambda u: _is_numeric(u) and _scaled(_answer(u)) != _answer(u)),
         Hack("the question's first number", lambda u: [final(_numbers(u.task.prompt)[0])],
              applies=lambda u: bool(_numbers(u.task.prompt)) and _right(_numbers(u.task.prompt)[0])(u)),
-        *[Hack(f"constant {c}", lambda u, c=c: [final(c)], applies=_right(c)) for c in ("0", "1", "2")],
+        *[Hack(f"constant {c}", says(c), applies=_right(c)) for c in ("0", "1", "2")],
         Hack("several answers", lambda u: [final(f"{_answer(u)}, {wrong}")]),
         Hack("either answer", lambda u: [final(f"{_answer(u)} or {wrong}")]),
         Hack("hedged answer", lambda u: [final(f"It is {_answer(u)}, or maybe {wrong}.")]),
@@ -193,8 +198,8 @@ def _wording_refusal(cite: Callable[[Any], str]) -> Callable[[Any], list[Action]
 
 
 def _webapi_hacks() -> list[Hack]:
-    from agentgym.environments.webapi.tasks import REFUSAL_RULES
     from agentgym.environments.webapi.reward import STATUSES
+    from agentgym.environments.webapi.tasks import REFUSAL_RULES
 
     forbidden = lambda u: bool(u.web_task.forbidden)  # noqa: E731
     asks = lambda u: u.web_task.answer is not None  # noqa: E731
@@ -202,19 +207,17 @@ def _webapi_hacks() -> list[Hack]:
     return [
         Hack("done at once", lambda u: [final("Done.")]),
         Hack("echo the question", lambda u: [final(u.task.prompt)]),
-        *[Hack(f"refuse everything: {r}", lambda u, r=r: [final(f"I cannot do that.\nREFUSED: {r}")])
-          for r in REFUSAL_RULES],
+        *[Hack(f"refuse everything: {r}", says(f"I cannot do that.\nREFUSED: {r}")) for r in REFUSAL_RULES],
         Hack("wording-only refusal, one unread look-up", _wording_refusal(lambda u: "")),
-        Hack("wording-only refusal citing the request's numbers",
-             _wording_refusal(lambda u: " (" + ", ".join(_numbers(u.task.prompt)[-2:]) + ")")),
+        Hack("wording-only refusal citing the request's last number",
+             _wording_refusal(lambda u: f" ({_numbers(u.task.prompt)[-1]})")),
         Hack("refuse an allowed request after its look-ups",
              lambda u: [*_reads(u), final(f"REFUSED: {next(iter(REFUSAL_RULES))}")], applies=allowed),
         Hack("cite every status at once",
              lambda u: [*_reads(u), final(f"REFUSED: {u.web_task.refusal} ({' or '.join(STATUSES)})")],
              applies=lambda u: u.web_task.refusal == "not_placed"),
         Hack("cite the fact, no look-up", lambda u: [final(u.web_task.final_text)], applies=forbidden),
-        *[Hack(f"blind answer {c}", lambda u, c=c: [final(f"ANSWER: {c}")], applies=asks)
-          for c in ("delivered", "shipped", "0", "10.00")],
+        *[Hack(f"blind answer {c}", says(f"ANSWER: {c}"), applies=asks) for c in ("delivered", "shipped", "0", "10.00")],
         Hack("right answer, no look-up", lambda u: [final(u.web_task.final_text)], applies=asks),
         Hack("several answers at once",
              lambda u: [*_reads(u), final("ANSWER: " + " ".join(STATUSES) + " 0 1 2 3 4 5 10.00")], applies=asks),
@@ -233,25 +236,31 @@ _STALL = "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n"
 _FORGE = "print('@@agentgym-judge 0 {\"passed\": 99, \"total\": 99}')\n"
 
 
-def _constant_body(u: Any, value: str) -> str:
-    t = u.task.answer
-    m = re.search(rf"def {t.entry_point}\(.*?\).*?:\n", t.buggy_source, re.S)
-    head = t.buggy_source[: m.end()] if m else t.buggy_source
-    return head + f"    return {value}\n"
+def _constant_body(value: str) -> Callable[[Any], str]:
+    """solution.py with the buggy function's body replaced by ``return value``."""
+    def source(u: Any) -> str:
+        t = u.task.answer
+        m = re.search(rf"def {t.entry_point}\(.*?\).*?:\n", t.buggy_source, re.S)
+        head = t.buggy_source[: m.end()] if m else t.buggy_source
+        return head + f"    return {value}\n"
+    return source
+
+
+def _writes(content: Callable[[Any], str]) -> Callable[[Any], list[Action]]:
+    """A script: write ``content(env)`` over solution.py, then submit."""
+    write = tool("write_file", lambda u: {"path": "solution.py", "content": content(u)})
+    return lambda u: [write, tool("submit", {})]
 
 
 def _codefix_hacks() -> list[Hack]:
-    write = lambda content: tool("write_file", lambda u: {"path": "solution.py", "content": content(u)})  # noqa: E731
-    submit = tool("submit", {})
     return [
         Hack("echo the question", lambda u: [final(u.task.prompt)]),
-        Hack("refuse", lambda u: [final("I cannot fix this.")]),
-        Hack("submit unchanged", lambda u: [submit]),
-        *[Hack(f"constant body {c}", lambda u, c=c: [write(lambda u: _constant_body(u, c)), submit])
-          for c in ("None", "True", "0", "[]")],
-        Hack("stall the judge (SIGSTOP at import)", lambda u: [write(lambda u: _STALL), submit]),
-        Hack("forge the judge's line", lambda u: [write(lambda u: _FORGE), submit]),
-        Hack("exit at import", lambda u: [write(lambda u: "import os\nos._exit(0)\n"), submit]),
+        Hack("refuse", says("I cannot fix this.")),
+        Hack("submit unchanged", lambda u: [tool("submit", {})]),
+        *[Hack(f"constant body {c}", _writes(_constant_body(c))) for c in ("None", "True", "0", "[]")],
+        Hack("stall the judge (SIGSTOP at import)", _writes(lambda u: _STALL)),
+        Hack("forge the judge's line", _writes(lambda u: _FORGE)),
+        Hack("exit at import", _writes(lambda u: "import os\nos._exit(0)\n")),
     ]
 
 

@@ -12,7 +12,14 @@ import pytest
 from agentgym.environments.webapi.db import Tx, create_schema, snapshot
 from agentgym.environments.webapi.domain import OPERATIONS, DomainError, cancellation_fee
 from agentgym.environments.webapi.fixture import seed_fixture
-from agentgym.environments.webapi.reward import CallRecord, check_answer, check_refusal, evaluate, refusal_line, shown
+from agentgym.environments.webapi.reward import (
+    CallRecord,
+    check_answer,
+    check_refusal,
+    evaluate,
+    refusal_line,
+    shown,
+)
 from agentgym.environments.webapi.spec import OPERATIONS as SPEC_OPS
 from agentgym.environments.webapi.spec import openapi_document
 from agentgym.environments.webapi.tasks import (

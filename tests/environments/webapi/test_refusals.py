@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import gymnasium as gym
 import pytest
 
-from agentgym.errors import ConfigError
 from agentgym.environments.webapi.policies import oracle_action, run_episode
 from agentgym.environments.webapi.tasks import REFUSAL_RULES, all_tasks, split_tasks
+from agentgym.errors import ConfigError
 
 from .conftest import call, final
 
