@@ -3,8 +3,11 @@
 The built-ins live under ``agentgym/``; users register their own under their own namespace
 (``myorg/Echo-v0``), as Gymnasium allows. Entry points are ``"module:Class"`` strings, so
 registering imports nothing heavy; the module is imported by ``gym.make``. Any behaviour
-change of an environment bumps its version. Registering an id again with the same entry
-point is a no-op; with another entry point it is an error (it would silently keep the first).
+change of an environment bumps its version, and only the new version stays registered: the
+old id then fails in ``gym.make`` with gymnasium's ``DeprecatedEnv``, which names the new one
+(``agentgym/Math-v0`` -> "Please use `agentgym/Math-v1` instead"). Registering an id again
+with the same entry point is a no-op; with another entry point it is an error (it would
+silently keep the first).
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ __all__ = ["NAMESPACE", "register", "registered_ids"]
 
 NAMESPACE = "agentgym"
 
-# id -> entry point. The single list of built-in environments.
+# id -> entry point. The single list of built-in environments. v1 (from v0): math answers must
+# be in the task's form (no echoed question), refusals cite the decisive fact, splits everywhere,
+# CodeFix's judge charged to the sandbox budget.
 BUILTIN: dict[str, str] = {
     "agentgym/Math-v1": "agentgym.environments.math.env:MathEnv",
     "agentgym/MathCalc-v1": "agentgym.environments.math.calc:MathCalcEnv",

@@ -36,7 +36,11 @@ inconclusive, so a policy that writes the reference answer never gets here.
    [0.6, 2.3] (+0.1 per further variable); equal when ``|a - b| <= 1e-30 * max(1, |a|, |b|)``
    at four points (the random-point test sympy's ``Expr.equals`` falls back to); with ``+ C``
    the difference must be the same at every point. A decimal reference with an exact
-   prediction (``places``) compares once, to the reference's precision.
+   prediction (``places``) compares once, to the reference's precision. Before that, a ``d``
+   that sympy's adaptive evalf certifies nonzero at the first point is unequal however small
+   (``e^-200``, ``10^-45 x``): the tolerance absorbs rounding, never a real term. On the
+   fixed-precision path (step 2), agreement counts only where every intermediate value stayed
+   within ``2**±SPAN`` of 1 (a tiny term vanishes at 50 digits).
 
 Symbols are positive (the points are), so ``sqrt(x^2) == x`` and ``|x| == x``. sympy runs
 under one process-wide lock: some of its ``evalf`` paths set mpmath's *global* precision

@@ -1,6 +1,13 @@
-"""Is a predicted answer mathematically equivalent to the reference? ``verify(pred, ref)``.
+"""Is a predicted answer the reference's result? ``verify(pred, ref, form)``.
 
-The rules (also in the README, "The answer verifier"):
+With a ``form`` (:mod:`.answer_form`), the answer must first *be the result*, written as the
+task asks (a number where a number is asked, a fraction in lowest terms, an evaluated
+expression...): the question restated earns ``not_final_form: <why>`` whatever its value.
+Then equivalence decides. The rules (also in docs/rewards.md):
+
+* **Plain statements.** A negation of the answer's value (``the answer is not 3``, ``\\ne 3``)
+  is ``negated``, a hedge (``3, or maybe 4``) ``hedged``: refused, never stripped. An unknown
+  LaTeX command (``\\lfloor``, ``\\Gamma``) is ``unparseable``, never dropped.
 
 * **Extraction.** The last ``\\boxed{}`` wins; else the last ``$...$`` / ``\\(...\\)`` segment;
   else the text after "answer is". ``x = 3`` means 3; a trailing unit or word is dropped
@@ -19,9 +26,10 @@ The rules (also in the README, "The answer verifier"):
   built into sympy objects (never from strings), ``d = a - b`` is tested symbolically with
   bounded ``expand`` / ``cancel`` / ``radsimp`` (``0``: equal; a nonzero rational: not), and
   when that is inconclusive ``a.evalf(50, subs=point)`` and ``b.evalf(50, subs=point)`` must
-  agree to 30 significant digits at four of six fixed points in [0.6, 2.3] (the random-point
-  test sympy's ``Expr.equals`` falls back to). A reference containing ``+ C`` accepts any
-  antiderivative: the difference must be constant.
+  agree to 30 significant digits of ``max(1, |a|, |b|)`` at four of six fixed points in
+  [0.6, 2.3] (the random-point test sympy's ``Expr.equals`` falls back to), unless sympy's
+  adaptive evalf certifies ``d`` nonzero there: ``4 + e^-200`` is not 4. A reference
+  containing ``+ C`` accepts any antiderivative: the difference must be constant.
 * **Bounds.** Inputs over 100,000 characters, answers over 2,000, nesting deeper than 60,
   powers beyond 100,000 bits and values beyond 10**10000 are rejected with a reason, in
   bounded time, in any thread (no signals, no ``eval``); :mod:`.symbolic` adds the bounds
