@@ -35,7 +35,7 @@ def _answer_at_once(env: gym.Env, task_id: str, text: str) -> float:
     return final(env, text)[0]
 
 
-def test_done_at_once_earns_nothing_on_any_train_or_test_task(any_env: gym.Env) -> None:
+def test_done_at_once_earns_nothing_on_any_train_or_eval_task(any_env: gym.Env) -> None:
     tasks = all_tasks()
     assert {t.split for t in tasks} == {"train", "eval"} and len(tasks) == 440
     if any_env.unwrapped.reward_mode == "shaped":
