@@ -271,7 +271,7 @@ def _product(n: Node) -> str | None:
     _factors(n, num, den)
     lit_num = [v for v in map(_lit, num) if v is not None]
     lit_den = [v for v in map(_lit, den) if v is not None]
-    if (len(num) + len(den) > 1 and any(abs(v) == 1 for v in lit_num)) or any(abs(v) == 1 for v in lit_den):
+    if (len(num) > 1 and any(abs(v) == 1 for v in lit_num)) or any(abs(v) == 1 for v in lit_den):  # 1/x is fine
         return f"{to_str(n)} multiplies or divides by 1"
     if any(v == 0 for v in lit_num) and len(num) + len(den) > 1:
         return f"{to_str(n)} multiplies by 0"

@@ -169,6 +169,8 @@ def linear_equation(d: Draw, lvl: int) -> tuple[str, str, str | None]:
         return f"Solve for x: x + {a} = {x + a}.", str(x), None
     if lvl == 1:
         a, b = d.nonzero(-9, 9), d.between(-30, 30)
+        if a == 1 and b == 0:
+            b = d.nonzero(-30, 30)  # "x = 5" would state its own answer
         lhs = fmt_poly([(a, 1), (b, 0)])
         return f"Solve for x: {lhs} = {a * x + b}.", str(x), None
     a, c = d.nonzero(-9, 9), d.nonzero(-9, 9)

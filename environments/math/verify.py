@@ -101,7 +101,7 @@ class _Ans:
     bare: bool = False  # seq or list written without brackets ("3, 4", "x = 3, y = 4")
     mark: str | None = None  # scalar: "%" or "°" written after it (forms.mark)
     unitless: Node | None = None  # scalar: the number before a unit ("5 m" -> 5), forms.without_unit
-    equation: str | None = None  # read from "lhs = value" whose lhs is no variable ("x + y = 5")
+    equation: str | None = None  # read from "lhs = value" whose lhs has variables but is none ("x + y = 5")
 
     def __str__(self) -> str:
         if self.kind == "scalar":
@@ -156,7 +156,7 @@ def _structure(s: str, expect_scalar: bool) -> _Ans:
     eqs = split_top(s, ("=",))
     if len(eqs) > 1:
         out = _structure(eqs[-1], expect_scalar)
-        lhs = [e for e in eqs[:-1] if not _is_name(e)]
+        lhs = [e for e in eqs[:-1] if _ALPHA.search(e) and not _is_name(e)]  # "7*49 + 6 = 349" is work shown
         if lhs:
             out.equation = lhs[0].strip()
         return out
@@ -246,7 +246,7 @@ def _assignment(part: str) -> tuple[str | None, _Ans]:
     if len(eqs) > 1 and not _INEQ.search(part):
         lhs = eqs[0].strip()
         out = _structure(eqs[-1], True)
-        if not _is_name(lhs):
+        if _ALPHA.search(lhs) and not _is_name(lhs):
             out.equation = lhs
         return (lhs if _VAR.fullmatch(lhs) else None), out
     return None, _structure(part, True)
