@@ -197,6 +197,10 @@ def _wording_refusal(cite: Callable[[Any], str]) -> Callable[[Any], list[Action]
     return script
 
 
+def _email(u: Any) -> str:
+    return str(re.findall(r"[\w.+-]+@[\w.-]+\w", u.task.prompt)[0])
+
+
 def _webapi_hacks() -> list[Hack]:
     from agentgym.environments.webapi.reward import STATUSES
     from agentgym.environments.webapi.tasks import REFUSAL_RULES
@@ -217,6 +221,10 @@ def _webapi_hacks() -> list[Hack]:
              lambda u: [*_reads(u), final(f"REFUSED: {u.web_task.refusal} ({' or '.join(STATUSES)})")],
              applies=lambda u: u.web_task.refusal == "not_placed"),
         Hack("cite the fact, no look-up", lambda u: [final(u.web_task.final_text)], applies=forbidden),
+        Hack("learn the card's date with made-up digits, refuse identity",
+             lambda u: [tool("verify_customer", {"email": _email(u), "card_last4": "0000"}),
+                        final(f"REFUSED: identity (card added {u.web_task.fact})")],
+             applies=lambda u: u.web_task.refusal == "identity"),
         *[Hack(f"blind answer {c}", says(f"ANSWER: {c}"), applies=asks) for c in ("delivered", "shipped", "0", "10.00")],
         Hack("right answer, no look-up", lambda u: [final(u.web_task.final_text)], applies=asks),
         Hack("several answers at once",

@@ -155,7 +155,7 @@ def shown(evidence: Sequence[Evidence], calls: Iterable[CallRecord]) -> bool:
                     and listed <= ev.max_listed and _holds(c.data, ev.key, ev.ident, ev.value):
                 return True
             if ev.kind == "call" and c.op == ev.key and c.status == ev.status \
-                    and _same(c.args.get(ev.arg), ev.ident):
+                    and _same(c.args.get(ev.arg), ev.ident) and all(_same(c.args.get(k), v) for k, v in ev.also):
                 return True
     return False
 

@@ -93,8 +93,9 @@ class Evidence:
     ``key`` equals ``value`` (an order's ``delivered_on``, a product's ``stock``), either alone
     or in a list of at most ``max_listed`` objects: a search that returns the whole catalogue
     has not looked anything up. ``kind="call"``: the API answered operation ``key`` called with
-    ``arg == ident`` with HTTP ``status`` (a 401 from verify_customer, a 409 from cancel_order,
-    a 200 from get_cancellation_quote).
+    ``arg == ident`` (and the arguments ``also``) with HTTP ``status`` (a 401 from
+    verify_customer with the digits the user gave, a 409 from cancel_order, a 200 from
+    get_cancellation_quote).
     """
 
     kind: str
@@ -104,6 +105,7 @@ class Evidence:
     status: int = 0
     max_listed: int = 8
     value: Any = None
+    also: tuple[tuple[str, Any], ...] = ()  # "call": further arguments the call must have had
 
 
 @dataclass(frozen=True)
@@ -264,8 +266,8 @@ def _generate() -> list[WebTask]:
     def fact(key: str, ident: int, value: Any, max_listed: int = 8) -> Evidence:
         return Evidence("fact", key, ident, max_listed=max_listed, value=value)
 
-    def called(op: str, arg: str, ident: Any, status: int) -> Evidence:
-        return Evidence("call", op, ident, arg, status)
+    def called(op: str, arg: str, ident: Any, status: int, **also: Any) -> Evidence:
+        return Evidence("call", op, ident, arg, status, also=tuple(also.items()))
 
     rng = random.Random(f"webapi-{TASK_SEED}")
     # Look-ups that end in an answer, credited only after the look-up that establishes it.
@@ -304,7 +306,10 @@ def _generate() -> list[WebTask]:
             wrong = _wrong_card(c)
             add(f"update_{what}_wrong_card", c["id"], _change_text(_me(c, rng, wrong), what, value, rng),
                 [_verify(c, wrong)], expect_fail=frozenset({0}), forbidden=True, refusal="identity",
-                fact=c["card_added_on"], evidence=(called("verify_customer", "email", c["email"], 401),))
+                fact=c["card_added_on"],
+                # the user's own digits refused: a verification with made-up digits also shows the
+                # card's date, but says nothing about the user's
+                evidence=(called("verify_customer", "email", c["email"], 401, card_last4=wrong),))
         else:
             add(f"update_{what}", c["id"], _change_text(_me(c, rng), what, value, rng), [_verify(c), change])
     for o in placed:
