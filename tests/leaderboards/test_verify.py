@@ -181,10 +181,10 @@ def test_duplicated_episode(tmp_path: Path, oracle_submission: Path, small_suite
 
 def test_other_env_version(tmp_path: Path, oracle_submission: Path, small_suite: Suite) -> None:
     def edit(lines: list[dict[str, Any]]) -> None:
-        lines[1]["env_id"] = lines[1]["trajectory"]["env_id"] = "agentgym/Math-v1"
+        lines[1]["env_id"] = lines[1]["trajectory"]["env_id"] = "agentgym/Math-v2"
         lines[2]["trajectory"]["env_id"] = "agentgym/MathCalc-v1"
     p = _tampered(tmp_path, oracle_submission, edit)
-    _rejected(p, small_suite, "line 2: env 'agentgym/Math-v1' is not in suite small@",
+    _rejected(p, small_suite, "line 2: env 'agentgym/Math-v2' is not in suite small@",
               "line 3: agentgym/Math-v1 task 0 (index=0) trial 1: the trajectory was recorded on "
               "'agentgym/MathCalc-v1', the suite runs 'agentgym/Math-v1' (a different environment version)")
 
