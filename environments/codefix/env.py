@@ -16,8 +16,8 @@ outcome only, ToolEnv's ``format``, ``malformed`` and ``turn`` terms. ``pass_rat
 submitted unchanged) is always reported but has weight 0 by default: a constant-return program
 earns it (see the README); with a weight, a negative total is floored at 0. Budgets:
 ``max_turns`` (16), ``max_tokens`` (16384), and ``sandbox_seconds`` (60) of sandbox time per
-episode, the agent's commands and the judge at submit together (the judge runs the agent's
-code); when any is used up the episode is truncated. Splits: ``train`` and ``eval`` (by
+episode; when any is used up the episode is truncated. The judge at submit runs on what is
+left of that budget, and a judge stalled by the agent's code uses it up (see :mod:`.workspace`). Splits: ``train`` and ``eval`` (by
 HumanEval problem; ``split=`` or ``options={"split": ...}``).
 """
 

@@ -8,11 +8,14 @@ Tools (all return text the model reads; a bad call returns a readable error, nev
 * ``run_tests {}``: ``python3 test_visible.py``; ``run_python {code}``;
 * ``submit {}``: run the hidden tests (see :mod:`.judge`) and end the episode.
 
-Sandbox seconds: the durations of the agent's commands (``run_tests``, ``run_python``) and of
-the judge at submit are summed; each command's timeout, and the judge's, is cut to what is
-left, and when the budget is used up the tool says so and the environment truncates the
-episode. The judge runs the agent's code, so its time is the agent's: a ``solution.py`` that
-stalls the judge (``SIGSTOP`` at import) spends the episode's budget, never more.
+Sandbox seconds: the durations of the agent's commands (``run_tests``, ``run_python``) are
+summed; each command's timeout is cut to what is left, and when the budget is used up the tool
+says so and the environment truncates the episode. The judge at submit runs the agent's code,
+so it runs on the same budget: its timeout is cut to what is left, and a judge that runs out of
+it (a ``solution.py`` that stops the judge with ``SIGSTOP`` at import, or never returns) uses
+the budget up: it can stall an episode for what the episode had left, never more. (A judge
+that finishes adds nothing to the count: submit ends the episode, so its time could change
+nothing, and a measured duration in ``info`` would make two runs of one episode differ.)
 """
 
 from __future__ import annotations
@@ -177,14 +180,13 @@ class Workspace:
     def submit(self) -> ToolResult:
         t = self.task
         # The judge gets what is left of the budget (at most judge_deadline, plus JUDGE_STARTUP
-        # for the interpreter and the candidate's import); its whole run is charged.
+        # for the interpreter and the candidate's import); running out of it uses the budget up.
         left = max(self.limits.sandbox_seconds - self.used_s, 0.0)
         timeout = max(min(self.limits.judge_deadline + JUDGE_STARTUP, left), MIN_JUDGE_S)
         deadline = max(min(self.limits.judge_deadline, timeout - min(JUDGE_STARTUP, timeout / 2)), MIN_JUDGE_S / 2)
         payload, nonce = judge_payload(t.judge_spec(), deadline=deadline)
         try:
             res = self.sandbox.run(judge_argv(), stdin=payload, timeout=timeout)
-            self.used_s += res.duration_s
             if res.timed_out:
                 self.used_s = max(self.used_s, self.limits.sandbox_seconds)
             rep = parse_judge_output(res.stdout, nonce, t.n_units)

@@ -193,20 +193,23 @@ def test_sandbox_seconds_budget_truncates(make: Any) -> None:
     assert "42" in text and not (term or trunc)
 
 
-def test_judge_time_is_charged_to_the_budget(make: Any) -> None:
+def test_the_judge_runs_on_the_episodes_budget(make: Any) -> None:
     """A solution.py that stops the judge at import (SIGSTOP) stalled every submit for
     judge_deadline + 15 = 35 s, uncharged: a policy could stall the collector for free. Now the
-    judge runs on what is left of the episode's sandbox seconds, and its time is charged."""
+    judge runs on what is left of the episode's sandbox seconds, and a stall uses them up."""
+    import time
+
     env = make(sandbox_seconds=4.0)
     env.reset(seed=0)
     call(env, "write_file", path="solution.py",
          content="import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n")
+    t0 = time.monotonic()
     text, r, term, trunc, info = call(env, "submit")
     assert term and r == 0.0 and not info["judge"]["valid"]
-    assert 3.0 < info["sandbox_seconds"] < 8.0  # the stall cost the budget, not 35 s
-    env.reset(seed=0)
-    _, r, term, _, info = call(env, "submit")  # an ordinary submit is charged too
-    assert term and 0.0 < info["sandbox_seconds"] < 4.0
+    assert time.monotonic() - t0 < 12.0  # the budget's 4 s and the sandbox's own overhead, not 35 s
+    assert info["sandbox_seconds"] == 4.0  # used up
+    r, info = play(env, oracle_policy, seed=0)  # an ordinary submit: judged, nothing more to count
+    assert r > 0 and info["sandbox_seconds"] == 0.0
 
 
 @pytest.mark.parametrize("split", ["train", "eval"])
