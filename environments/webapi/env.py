@@ -120,16 +120,18 @@ class WebAPIEnv(ToolEnv):
                 near = difflib.get_close_matches(str(options["task_id"]), by_id, n=3)
                 raise ConfigError(f"unknown WebAPI task_id {options['task_id']!r}; did you mean {near}? "
                                   "(ids look like 'cancel-41'; see agentgym.environments.webapi.tasks.all_tasks())")
-            if options["split"] not in ("all", wt.split):
-                raise ConfigError(f"WebAPI task {wt.id!r} is in split {wt.split!r}, not {options['split']!r}; "
+            split = options.get("split", self.split)
+            if split not in ("all", wt.split):
+                raise ConfigError(f"WebAPI task {wt.id!r} is in split {wt.split!r}, not {split!r}; "
                                   f"pass split={wt.split!r} (or 'all')")
         else:
-            tasks = split_tasks(options["split"])
+            split = options.get("split", self.split)
+            tasks = split_tasks(split)
             if "index" in options:
                 i = options["index"]
                 if not isinstance(i, (int, np.integer)) or not 0 <= i < len(tasks):
                     raise ConfigError(f"options['index'] must be an int in [0, {len(tasks)}) for split "
-                                      f"{options['split']!r}, got {i!r}")
+                                      f"{split!r}, got {i!r}")
                 wt = tasks[int(i)]
             else:
                 wt = tasks[int(rng.integers(len(tasks)))]
