@@ -3,7 +3,7 @@
     import gymnasium as gym
     import agentgym
 
-    env = gym.make("agentgym/Math-v0")
+    env = gym.make("agentgym/Math-v1")
     obs, info = env.reset(seed=0)
 
 Importing agentgym registers the built-in environments and imports neither torch nor any

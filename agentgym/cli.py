@@ -101,7 +101,7 @@ def _demo(args: argparse.Namespace) -> int:
     from agentgym.oracles import ORACLES, run_oracle
     from agentgym.registration import check_env_id
 
-    ids = args.env_ids or [i for i in ("agentgym/Math-v0", "agentgym/MathCalc-v0") if i in ORACLES]
+    ids = args.env_ids or [i for i in ("agentgym/Math-v1", "agentgym/MathCalc-v1") if i in ORACLES]
     for env_id in ids:
         check_env_id(env_id, ORACLES, "an environment with a scripted policy")
     for env_id in ids:
@@ -146,12 +146,12 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("leaderboard", help="verify|build|suites (see `agentgym leaderboard -h`)")
     fmt = argparse.ArgumentDefaultsHelpFormatter
     demo = sub.add_parser("demo", help="run the scripted oracle policies", formatter_class=fmt)
-    demo.add_argument("env_ids", nargs="*", metavar="ENV_ID", help="default: Math-v0 and MathCalc-v0")
+    demo.add_argument("env_ids", nargs="*", metavar="ENV_ID", help="default: Math-v1 and MathCalc-v1")
     demo.add_argument("--episodes", type=positive_int, default=100, help="episodes per env")
     demo.set_defaults(fn=_demo)
     srv = sub.add_parser("serve", help="serve an environment over WebSocket/HTTP (client: agentgym/Remote-v0)",
                          formatter_class=fmt)
-    srv.add_argument("env_id", help="a registered id, e.g. agentgym/MathCalc-v0")
+    srv.add_argument("env_id", help="a registered id, e.g. agentgym/MathCalc-v1")
     srv.add_argument("--host", default="127.0.0.1", help="bind address (loopback only by default)")
     srv.add_argument("--port", type=int, default=8700, help="TCP port; 0 picks a free one")
     srv.add_argument("--max-sessions", type=positive_int, default=256, help="env instances held at once")

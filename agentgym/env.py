@@ -6,6 +6,8 @@ terminated vs truncated, reward bookkeeping (sparse or shaped, components in ``i
 the trajectory record. A concrete environment defines only:
 
 * ``sample_task(rng, options) -> Task``: the task for this episode (seeded);
+* ``splits``: the task splits it honours (``("train", "eval")``); ``options["split"]`` then
+  always holds the episode's split (the reset option, else the constructor's ``split``);
 * ``tools() -> list[Tool]``: the tools of the current episode (default: none);
 * ``score_final(answer) -> ToolResult``: the outcome of a final answer;
 * optionally ``instructions``, ``on_reset()`` and ``on_close()`` for resources.
@@ -37,6 +39,7 @@ import numpy as np
 
 from agentgym.errors import ActionTypeError, ConfigError, EnvStateError, InfraError, infra_note
 from agentgym.harmony import HarmonyCodec, Message, ParsedAction, render_tool_signatures
+from agentgym.splits import check_split
 from agentgym.tokenizers import Tokenizer, as_tokenizer
 from agentgym.tools import Tool, ToolResult
 from agentgym.trajectory import Trajectory, Turn
@@ -68,10 +71,10 @@ TOOLS_LINE = "\nCalls to these tools must go to the commentary channel: 'functio
 # How reset() renders the prompt before the user message.
 PROMPT_STYLES: dict[str, str] = {
     "harmony": "GPT-OSS's system message + a developer message with instructions and the "
-               "TypeScript tool namespace (612 byte tokens for MathCalc-v0); what real GPT-OSS "
+               "TypeScript tool namespace (612 byte tokens for MathCalc-v1); what real GPT-OSS "
                "checkpoints expect",
     "compact": "one developer message: the instructions and one line per tool, name(args) "
-               "(159 byte tokens for MathCalc-v0); for tiny models trained from scratch on the "
+               "(159 byte tokens for MathCalc-v1); for tiny models trained from scratch on the "
                "byte tokenizer",
 }
 
@@ -172,6 +175,8 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
     # again (multi-turn text envs from other hubs) set False: a non-terminal score_final result is
     # then the user's next message.
     final_ends_episode: ClassVar[bool] = True
+    # The splits this env honours, the default first; () = none: then a split is refused.
+    splits: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -184,6 +189,7 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         shaping: dict[str, float] | None = None,
         prompt: str = "harmony",
         render_mode: str | None = None,
+        split: str | None = None,
         **unexpected: Any,
     ) -> None:
         if unexpected:  # a typo in gym.make(ENV_ID, ...) lands here through the subclasses' **kwargs
@@ -214,6 +220,9 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         self.shaping = {**defaults, **(shaping or {})}
         self.prompt_style = prompt
         self.render_mode = render_mode
+        # The default split of reset(); options={"split": ...} overrides it for one episode.
+        self.split: str | None = (check_split(split, self.splits, type(self).__name__) if split is not None
+                                  else self.splits[0] if self.splits else None)
         self.observation_space = token_space(self.tokenizer.vocab_size)  # type: ignore[assignment]
         self.action_space = token_space(self.tokenizer.vocab_size)  # type: ignore[assignment]
         self._state = _State.NEW
@@ -260,7 +269,10 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         if self._state is _State.CLOSED:
             raise EnvStateError(f"{self.env_id} is closed; make a new environment")
         super().reset(seed=seed)
-        self.task = self.sample_task(self.np_random, dict(options or {}))
+        opts = dict(options or {})
+        if "split" in opts or self.splits:
+            opts["split"] = check_split(opts.get("split", self.split), self.splits, self.env_id)
+        self.task = self.sample_task(self.np_random, opts)
         try:
             self.on_reset()
         except InfraError:
@@ -273,14 +285,17 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
             tokenizer=getattr(self.tokenizer, "name", type(self.tokenizer).__name__),
             meta={"reward_mode": self.reward_mode, "max_turns": self.max_turns,
                   "max_tokens": self.max_tokens, "prompt": self.prompt_style,
-                  "options": dict(options or {})},
+                  "options": dict(options or {}), **({"split": opts["split"]} if "split" in opts else {})},
         )
         self.trajectory.append(prompt, policy=False)
         self.trajectory.prompt_len = len(prompt)
         self.counts = {"turns": 0, "malformed": 0, "tool_calls": 0, "tool_errors": 0}
         self._sums = {}
         self._state = _State.RUNNING
-        return np.asarray(prompt, dtype=np.int64), {"task_id": self.task.id, "prompt": self.task.prompt}
+        info: dict[str, Any] = {"task_id": self.task.id, "prompt": self.task.prompt}
+        if "split" in opts:
+            info["split"] = opts["split"]
+        return np.asarray(prompt, dtype=np.int64), info
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self._state is not _State.RUNNING:

@@ -22,11 +22,11 @@ __all__ = ["ORACLES", "get_oracle", "load_callable", "run_oracle"]
 Policy = Callable[[Any], np.ndarray]
 
 ORACLES: dict[str, str] = {
-    "agentgym/Math-v0": "agentgym.environments.math.oracle:oracle_action",
-    "agentgym/MathCalc-v0": "agentgym.environments.math.oracle:oracle_actions",
-    "agentgym/MathTool-v0": "agentgym.environments.mathtool.oracle:oracle_policy",
-    "agentgym/CodeFix-v0": "agentgym.environments.codefix.oracle:oracle_policy",
-    "agentgym/WebAPI-v0": "agentgym.environments.webapi.policies:oracle_action",
+    "agentgym/Math-v1": "agentgym.environments.math.oracle:oracle_action",
+    "agentgym/MathCalc-v1": "agentgym.environments.math.oracle:oracle_actions",
+    "agentgym/MathTool-v1": "agentgym.environments.mathtool.oracle:oracle_policy",
+    "agentgym/CodeFix-v1": "agentgym.environments.codefix.oracle:oracle_policy",
+    "agentgym/WebAPI-v1": "agentgym.environments.webapi.policies:oracle_action",
     # Imported envs: the adapter's own oracle where its source has one (it says why not otherwise).
     "agentgym/ReasoningGym-v0": "agentgym.environments.interop.oracle:oracle_action",
     "agentgym/Verifiers-v0": "agentgym.environments.interop.oracle:oracle_action",

@@ -3,8 +3,11 @@
 The built-ins live under ``agentgym/``; users register their own under their own namespace
 (``myorg/Echo-v0``), as Gymnasium allows. Entry points are ``"module:Class"`` strings, so
 registering imports nothing heavy; the module is imported by ``gym.make``. Any behaviour
-change of an environment bumps its version. Registering an id again with the same entry
-point is a no-op; with another entry point it is an error (it would silently keep the first).
+change of an environment bumps its version, and only the new version stays registered: the
+old id then fails in ``gym.make`` with gymnasium's ``DeprecatedEnv``, which names the new one
+(``agentgym/Math-v0`` -> "Please use `agentgym/Math-v1` instead"). Registering an id again
+with the same entry point is a no-op; with another entry point it is an error (it would
+silently keep the first).
 """
 
 from __future__ import annotations
@@ -22,13 +25,15 @@ __all__ = ["ADAPTERS", "NAMESPACE", "check_env_id", "register", "registered_ids"
 
 NAMESPACE = "agentgym"
 
-# id -> entry point. The single list of built-in environments.
+# id -> entry point. The single list of built-in environments. v1 (from v0): math answers must
+# be in the task's form (no echoed question), refusals cite the decisive fact, splits everywhere,
+# CodeFix's judge charged to the sandbox budget.
 BUILTIN: dict[str, str] = {
-    "agentgym/Math-v0": "agentgym.environments.math.env:MathEnv",
-    "agentgym/MathCalc-v0": "agentgym.environments.math.calc:MathCalcEnv",
-    "agentgym/MathTool-v0": "agentgym.environments.mathtool.env:MathToolEnv",
-    "agentgym/CodeFix-v0": "agentgym.environments.codefix.env:CodeFixEnv",
-    "agentgym/WebAPI-v0": "agentgym.environments.webapi.env:WebAPIEnv",
+    "agentgym/Math-v1": "agentgym.environments.math.env:MathEnv",
+    "agentgym/MathCalc-v1": "agentgym.environments.math.calc:MathCalcEnv",
+    "agentgym/MathTool-v1": "agentgym.environments.mathtool.env:MathToolEnv",
+    "agentgym/CodeFix-v1": "agentgym.environments.codefix.env:CodeFixEnv",
+    "agentgym/WebAPI-v1": "agentgym.environments.webapi.env:WebAPIEnv",
 }
 # Clients of the environments above rather than environments of their own: registered for
 # gym.make, left out of registered_ids(). Remote-v0: an env served by `agentgym serve`.
@@ -81,7 +86,7 @@ def registered_ids() -> list[str]:
 
 def check_env_id(env_id: str, known: Iterable[str] | None = None, what: str = "a registered environment") -> str:
     """``env_id`` if it is in ``known`` (default: every id gym.make knows), else a ConfigError
-    with the closest id (``Math-v0`` -> ``agentgym/Math-v0``, ``agentgym/Maths-v0`` -> ...)."""
+    with the closest id (``Math-v1`` -> ``agentgym/Math-v1``, ``agentgym/Maths-v0`` -> ...)."""
     pool = sorted(known) if known is not None else sorted(k for k in gym.registry if "/" in k)
     if env_id in pool:
         return env_id

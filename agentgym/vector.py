@@ -4,7 +4,7 @@ Tool calls block on I/O (a sandbox, an HTTP server), so a thread pool steps many
 environments at once while the GIL is released. This is the API the trainer's collector
 uses: reset a batch, then repeatedly step whichever environments have an action ready.
 
-    pool = EnvPool([gym.make("agentgym/Math-v0") for _ in range(8)])
+    pool = EnvPool([gym.make("agentgym/Math-v1") for _ in range(8)])
     first = pool.reset(seeds=range(8))            # list of (obs, info)
     results = pool.step({0: action0, 3: action3})  # {index: StepResult}
 """

@@ -1,4 +1,4 @@
-"""verifiers' name for agentgym's environments: ``vf-eval agentgym-verifiers --env.taskset.env agentgym/Math-v0``.
+"""verifiers' name for agentgym's environments: ``vf-eval agentgym-verifiers --env.taskset.env agentgym/Math-v1``.
 
 verifiers resolves a taskset id to a top-level module exporting its ``Taskset`` (and ``Env``)
 through ``__all__`` (``agentgym-verifiers`` -> ``agentgym_verifiers``); a dotted module path is

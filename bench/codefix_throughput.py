@@ -1,4 +1,4 @@
-"""CodeFix-v0 episodes per minute with the oracle policy, N concurrent episodes, real Docker.
+"""CodeFix-v1 episodes per minute with the oracle policy, N concurrent episodes, real Docker.
 
     .venv/bin/python bench/codefix_throughput.py [--concurrency 8] [--episodes 96] [--pool-size 8]
                                                  [--backend docker|bwrap]
@@ -35,7 +35,7 @@ def run(concurrency: int, episodes: int, sandbox: Any, level: int | None, warmup
         ) -> dict[str, Any]:
     """Steady state: the clock starts once ``warmup`` episodes have finished, so the
     containers the pool started before the run do not flatter the result."""
-    envs = [gym.make("agentgym/CodeFix-v0", split="train", level=level,
+    envs = [gym.make("agentgym/CodeFix-v1", split="train", level=level,
                      sandbox=sandbox) for _ in range(concurrency)]
     resets: list[float] = []
     lengths: list[float] = []

@@ -1,4 +1,4 @@
-"""Math-v0 episode throughput on one core, and the per-turn framework overhead.
+"""Math-v1 episode throughput on one core, and the per-turn framework overhead.
 
     .venv/bin/python bench/math_throughput.py [--episodes 20000] [--profile]
 
@@ -29,7 +29,7 @@ from agentgym.tools import ToolResult
 
 
 class StubMathEnv(MathEnv):
-    """Math-v0 with the env's own work precomputed: only the framework runs per episode."""
+    """Math-v1 with the env's own work precomputed: only the framework runs per episode."""
 
     def __init__(self, tasks: list[Task], **kw: Any) -> None:
         super().__init__(**kw)
@@ -77,7 +77,7 @@ def main() -> None:
     env = MathEnv()
     run(env, 500)  # warm-up: imports, mpmath context, prefix cache
     ep, rs, st = run(env, n)
-    print(f"Math-v0, all families x levels, {n} episodes (reset + oracle step), one core:")
+    print(f"Math-v1, all families x levels, {n} episodes (reset + oracle step), one core:")
     print(f"  {1 / ep:,.0f} episodes/s   ({ep * 1e6:.1f} us/episode: reset {rs * 1e6:.1f} us, "
           f"oracle action + step {st * 1e6:.1f} us)")
 

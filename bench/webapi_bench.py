@@ -1,4 +1,4 @@
-"""WebAPI-v0 benchmarks: tool-call overhead against raw httpx, and oracle episodes per second.
+"""WebAPI-v1 benchmarks: tool-call overhead against raw httpx, and oracle episodes per second.
 
     .venv/bin/python bench/webapi_bench.py [--calls 400] [--episodes 128] [--concurrency 1,8,64]
 
@@ -34,7 +34,7 @@ from agentgym.environments.webapi.wire import EPISODE_HEADER
 
 
 def round_trip(calls: int, database_url: str | None) -> dict[str, float]:
-    env = gym.make("agentgym/WebAPI-v0", split="all", max_turns=10**9, max_tokens=10**9, database_url=database_url)
+    env = gym.make("agentgym/WebAPI-v1", split="all", max_turns=10**9, max_tokens=10**9, database_url=database_url)
     try:
         env.reset(seed=0)
         u: Any = env.unwrapped
@@ -67,7 +67,7 @@ def round_trip(calls: int, database_url: str | None) -> dict[str, float]:
 
 def episodes_per_second(concurrency: int, episodes: int, database_url: str | None) -> tuple[float, float]:
     tasks = all_tasks()
-    envs = [gym.make("agentgym/WebAPI-v0", split="all", database_url=database_url) for _ in range(concurrency)]
+    envs = [gym.make("agentgym/WebAPI-v1", split="all", database_url=database_url) for _ in range(concurrency)]
     counter = iter(range(10**9))
     lock = threading.Lock()
     rewards: list[float] = []
@@ -108,7 +108,7 @@ def main() -> int:
     p.add_argument("--concurrency", default="1,8,64")
     p.add_argument("--database-url", default=None)
     args = p.parse_args()
-    print(f"# WebAPI-v0 benchmark\n\nmachine: {platform.machine()}, {os.cpu_count()} CPUs, "
+    print(f"# WebAPI-v1 benchmark\n\nmachine: {platform.machine()}, {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}, {platform.system()}; database: "
           f"{'PostgreSQL' if args.database_url else 'SQLite (one file per episode)'}\n")
     rt = round_trip(args.calls, args.database_url)

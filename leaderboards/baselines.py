@@ -38,7 +38,7 @@ BASELINES: dict[str, tuple[str, dict[str, Any], str]] = {
     "do-nothing": ("do-nothing", {}, "never calls a tool nor answers: the floor"),
     "quickstart": ("hf", {"model": "{run}", "threads": 1},
                    "the tiny GPT-OSS (~1M parameters, byte tokenizer) trained by the CPU quickstart on "
-                   "MathCalc-v0 with the compact prompt (the calc suite's task; core uses the harmony prompt and "
+                   "MathCalc-v1 with the compact prompt (the calc suite's task; core uses the harmony prompt and "
                    "other tasks)"),
 }
 

@@ -40,7 +40,7 @@ def _slug(text: str) -> str:
 
 
 def _pick_envs(suite: Any, names: str | None) -> list[str] | None:
-    """``--envs``: comma-separated ids of the suite's envs (``Math-v0`` for ``agentgym/Math-v0`` too)."""
+    """``--envs``: comma-separated ids of the suite's envs (``Math-v1`` for ``agentgym/Math-v1`` too)."""
     if not names:
         return None
     from agentgym.registration import check_env_id
@@ -62,7 +62,7 @@ def eval_main(argv: list[str] | None = None) -> int:
                     "same command again after a kill).",
         epilog="policies: " + ", ".join(sorted(POLICIES)) + "\nexamples:\n"
                "  agentgym-eval --suite calc --policy oracle                      (seconds)\n"
-               "  agentgym-eval --suite core --policy oracle --envs Math-v0 --tasks 5   (a verifiable subset)\n"
+               "  agentgym-eval --suite core --policy oracle --envs Math-v1 --tasks 5   (a verifiable subset)\n"
                "  agentgym-eval --suite core --policy hf --policy-arg model=runs/cpu-quickstart --name quickstart\n"
                "  agentgym-eval --suite core --policy openai-http --policy-arg base_url=http://127.0.0.1:8000 "
                "--policy-arg tokenizer=/models/gpt-oss-20b\n"

@@ -7,7 +7,7 @@ A suite is a YAML file in ``leaderboards/suites/``::
     trials: 3                      # episodes per task (pass^k uses k = trials)
     sampling: {temperature: 1.0}
     envs:
-      - id: agentgym/Math-v0
+      - id: agentgym/Math-v1
         kwargs: {reward_mode: sparse, max_turns: 1, max_action_tokens: 1024}
         tasks: [{index: 0}, {index: 1}]   # reset options, one dict per task
 
@@ -60,7 +60,7 @@ def episode_seed(suite_seed: int, env_id: str, options: dict[str, Any], trial: i
 
 @dataclass(frozen=True)
 class EnvSpec:
-    id: str  # exact registered id, version included: agentgym/Math-v0
+    id: str  # exact registered id, version included: agentgym/Math-v1
     kwargs: dict[str, Any]  # gym.make keyword arguments: budgets, split, reward mode
     tasks: tuple[dict[str, Any], ...]  # reset options of each task, in board order
 

@@ -34,8 +34,8 @@ __all__ = ["VARIANTS", "Check", "ValidationReport", "task_list", "validate_env"]
 
 # Env kwargs to validate by default: every split of the built-in envs with fixed task lists.
 VARIANTS: dict[str, list[dict[str, Any]]] = {
-    "agentgym/CodeFix-v0": [{"split": "train"}, {"split": "eval"}],
-    "agentgym/WebAPI-v0": [{"split": "all"}],
+    "agentgym/CodeFix-v1": [{"split": "train"}, {"split": "eval"}],
+    "agentgym/WebAPI-v1": [{"split": "all"}],
 }
 PROCEDURAL_PER_COMBO = 3  # procedural math: tasks per family x level
 SEED_TASKS = 64  # envs with neither a task list nor families: this many seeds

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # System pieces the test suite uses for real: the Docker engine (started if not running),
-# debootstrap and bubblewrap for the sandboxes, PostgreSQL for WebAPI-v0's database option,
+# debootstrap and bubblewrap for the sandboxes, PostgreSQL for WebAPI-v1's database option,
 # chromium + chromedriver for the leaderboard page's browser test;
 # then the sandbox image (built without any container registry, cached by content hash).
 set -euo pipefail

@@ -43,7 +43,7 @@ RECIPES_DIR = Path(__file__).parent / "recipes"
 
 @dataclass
 class EnvConfig:
-    id: str = "agentgym/MathCalc-v0"
+    id: str = "agentgym/MathCalc-v1"
     """Registered environment id (``gym.make`` name)."""
     reward_mode: str = "sparse"
     """``sparse`` (task outcome only) or ``shaped`` (outcome + the env's documented terms)."""

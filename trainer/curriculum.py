@@ -5,8 +5,8 @@
     ...collect with those options...
     sampler.update(levels_of_episodes, successes)   # may promote
 
-Levels are the environment's own (a reset option, ``level`` by default: Math-v0 and
-MathCalc-v0 take ``easy``/``medium``/``hard``), listed easy to hard in
+Levels are the environment's own (a reset option, ``level`` by default: Math-v1 and
+MathCalc-v1 take ``easy``/``medium``/``hard``), listed easy to hard in
 ``curriculum.levels``. Training starts at the first; the *frontier* is the hardest level
 unlocked so far. A level is passed when the success rate of its last ``curriculum.window``
 training episodes reaches ``curriculum.promote_at``; the next level then becomes the

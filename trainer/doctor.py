@@ -138,7 +138,7 @@ def run_doctor(
     model: str | nn.Module = "tiny",
     engine: str | Engine = "hf",
     attn_implementation: str = "eager",
-    env_id: str = "agentgym/MathCalc-v0",
+    env_id: str = "agentgym/MathCalc-v1",
     episodes: int = 8,
     *,
     max_new_tokens: int = 64,
@@ -298,7 +298,7 @@ def doctor_main(argv: list[str] | None = None) -> int:
                     help="checkpoint dir, hub id, 'tiny' or 'tiny:o200k_harmony' (GPT-OSS's real vocabulary)")
     ap.add_argument("--engine", default="hf", choices=["hf", "openai-http", "vllm"], help="the rollout engine")
     ap.add_argument("--attn", default="eager", help="trainer attention implementation")
-    ap.add_argument("--env", default="agentgym/MathCalc-v0", help="the environment the episodes are played in")
+    ap.add_argument("--env", default="agentgym/MathCalc-v1", help="the environment the episodes are played in")
     ap.add_argument("--episodes", type=positive_int, default=8, help="episodes sampled")
     ap.add_argument("--max-turns", type=positive_int, default=2,
                     help="turns per episode (an untrained model never stops: each turn adds max-new-tokens "

@@ -57,8 +57,8 @@ log = logging.getLogger(__name__)
 
 SEED_STRIDE = 100_003  # sampling seeds of unit u start at sample_seed + u * SEED_STRIDE
 # Built-in envs whose episodes leave nothing behind (per-episode sandbox, database or RNG).
-REPLAYABLE: frozenset[str] = frozenset({"agentgym/Math-v0", "agentgym/MathCalc-v0", "agentgym/MathTool-v0",
-                                        "agentgym/CodeFix-v0", "agentgym/WebAPI-v0"})
+REPLAYABLE: frozenset[str] = frozenset({"agentgym/Math-v1", "agentgym/MathCalc-v1", "agentgym/MathTool-v1",
+                                        "agentgym/CodeFix-v1", "agentgym/WebAPI-v1"})
 RETRY_MODES = ("auto", "always", "never")
 
 
@@ -71,7 +71,7 @@ def replayable(env_id: str, env_kwargs: dict[str, Any], mode: str = "auto",
         return mode == "always"
     if env_id in extra:
         return True
-    if env_id == "agentgym/WebAPI-v0" and (env_kwargs.get("server_url") or env_kwargs.get("database_url")):
+    if env_id == "agentgym/WebAPI-v1" and (env_kwargs.get("server_url") or env_kwargs.get("database_url")):
         return False  # writes land in a store that outlives the episode
     return env_id in REPLAYABLE
 

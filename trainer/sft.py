@@ -48,8 +48,8 @@ Policy = Callable[[Any], np.ndarray]  # env -> the next action's token ids
 
 # env id -> "module:function(env) -> next action ids". Add yours to warm-start on your env.
 ORACLES: dict[str, str] = {
-    "agentgym/Math-v0": "agentgym.environments.math.oracle:oracle_action",
-    "agentgym/MathCalc-v0": "agentgym.environments.math.oracle:oracle_actions",
+    "agentgym/Math-v1": "agentgym.environments.math.oracle:oracle_action",
+    "agentgym/MathCalc-v1": "agentgym.environments.math.oracle:oracle_actions",
 }
 
 

@@ -6,7 +6,7 @@ and the tools go to ``POST {base_url}/chat/completions``, the assistant message 
 is stepped; the trajectory record stays the exact token stream.
 
     policy = OpenAIChatPolicy(base_url="http://127.0.0.1:8000/v1", model="agentgym")
-    traj = policy.play(gym.make("agentgym/MathCalc-v0"), seed=0)
+    traj = policy.play(gym.make("agentgym/MathCalc-v1"), seed=0)
 
 The API key is read from the environment variable ``api_key_env`` (never passed or logged);
 without one no ``Authorization`` header is sent (local servers). Requests are retried on

@@ -1,6 +1,6 @@
 """``agentgym/Remote-v0``: an environment served by ``agentgym serve``, with the local token API.
 
-    env = gym.make("agentgym/Remote-v0", url="ws://127.0.0.1:8700/ws", env_id="agentgym/Math-v0",
+    env = gym.make("agentgym/Remote-v0", url="ws://127.0.0.1:8700/ws", env_id="agentgym/Math-v1",
                    reward_mode="shaped")
     obs, info = env.reset(seed=0)        # the same ids the local env returns for seed 0
     obs, reward, terminated, truncated, info = env.step(action_ids)
@@ -50,6 +50,9 @@ class _State(enum.Enum):
 
 class RemoteEnv(gym.Env[np.ndarray, np.ndarray]):
     metadata = {"render_modes": ["ansi"]}  # noqa: RUF012  (gymnasium declares it an instance var)
+    # The served env's splits, as the server reports them when the session opens: ``split`` (a
+    # keyword argument) and ``options={"split": ...}`` pass through to it unchanged.
+    splits: tuple[str, ...] = ()
 
     def __init__(self, *, url: str, env_id: str, tokenizer: Tokenizer | Any = None, timeout: float = 60.0,
                  connect_timeout: float = 10.0, reconnect_attempts: int = 3, backoff_s: float = 0.2,
@@ -90,6 +93,7 @@ class RemoteEnv(gym.Env[np.ndarray, np.ndarray]):
         welcome = self.channel.open(self._hello)
         self.session_id: str = welcome["session"]
         self.limits: dict[str, Any] = welcome.get("limits", {})
+        self.splits = tuple(welcome.get("splits", ()))
         self._seq = 0
         self._state = _State.READY
 

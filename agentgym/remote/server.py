@@ -159,7 +159,8 @@ def create_app(manager: SessionManager) -> Starlette:
 
     def _welcome(session: Session) -> dict[str, Any]:
         return {"ok": True, "session": session.id, "secret": session.secret, "env_id": manager.env_id,
-                "tokenizer": manager.tokenizer_info(), "limits": limits.to_dict(), "protocol": wire.PROTOCOL}
+                "tokenizer": manager.tokenizer_info(), "limits": limits.to_dict(), "protocol": wire.PROTOCOL,
+                "splits": list(getattr(session.env.unwrapped, "splits", ()))}
 
     return Starlette(routes=[
         WebSocketRoute(wire.WS_PATH, ws_endpoint),

@@ -5,11 +5,11 @@ JSON object; over WebSocket one text frame per message, over HTTP one request bo
 
 Handshake (the first message of a WebSocket connection, or ``POST /v1/sessions``)::
 
-    {"op": "hello", "protocol": 1, "env_id": "agentgym/Math-v0", "kwargs": {...},
+    {"op": "hello", "protocol": 1, "env_id": "agentgym/Math-v1", "kwargs": {...},
      "tokenizer": {"name": "agentgym-byte-v1", "vocab_size": 264}}
     {"op": "resume", "protocol": 1, "session": "<id>", "secret": "<secret>"}   # WebSocket only
  -> {"ok": true, "session": "<id>", "secret": "<secret>", "env_id": ..., "tokenizer": {...},
-     "limits": {...}}
+     "limits": {...}, "splits": ["train", "eval"]}   # the served env's splits
 
 Requests (``seq`` counts up from 1 per session; a request repeated with the last ``seq`` gets
 the stored reply again, so a request resent after a reconnect is never applied twice)::

@@ -1,7 +1,8 @@
-"""CodeFix-v0: fix an injected bug in a HumanEval function, in a sandbox, then submit.
+"""CodeFix-v1: fix an injected bug in a HumanEval function, in a sandbox, then submit.
 
-    env = gym.make("agentgym/CodeFix-v0", split="train", level=1)   # sandbox="docker"
+    env = gym.make("agentgym/CodeFix-v1", split="train", level=1)   # sandbox="docker"
     obs, info = env.reset(seed=0)                 # or options={"task_id": ...} / {"index": n} / {"level": 2}
+    env.reset(seed=0, options={"split": "eval"})  # a held-out problem (HumanEval/N, N % 5 == 0)
 
 Each episode gets a fresh sandbox (from the shared warm pool for Docker) holding
 ``solution.py`` (the buggy module) and ``test_visible.py`` (a few tests). The agent reads,
@@ -14,8 +15,10 @@ outcome only, ToolEnv's ``format``, ``malformed`` and ``turn`` terms. ``pass_rat
 (hidden-test pass rate at submit minus that of the buggy start, exactly 0 when solution.py is
 submitted unchanged) is always reported but has weight 0 by default: a constant-return program
 earns it (see the README); with a weight, a negative total is floored at 0. Budgets:
-``max_turns`` (16), ``max_tokens`` (16384), and ``sandbox_seconds`` (60) of agent command
-time per episode; when any is used up the episode is truncated.
+``max_turns`` (16), ``max_tokens`` (16384), and ``sandbox_seconds`` (60) of sandbox time per
+episode; when any is used up the episode is truncated. The judge at submit runs on what is
+left of that budget, and a judge stalled by the agent's code uses it up (see :mod:`.workspace`). Splits: ``train`` and ``eval`` (by
+HumanEval problem; ``split=`` or ``options={"split": ...}``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from agentgym.env import Task, ToolEnv
-from agentgym.environments.codefix.tasks import TASKS_PATH, CodeFixTask, select_tasks
+from agentgym.environments.codefix.tasks import SPLITS, TASKS_PATH, CodeFixTask, select_tasks
 from agentgym.environments.codefix.workspace import Limits, Workspace, describe_report
 from agentgym.errors import ConfigError
 from agentgym.sandboxes.base import Sandbox
@@ -57,7 +60,7 @@ def sandbox_factory(spec: SandboxSpec) -> Callable[[], Sandbox]:
 
 
 class CodeFixEnv(ToolEnv):
-    default_id = "agentgym/CodeFix-v0"
+    default_id = "agentgym/CodeFix-v1"
     # Reported, paid only if you opt in (shaping={"pass_rate_delta": 1.0}): partial credit by
     # hidden-test counts pays degenerate programs (`return True` gains up to 0.8 on a task whose
     # bug fails every unit; the best constant gains on 28% of sampled tasks), which is a hack.
@@ -70,6 +73,8 @@ class CodeFixEnv(ToolEnv):
         "the result; a final answer also submits. Commands share a time budget."
     )
 
+    splits = SPLITS  # ("train", "eval")
+
     def __init__(self, *, split: str = "train", level: int | None = None,
                  sandbox: SandboxSpec = "docker", sandbox_seconds: float = 60.0,
                  command_timeout: float = 10.0, max_output_chars: int = 4000,
@@ -77,11 +82,11 @@ class CodeFixEnv(ToolEnv):
                  **kwargs: Any) -> None:
         kwargs.setdefault("max_turns", 16)
         kwargs.setdefault("max_tokens", 16384)
-        super().__init__(**kwargs)
-        self.split, self.level = split, level
-        self.tasks: tuple[CodeFixTask, ...] = select_tasks(
-            split, level, Path(tasks_path) if tasks_path is not None else TASKS_PATH)
-        self._by_id = {t.id: i for i, t in enumerate(self.tasks)}
+        super().__init__(split=split, **kwargs)
+        self.level = level
+        path = Path(tasks_path) if tasks_path is not None else TASKS_PATH
+        self._by_split = {s: select_tasks(s, level, path) for s in self.splits}
+        self.tasks: tuple[CodeFixTask, ...] = self._by_split[split]  # the constructor's split
         self.limits = Limits(sandbox_seconds=sandbox_seconds, command_timeout=command_timeout,
                              max_output_chars=max_output_chars, max_file_bytes=max_file_bytes)
         self._make_sandbox = sandbox_factory(sandbox)
@@ -90,25 +95,28 @@ class CodeFixEnv(ToolEnv):
 
     # ---------------------------------------------------------------- ToolEnv hooks
     def sample_task(self, rng: np.random.Generator, options: dict[str, Any]) -> Task:
+        split = options.get("split", self.split)
+        tasks = self._by_split[split]
         if "task_id" in options:
-            if options["task_id"] not in self._by_id:
+            by_id = {t.id: t for t in tasks}
+            if options["task_id"] not in by_id:
                 raise ConfigError(
-                    f"task_id {options['task_id']!r} is not in split={self.split!r} "
-                    f"level={self.level!r}; ids look like {self.tasks[0].id!r} (see env.unwrapped.tasks)")
-            t = self.tasks[self._by_id[options["task_id"]]]
+                    f"task_id {options['task_id']!r} is not in split={split!r} "
+                    f"level={self.level!r}; ids look like {tasks[0].id!r} (see env.unwrapped.tasks)")
+            t = by_id[options["task_id"]]
         elif "index" in options:
             i = options["index"]
-            if not isinstance(i, int) or not 0 <= i < len(self.tasks):
-                raise ConfigError(f"index must be an int in [0, {len(self.tasks)}), got {i!r}")
-            t = self.tasks[i]
+            if not isinstance(i, int) or not 0 <= i < len(tasks):
+                raise ConfigError(f"index must be an int in [0, {len(tasks)}) for split {split!r}, got {i!r}")
+            t = tasks[i]
         else:
-            pool = self.tasks
+            pool = tasks
             if options.get("level") is not None:  # a curriculum's level (trainer/curriculum.py)
-                pool = tuple(t for t in self.tasks if t.level == options["level"])
+                pool = tuple(t for t in tasks if t.level == options["level"])
                 if not pool:
                     raise ConfigError(f"reset option level={options['level']!r}: no task of "
-                                      f"split={self.split!r} at that level; levels here: "
-                                      f"{sorted({t.level for t in self.tasks})}")
+                                      f"split={split!r} at that level; levels here: "
+                                      f"{sorted({t.level for t in tasks})}")
             t = pool[int(rng.integers(len(pool)))]
         return Task(id=t.id, prompt=self._prompt(t), answer=t,
                     meta={"level": t.level, "problem": t.problem, "split": t.split})

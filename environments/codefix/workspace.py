@@ -13,9 +13,13 @@ then gone) is an infrastructure fault, not a result: the tool raises :class:`San
 the environment ends the episode with ``info["infra_error"]``.
 
 Sandbox seconds: the durations of the agent's commands (``run_tests``, ``run_python``) are
-summed; each command's timeout is cut to what is left, and when the budget is used up the
-tool says so and the environment truncates the episode. The judge at submit is the
-environment's own work and is not charged.
+summed; each command's timeout is cut to what is left, and when the budget is used up the tool
+says so and the environment truncates the episode. The judge at submit runs the agent's code,
+so it runs on the same budget: its timeout is cut to what is left, and a judge that runs out of
+it (a ``solution.py`` that stops the judge with ``SIGSTOP`` at import, or never returns) uses
+the budget up: it can stall an episode for what the episode had left, never more. (A judge
+that finishes adds nothing to the count: submit ends the episode, so its time could change
+nothing, and a measured duration in ``info`` would make two runs of one episode differ.)
 """
 
 from __future__ import annotations
@@ -50,6 +54,10 @@ class Limits:
         self.max_output_chars = int(max_output_chars)
         self.max_file_bytes = int(max_file_bytes)
         self.judge_deadline = float(judge_deadline)
+
+
+JUDGE_STARTUP = 15.0  # seconds past the judge's deadline before it is killed (start-up, import)
+MIN_JUDGE_S = 1.0  # the judge's smallest timeout: a submit with less budget left still runs
 
 
 def _cut(text: str, limit: int) -> str:
@@ -183,13 +191,20 @@ class Workspace:
 
     def submit(self) -> ToolResult:
         t = self.task
-        payload, nonce = judge_payload(t.judge_spec(), deadline=self.limits.judge_deadline)
+        # The judge gets what is left of the budget (at most judge_deadline, plus JUDGE_STARTUP
+        # for the interpreter and the candidate's import); running out of it uses the budget up.
+        left = max(self.limits.sandbox_seconds - self.used_s, 0.0)
+        timeout = max(min(self.limits.judge_deadline + JUDGE_STARTUP, left), MIN_JUDGE_S)
+        deadline = max(min(self.limits.judge_deadline, timeout - min(JUDGE_STARTUP, timeout / 2)), MIN_JUDGE_S / 2)
+        payload, nonce = judge_payload(t.judge_spec(), deadline=deadline)
         self.check_alive()
         try:
-            res = self.sandbox.run(judge_argv(), stdin=payload, timeout=self.limits.judge_deadline + 15)
+            res = self.sandbox.run(judge_argv(), stdin=payload, timeout=timeout)
         except SandboxError as e:  # no verdict can be had: a fault of the machine, not a failed submit
             raise SandboxLost(f"the sandbox failed while judging the submission: {e}") from e
         self.check_alive()  # the runner died under the judge: its output is no verdict
+        if res.timed_out:
+            self.used_s = max(self.used_s, self.limits.sandbox_seconds)
         rep = parse_judge_output(res.stdout, nonce, t.n_units)
         self.report = rep
         # The buggy file itself scores its start pass rate by definition: submitting it unchanged

@@ -1,6 +1,6 @@
 """An agentgym environment as an OpenEnv environment server (OpenEnv's own ``create_app``).
 
-    python -m agentgym.environments.interop.openenv_export agentgym/Math-v0 --port 8800
+    python -m agentgym.environments.interop.openenv_export agentgym/Math-v1 --port 8800
 
 OpenEnv's clients then drive it like any OpenEnv env (``GenericEnvClient``, or the typed
 ``AgentGymEnvClient`` below)::

@@ -1,6 +1,6 @@
 """agentgym's environments as a verifiers (v1) environment, run by verifiers' own eval code.
 
-    vf-eval agentgym-verifiers --env.taskset.env agentgym/MathCalc-v0 -n 8 -m agentgym \\
+    vf-eval agentgym-verifiers --env.taskset.env agentgym/MathCalc-v1 -n 8 -m agentgym \\
         --client.base-url http://127.0.0.1:8000/v1 --client.api-key-var NO_KEY --no-push
 
 verifiers finds a taskset by a top-level module name: ``agentgym-verifiers`` is the module
@@ -140,7 +140,7 @@ def _check_env_id(env_id: str) -> str:
 
 
 class AgentGymTasksetConfig(vf.TasksetConfig):
-    env: str = "agentgym/Math-v0"
+    env: str = "agentgym/Math-v1"
     """A registered agentgym environment id."""
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments of ``gym.make`` (e.g. ``reward_mode``, ``max_turns``)."""

@@ -1,4 +1,4 @@
-"""agentgym.environments.math: Math-v0 (single-turn, verified answers) and MathCalc-v0 (calculator tool).
+"""agentgym.environments.math: Math-v1 (single-turn, verified answers) and MathCalc-v1 (calculator tool).
 
 Importing this package is light: the environment classes load on first use by ``gym.make``.
 """

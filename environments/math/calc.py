@@ -1,7 +1,9 @@
-"""``agentgym/MathCalc-v0``: the same problems plus a ``calculator`` tool; the trainer's CPU task.
+"""``agentgym/MathCalc-v1``: the same problems plus a ``calculator`` tool; the trainer's CPU task.
 
 The intended episode is two turns: call ``calculator`` with the arithmetic, read the number
-it returns, answer it in the final channel. Defaults are short, easy questions ("What is
+it returns, answer it in the final channel. Only the number is an answer (the ``integer`` form
+of its families): the question or its expression restated earns 0, so the calculator's
+result is the only way to the reward. Defaults are short, easy questions ("What is
 37 + 48?") so a ~1M-parameter model can learn the loop. The calculator parses with the
 verifier's guarded grammar (no ``eval``) and answers exactly: ``85``, ``-7/12``.
 """
@@ -38,7 +40,7 @@ def calculate(expression: str) -> str:
 
 
 class MathCalcEnv(MathEnv):
-    default_id = "agentgym/MathCalc-v0"
+    default_id = "agentgym/MathCalc-v1"
     instructions = ("Use the calculator tool to compute the answer, then reply in the final "
                     "channel with only the number.")
 

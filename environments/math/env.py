@@ -1,12 +1,18 @@
-"""``agentgym/Math-v0``: answer a math problem in the final channel; the verifier decides.
+"""``agentgym/Math-v1``: answer a math problem in the final channel; the verifier decides.
 
 Single-turn by default: no tools, the policy writes its answer (plain text or LaTeX, a
 ``\\boxed{}`` is fine) in the final channel and the episode ends. Sparse reward: 1.0 when
-:func:`verify` says the answer is equivalent to the reference, else 0.0, with the verdict's
-reason in ``info["tool_result"]["content"]``. Shaped reward adds ToolEnv's process terms, on a
-correct answer only: ``format`` (+0.1 for a well-formed final message), ``malformed`` (-0.1 per
-unparsable action) and ``turn`` (-0.01 per turn), never taking it below 1.0; a wrong, empty or
-missing answer earns 0 in both modes.
+:func:`verify` says the answer is in the task's form (the result: a number where a number is
+asked, a fraction in lowest terms, an evaluated expression; see :mod:`.answer_form`) and
+equivalent to the reference, else 0.0, with the verdict's reason in
+``info["tool_result"]["content"]`` (``not_final_form: ...`` for the question restated).
+Shaped reward adds ToolEnv's process terms, on a correct answer only: ``format`` (+0.1 for a
+well-formed final message), ``malformed`` (-0.1 per unparsable action) and ``turn`` (-0.01 per
+turn), never taking it below 1.0; a wrong, empty or missing answer earns 0 in both modes.
+
+Splits: ``"train"`` and ``"eval"``, by a hash of the question (a dataset row may name its own);
+``split=`` in the constructor, ``options={"split": ...}`` per episode. ``task_id`` is
+``math/<family>/<12 hex digits of sha256(question)>`` (a dataset row's ``id``).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from agentgym.env import Task, ToolEnv
-from agentgym.environments.math.dataset import load_dataset
+from agentgym.environments.math.dataset import DATASET_SPLITS, load_dataset
 from agentgym.environments.math.generators import FAMILIES, LEVELS, Problem, generate
 from agentgym.environments.math.verify import verify
 from agentgym.errors import ConfigError
@@ -27,7 +33,7 @@ from agentgym.tools import ToolResult
 
 __all__ = ["MathEnv"]
 
-OPTION_KEYS = ("family", "level", "index")
+OPTION_KEYS = ("family", "level", "index", "split")
 
 
 _SINGULAR = {"families": "family", "levels": "level"}
@@ -48,7 +54,8 @@ def _check_names(kind: str, given: Sequence[str] | str | None, known: Sequence[s
 
 
 class MathEnv(ToolEnv):
-    default_id = "agentgym/Math-v0"
+    default_id = "agentgym/Math-v1"
+    splits = DATASET_SPLITS  # ("train", "eval")
     instructions = ("Solve the math problem. Answer in the final channel with only the final "
                     "answer (plain text or LaTeX; \\boxed{} is fine).")
 
@@ -63,42 +70,56 @@ class MathEnv(ToolEnv):
         super().__init__(**kwargs)
         self.families = _check_names("families", families, tuple(FAMILIES))
         self.levels = _check_names("levels", levels, LEVELS)
-        self.dataset: list[Problem] | None = load_dataset(dataset) if dataset is not None else None
+        rows = load_dataset(dataset) if dataset is not None else None
+        self._rows: dict[str, list[Problem]] | None = (
+            None if rows is None else {s: [r for r in rows if r.split == s] for s in self.splits})
         self.problem: Problem | None = None
+
+    @property
+    def dataset(self) -> list[Problem] | None:
+        """The dataset's problems of the constructor's split (None for generated problems)."""
+        return None if self._rows is None else self._rows[str(self.split)]
 
     # ------------------------------------------------------------------ ToolEnv API
     def sample_task(self, rng: np.random.Generator, options: dict[str, Any]) -> Task:
         self.problem = p = self.pick(rng, options)
         return Task(id=p.id, prompt=p.question, answer=p.answer,
-                    meta={"family": p.family, "level": p.level, "expression": p.expression})
+                    meta={"family": p.family, "level": p.level, "expression": p.expression, "form": p.form,
+                          "split": p.split})
 
     def score_final(self, answer: str) -> ToolResult:
-        assert self.task is not None
-        v = verify(answer, self.task.answer)
+        assert self.task is not None and self.problem is not None
+        v = verify(answer, self.task.answer, self.problem.form, self.problem.given)
         return ToolResult(v.reason, terminal=True, outcome=1.0 if v.correct else 0.0)
 
     # ------------------------------------------------------------------ task choice
     def pick(self, rng: np.random.Generator, options: dict[str, Any]) -> Problem:
-        """The episode's problem: options ``family``, ``level`` and ``index`` pin it down.
+        """The episode's problem: options ``split``, ``family``, ``level`` and ``index`` pin it down.
 
-        With ``index`` the problem is a pure function of (family, level, index) (or the
-        dataset row), independent of the seed; without it, it is drawn from ``rng``.
+        With ``index`` the problem is a pure function of (split, family, level, index) (or the
+        split's dataset row), independent of the seed; without it, it is drawn from ``rng``.
         """
         unknown = set(options) - set(OPTION_KEYS)
         if unknown:
             raise ConfigError(f"unknown reset option(s) {sorted(unknown)}; known: {list(OPTION_KEYS)}")
+        split = str(options.get("split", self.split))
         index = options.get("index")
         if index is not None and (not isinstance(index, (int, np.integer)) or isinstance(index, bool)
                                   or index < 0):
             raise ConfigError(f"reset option 'index' must be a non-negative int, got {index!r}")
-        if self.dataset is not None:
+        if self._rows is not None:
             if "family" in options or "level" in options:
                 raise ConfigError("reset options 'family'/'level' do not apply to a dataset; use 'index'")
+            rows = self._rows[split]
+            if not rows:
+                raise ConfigError(f"the dataset has no {split!r} problems; give rows \"split\": \"{split}\" "
+                                  "(without it a hash of the question decides: one in five is eval)")
             if index is None:
-                return self.dataset[int(rng.integers(len(self.dataset)))]
-            if index >= len(self.dataset):
-                raise ConfigError(f"index {index} is out of range for a dataset of {len(self.dataset)} problems")
-            return self.dataset[int(index)]
+                return rows[int(rng.integers(len(rows)))]
+            if index >= len(rows):
+                raise ConfigError(f"index {index} is out of range for the {len(rows)} {split!r} problems "
+                                  "of the dataset")
+            return rows[int(index)]
         family = options.get("family")
         level = options.get("level")
         if family is not None:
@@ -116,4 +137,4 @@ class MathEnv(ToolEnv):
             if level is None:
                 level = self.levels[int(rng.integers(len(self.levels)))] if len(self.levels) > 1 \
                     else self.levels[0]
-        return generate(family, level, rng)
+        return generate(family, level, rng, split)

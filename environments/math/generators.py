@@ -5,13 +5,15 @@ Generation is on the reset hot path, so answers are computed with Python ints an
 ``np.random.Generator`` passed in: one vectorised draw of 32 integers per problem (a numpy
 call costs microseconds; 32 plain-int draws from it cost nothing).
 
-Every problem has a stable id ``math/<family>/<level>/<10 hex digits of the question hash>``,
-so the same question has the same id in every version of this module.
+Every problem has a stable id ``math/<family>/<12 hex digits of sha256(question)>``: the same
+question has the same id whatever level or seed produced it. The same hash decides its split
+(:func:`agentgym.splits.hash_split`: one question in five is ``eval``), and :func:`generate`
+draws until the problem lands in the split asked for, so an eval problem is never generated
+in train. Each family declares the form of its answers (:data:`FORMS`, :mod:`.answer_form`).
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -19,8 +21,10 @@ from fractions import Fraction
 import numpy as np
 
 from agentgym.environments.math.words import word_problem
+from agentgym.errors import ConfigError
+from agentgym.splits import hash_split, problem_digest
 
-__all__ = ["FAMILIES", "LEVELS", "Problem", "Draw", "generate", "fmt_frac", "fmt_poly"]
+__all__ = ["FAMILIES", "FORMS", "LEVELS", "MAX_DRAWS", "Problem", "Draw", "generate", "fmt_frac", "fmt_poly"]
 
 LEVELS: tuple[str, ...] = ("easy", "medium", "hard")
 
@@ -33,6 +37,9 @@ class Problem:
     family: str
     level: str
     expression: str | None = None  # plain arithmetic the calculator tool can evaluate
+    form: str = "any"  # what a final answer must look like (answer_form); "any": no check
+    split: str = "train"  # "train" | "eval" (hash_split of the question, or a dataset row's own)
+    given: str | None = None  # the question's expression an answer may not restate (datasets)
 
 
 class Draw:
@@ -162,6 +169,8 @@ def linear_equation(d: Draw, lvl: int) -> tuple[str, str, str | None]:
         return f"Solve for x: x + {a} = {x + a}.", str(x), None
     if lvl == 1:
         a, b = d.nonzero(-9, 9), d.between(-30, 30)
+        if a == 1 and b == 0:
+            b = d.nonzero(-30, 30)  # "x = 5" would state its own answer
         lhs = fmt_poly([(a, 1), (b, 0)])
         return f"Solve for x: {lhs} = {a * x + b}.", str(x), None
     a, c = d.nonzero(-9, 9), d.nonzero(-9, 9)
@@ -273,8 +282,30 @@ FAMILIES: dict[str, Gen] = {
 }
 
 
-def generate(family: str, level: str, rng: np.random.Generator) -> Problem:
-    """One problem of ``family`` at ``level`` drawn with ``rng``."""
-    question, answer, expr = FAMILIES[family](Draw(rng), LEVELS.index(level))
-    digest = hashlib.blake2s(question.encode(), digest_size=5).hexdigest()
-    return Problem(f"math/{family}/{level}/{digest}", question, answer, family, level, expr)
+# family -> the form of its answers (see answer_form): what "the result" means there.
+FORMS: dict[str, str] = {
+    "arithmetic": "integer",
+    "fractions": "fraction",  # the question asks for a reduced fraction
+    "order_of_operations": "integer",
+    "linear_equation": "number",
+    "quadratic": "set[number]",
+    "linear_system": "tuple[number]",
+    "derivative": "expression",
+    "definite_integral": "number",
+    "indefinite_integral": "antiderivative",
+    "word_problem": "integer",
+}
+MAX_DRAWS = 1000  # draws to find a problem of the asked split (eval: 5 expected)
+
+
+def generate(family: str, level: str, rng: np.random.Generator, split: str | None = None) -> Problem:
+    """One problem of ``family`` at ``level`` drawn with ``rng``; with ``split``, the first one
+    drawn whose question hashes into that split."""
+    lvl = LEVELS.index(level)
+    for _ in range(MAX_DRAWS):
+        question, answer, expr = FAMILIES[family](Draw(rng), lvl)
+        where = hash_split(question)
+        if split is None or where == split:
+            return Problem(f"math/{family}/{problem_digest(question)}", question, answer, family, level, expr,
+                           FORMS[family], where)
+    raise ConfigError(f"no {split!r} problem of {family}/{level} in {MAX_DRAWS} draws")

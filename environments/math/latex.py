@@ -90,11 +90,23 @@ _SPACES = re.compile(r"(?<!\\)\\[,!;: ]")
 
 def extract(text: str) -> str:
     """The answer inside a final message: last ``\\boxed{}``, last math segment, or the text."""
+    return extract_with_lead(text)[0]
+
+
+_SENTENCE_END = re.compile(r"[.!?;](?=\s|$)|\n")
+
+
+def extract_with_lead(text: str) -> tuple[str, str]:
+    """:func:`extract`, and the *lead*: the text of the answer's sentence before the answer
+    (``"The answer is not"``, ``"it is not"`` before a ``\\boxed{}``), where a negation or a
+    hedge that applies to the answer is written."""
     s = text.strip()
     sentence = False
+    lead = ""
     for cmd in ("\\boxed", "\\fbox"):
         k = s.rfind(cmd)
         if k >= 0:
+            lead = s[:k]
             j = k + len(cmd)
             while j < len(s) and s[j] == " ":
                 j += 1
@@ -112,12 +124,16 @@ def extract(text: str) -> str:
             if end > 0:
                 start = s.rfind(open_, 0, end)
                 if start >= 0 and (open_ != "$" or start < end):
+                    lead = s[:start]
                     s = s[start + len(open_) : end]
                     break
         else:
             ends = [m.end() for m in _ANSWER_IS.finditer(s)]
             if ends:
+                lead = s[:ends[-1]]
                 s, sentence = s[ends[-1]:], True
+    cuts = [m.end() for m in _SENTENCE_END.finditer(lead)]
+    lead = lead[cuts[-1]:] if cuts else lead
     s = _SIZING.sub("", s).replace("\\$", "").replace("$", "")
     s = _THIN_THOUSANDS.sub("", s)  # 3\,000 -> 3000
     s = _SPACES.sub(" ", s)  # \, \; \  (not the "\\" that ends a matrix row)
@@ -130,7 +146,7 @@ def extract(text: str) -> str:
             head[-1:].isalpha() and not head[-2:-1].isalpha())  # 5!, (n+1)!, n!, 7!!
         if sentence or not glued:
             s = head.strip()
-    return s
+    return s, lead
 
 
 # ---------------------------------------------------------------------------- LaTeX
@@ -216,8 +232,11 @@ def to_plain(s: str, depth: int = 0) -> str:
                 pass
             elif cmd in _MAP:
                 out.append(" " + _MAP[cmd] + " ")
-            else:
-                out.append(" " + cmd + " ")  # \sin -> sin, \ln -> ln, \alpha -> alpha
+            elif cmd in _KNOWN:
+                out.append(" " + cmd + " ")  # \sin -> sin, \ln -> ln, \pi -> pi
+            else:  # \lfloor, \Gamma, \foo: a meaning the grammar lacks is refused, never dropped
+                raise ExprError(f"unknown LaTeX command \\{cmd}: the verifier reads \\frac, \\sqrt, "
+                                "\\cdot, \\pi, \\infty, \\text and functions such as \\sin, \\ln")
         elif ch == "{":
             end = _match(s, i)
             if end < 0:

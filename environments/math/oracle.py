@@ -19,13 +19,13 @@ def _unwrap(env: Any) -> Any:
 
 
 def oracle_action(env: Any) -> np.ndarray:
-    """Math-v0: the final answer, exactly the reference (``codec.final_ids(answer)``)."""
+    """Math-v1: the final answer, exactly the reference (``codec.final_ids(answer)``)."""
     e = _unwrap(env)
     return np.asarray(e.codec.final_ids(e.task.answer), dtype=np.int64)
 
 
 def oracle_actions(env: Any) -> np.ndarray:
-    """MathCalc-v0: the next action given the episode so far.
+    """MathCalc-v1: the next action given the episode so far.
 
     First a ``calculator`` call with the problem's expression, then a final answer that
     repeats the calculator's output. Problems without an expression go straight to the answer.

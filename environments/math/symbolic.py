@@ -36,7 +36,11 @@ inconclusive, so a policy that writes the reference answer never gets here.
    [0.6, 2.3] (+0.1 per further variable); equal when ``|a - b| <= 1e-30 * max(1, |a|, |b|)``
    at four points (the random-point test sympy's ``Expr.equals`` falls back to); with ``+ C``
    the difference must be the same at every point. A decimal reference with an exact
-   prediction (``places``) compares once, to the reference's precision.
+   prediction (``places``) compares once, to the reference's precision. Before that, a ``d``
+   that sympy's adaptive evalf certifies nonzero at the first point is unequal however small
+   (``e^-200``, ``10^-45 x``): the tolerance absorbs rounding, never a real term. On the
+   fixed-precision path (step 2), agreement counts only where every intermediate value stayed
+   within ``2**±SPAN`` of 1 (a tiny term vanishes at 50 digits).
 
 Symbols are positive (the points are), so ``sqrt(x^2) == x`` and ``|x| == x``. sympy runs
 under one process-wide lock: some of its ``evalf`` paths set mpmath's *global* precision
@@ -55,8 +59,8 @@ from typing import Any
 
 from agentgym.environments.math import poly
 from agentgym.environments.math.expr import MAX_BITS, ExprError, Node, TooLarge, free_symbols
-from agentgym.environments.math.numeric import decide
-from agentgym.environments.math.values import apply_binop, eval_mp, eval_mp_real, mp_context
+from agentgym.environments.math.numeric import SPAN, decide
+from agentgym.environments.math.values import apply_binop, eval_mp_real, eval_mp_span, mp_context
 
 __all__ = ["MAX_EXPAND_TERMS", "POINTS", "equal", "radicals", "sum_nesting", "sympy_safe", "to_sympy"]
 
@@ -334,7 +338,7 @@ def equal(pn: Node, rn: Node, *, has_c: bool = False, places: int | None = None)
     if not (real[0] and sympy_safe(pn) and sympy_safe(rn)):  # sympy's cost would have no bound
         return _compare(_fixed_values(pn, rn, pts), len(names), has_c, places)
     try:
-        return _sympy_equal(pn, rn, names, pts, has_c, places)
+        return _sympy_equal(pn, rn, names, pts, has_c, places, first)
     except (ExprError, RecursionError):
         raise
     except Exception:  # noqa: BLE001 - a sympy internal error must not crash an env step
@@ -343,7 +347,7 @@ def equal(pn: Node, rn: Node, *, has_c: bool = False, places: int | None = None)
 
 
 def _sympy_equal(pn: Node, rn: Node, names: list[str], pts: Iterator[dict[str, Fraction]],
-                 has_c: bool, places: int | None) -> bool:
+                 has_c: bool, places: int | None, first: dict[str, Fraction]) -> bool:
     with _LOCK:
         sp = _sympy()
         conv = _Conv(sp)
@@ -357,7 +361,30 @@ def _sympy_equal(pn: Node, rn: Node, names: list[str], pts: Iterator[dict[str, F
                 return True
             if d.is_Rational:  # proven: 0 is equal, a nonzero exact number is not, whatever
                 return d == 0  # the magnitudes ((sqrt(2)+sqrt(3))^200 + 1 is not its power)
+            if not has_c and _certified_nonzero(d, sp, conv, first):
+                return False  # 4 + e^-200 is not 4; x^2 + 10^-45 x is not x^2
         return _compare(_sympy_values(a, b, sp, conv, pts), len(names), has_c, places)
+
+
+CERTIFIED_BITS = 20  # sympy's evalf reports the bits it vouches for; a true zero gets ~1
+
+
+def _certified_nonzero(d: Any, sp: Any, conv: _Conv, point: dict[str, Fraction]) -> bool:
+    """Whether sympy's adaptive evalf proves ``d`` nonzero at ``point``.
+
+    The fixed-precision comparison below accepts a difference under ``1e-30`` of the scale as
+    rounding: right for a true identity whose zero sympy cannot prove (``ln 6 - ln 2 - ln 3``,
+    ``sin^2 + cos^2 - 1``: evalf gives up on them with a precision of about 1 bit), wrong for
+    a small but real term (``e^-200``, ``10^-45 x``: evalf raises its working precision until
+    it has 30 correct digits of them). A certified nonzero value is never "equal".
+    """
+    subs = {conv.syms[s]: sp.Rational(v.numerator, v.denominator) for s, v in point.items()}
+    try:
+        v = d.evalf(30, subs=subs)
+        parts = v.as_real_imag()
+    except Exception:  # noqa: BLE001 - sympy internals: undecided, the numeric check goes on
+        return False
+    return any(p.is_Float and p != 0 and getattr(p, "_prec", 0) >= CERTIFIED_BITS for p in parts)
 
 
 def _compare(values: Iterator[tuple[Any, Any] | None], n_syms: int, has_c: bool,
@@ -398,13 +425,21 @@ def _sympy_values(a: Any, b: Any, sp: Any, conv: _Conv,
 
 def _fixed_values(pn: Node, rn: Node,
                   pts: Iterator[dict[str, Fraction]]) -> Iterator[tuple[Any, Any] | None]:
-    """50 digits, no adaptive precision: linear in the size of the expression."""
+    """50 digits, no adaptive precision: linear in the size of the expression.
+
+    Agreement is trusted only when every intermediate value stayed within ``2**±SPAN`` of 1
+    (as in :mod:`.numeric`): a term far below the result (``e^-200``) vanishes at 50 digits,
+    so such a point is skipped rather than read as "equal"."""
     ctx = mp_context()
     for pt in pts:
         env = {s: ctx.mpf(v.numerator) / v.denominator for s, v in pt.items()}
         try:
-            yield eval_mp(pn, env), eval_mp(rn, env)
+            va, alo, ahi = eval_mp_span(pn, env)
+            vb, blo, bhi = eval_mp_span(rn, env)
         except TooLarge:
             raise
         except (ExprError, ZeroDivisionError, ValueError, OverflowError):
             yield None
+            continue
+        tame = min(alo, blo) >= -SPAN and max(ahi, bhi) <= SPAN
+        yield (va, vb) if tame or not _close(ctx, va, vb) else None

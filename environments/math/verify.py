@@ -1,6 +1,13 @@
-"""Is a predicted answer mathematically equivalent to the reference? ``verify(pred, ref)``.
+"""Is a predicted answer the reference's result? ``verify(pred, ref, form)``.
 
-The rules (also in the README, "The answer verifier"):
+With a ``form`` (:mod:`.answer_form`), the answer must first *be the result*, written as the
+task asks (a number where a number is asked, a fraction in lowest terms, an evaluated
+expression...): the question restated earns ``not_final_form: <why>`` whatever its value.
+Then equivalence decides. The rules (also in docs/rewards.md):
+
+* **Plain statements.** A negation of the answer's value (``the answer is not 3``, ``\\ne 3``)
+  is ``negated``, a hedge (``3, or maybe 4``) ``hedged``: refused, never stripped. An unknown
+  LaTeX command (``\\lfloor``, ``\\Gamma``) is ``unparseable``, never dropped.
 
 * **Extraction.** The last ``\\boxed{}`` wins; else the last ``$...$`` / ``\\(...\\)`` segment;
   else the text after "answer is". ``x = 3`` means 3; a trailing unit or word is dropped
@@ -19,9 +26,10 @@ The rules (also in the README, "The answer verifier"):
   built into sympy objects (never from strings), ``d = a - b`` is tested symbolically with
   bounded ``expand`` / ``cancel`` / ``radsimp`` (``0``: equal; a nonzero rational: not), and
   when that is inconclusive ``a.evalf(50, subs=point)`` and ``b.evalf(50, subs=point)`` must
-  agree to 30 significant digits at four of six fixed points in [0.6, 2.3] (the random-point
-  test sympy's ``Expr.equals`` falls back to). A reference containing ``+ C`` accepts any
-  antiderivative: the difference must be constant.
+  agree to 30 significant digits of ``max(1, |a|, |b|)`` at four of six fixed points in
+  [0.6, 2.3] (the random-point test sympy's ``Expr.equals`` falls back to), unless sympy's
+  adaptive evalf certifies ``d`` nonzero there: ``4 + e^-200`` is not 4. A reference
+  containing ``+ C`` accepts any antiderivative: the difference must be constant.
 * **Bounds.** Inputs over 100,000 characters, answers over 2,000, nesting deeper than 60,
   powers beyond 100,000 bits and values beyond 10**10000 are rejected with a reason, in
   bounded time, in any thread (no signals, no ``eval``); :mod:`.symbolic` adds the bounds
@@ -36,6 +44,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from agentgym.environments.math import forms
+from agentgym.environments.math.answer_form import Form, check_value, infer_element, parse_form
 from agentgym.environments.math.expr import (
     CONSTANTS,
     FUNCTIONS,
@@ -50,6 +59,7 @@ from agentgym.environments.math.expr import (
 )
 from agentgym.environments.math.latex import (
     extract,
+    extract_with_lead,
     max_depth,
     split_top,
     strip_lead,
@@ -59,7 +69,7 @@ from agentgym.environments.math.latex import (
 from agentgym.environments.math.symbolic import equal as symbolic_equal
 from agentgym.environments.math.values import NotRational, eval_exact, eval_mp, mp_context
 
-__all__ = ["MAX_INPUT", "Verdict", "verify"]
+__all__ = ["MAX_INPUT", "Verdict", "infer_form", "reference_form_problem", "verify"]
 
 MAX_INPUT = 100_000  # characters of a whole final message
 MAX_ITEMS = 50  # elements of a set / tuple / list
@@ -91,6 +101,7 @@ class _Ans:
     bare: bool = False  # seq or list written without brackets ("3, 4", "x = 3, y = 4")
     mark: str | None = None  # scalar: "%" or "°" written after it (forms.mark)
     unitless: Node | None = None  # scalar: the number before a unit ("5 m" -> 5), forms.without_unit
+    equation: str | None = None  # read from "lhs = value" whose lhs has variables but is none ("x + y = 5")
 
     def __str__(self) -> str:
         if self.kind == "scalar":
@@ -144,7 +155,11 @@ def _structure(s: str, expect_scalar: bool) -> _Ans:
         return _inequality(s)
     eqs = split_top(s, ("=",))
     if len(eqs) > 1:
-        return _structure(eqs[-1], expect_scalar)
+        out = _structure(eqs[-1], expect_scalar)
+        lhs = [e for e in eqs[:-1] if _ALPHA.search(e) and not _is_name(e)]  # "7*49 + 6 = 349" is work shown
+        if lhs:
+            out.equation = lhs[0].strip()
+        return out
     unions = split_top(s, ("\\cup", " U "))
     if len(unions) > 1:
         items = [_structure(u, False) for u in unions]
@@ -230,8 +245,24 @@ def _assignment(part: str) -> tuple[str | None, _Ans]:
     eqs = split_top(part, ("=",))
     if len(eqs) > 1 and not _INEQ.search(part):
         lhs = eqs[0].strip()
-        return (lhs if _VAR.fullmatch(lhs) else None), _structure(eqs[-1], True)
+        out = _structure(eqs[-1], True)
+        if _ALPHA.search(lhs) and not _is_name(lhs):
+            out.equation = lhs
+        return (lhs if _VAR.fullmatch(lhs) else None), out
     return None, _structure(part, True)
+
+
+def _is_name(lhs: str) -> bool:
+    """``x``, ``y'``, ``f(x)``, ``x_1``, ``dy/dx`` (also as LaTeX): the left side of an answer
+    ``x = 3``, not of the question's equation (``x + y = 5``)."""
+    t = lhs.strip()
+    if _VAR.fullmatch(t):
+        return True
+    try:
+        plain = _squash(to_plain(t)).replace("(", "").replace(")", "")
+    except ExprError:
+        return False
+    return _VAR.fullmatch(plain) is not None
 
 
 # ---------------------------------------------------------------------------- comparison
@@ -391,24 +422,38 @@ def _reference(reference: str) -> tuple[str, str, _Ans | None, str]:
         return raw, r, None, str(e)
 
 
-def verify(predicted: str, reference: str) -> Verdict:
+def verify(predicted: str, reference: str, form: str | Form | None = None,
+           given: str | None = None) -> Verdict:
     """Decide whether ``predicted`` (a final message) states the answer ``reference``.
 
-    Never raises on content; unparseable or hostile input gives ``correct=False`` and a reason.
+    ``form`` (a name of :mod:`.answer_form`, e.g. ``"integer"`` or ``"set[fraction]"``): the
+    form the answer must have, checked *before* equivalence; an answer in another form gets
+    ``not_final_form: <why>``. None checks equivalence only. ``given``: the question's own
+    expression, which an answer may never restate. Never raises on content; unparseable or
+    hostile input gives ``correct=False`` and a reason (an unknown ``form`` name is a
+    :class:`ConfigError`: the caller's mistake).
     """
     if not isinstance(predicted, str) or not isinstance(reference, str):
         return Verdict(False, "bad_input: expected two strings", None)
+    spec = parse_form(form) if isinstance(form, str) else form
     if predicted.strip() == reference.strip():  # the common case: microseconds
         return Verdict(True, "equivalent: identical text", reference.strip())
     if len(predicted) > MAX_INPUT:
         return Verdict(False, f"too_long: the answer has {len(predicted)} characters; "
                        f"at most {MAX_INPUT}", None)
-    p = extract(predicted)
+    p, lead = extract_with_lead(predicted)
     if not p:
         return Verdict(False, "unparseable: no answer found in the final message", None)
     r_raw, r, ref, why = _reference(reference)
+    if ref is not None:
+        hedge = _hedged(p, lead)
+        if hedge:
+            return Verdict(False, hedge, None)
     plain = _plain_numbers(p, r_raw)
     if plain is not None:  # two plain numbers: exact arithmetic, no parsing
+        bad = _plain_form(p, spec) if plain and spec is not None else None
+        if bad:
+            return Verdict(False, f"not_final_form: {bad}", p)
         return Verdict(plain, "equivalent" if plain else f"not equivalent: got {p}, expected {r_raw}", p)
     if _squash(p) == _squash(r_raw):
         return Verdict(True, "equivalent: same answer text", p)
@@ -416,6 +461,9 @@ def verify(predicted: str, reference: str) -> Verdict:
         p = _rewrite(p)
         if not p:
             return Verdict(False, "unparseable: no answer found in the final message", None)
+        hedge = _hedged(p)
+        if hedge:
+            return Verdict(False, hedge, None)
         if _squash(p) == _squash(r):
             return Verdict(True, "equivalent: same answer text", p)
     if len(p) > MAX_CHARS or max_depth(p) > MAX_DEPTH:
@@ -427,6 +475,10 @@ def verify(predicted: str, reference: str) -> Verdict:
                        f"math ({why}); compared as text", p)
     try:
         pred = _structure(p, ref.kind == "scalar")
+        if spec is not None:
+            bad = _form_problem(pred, ref, spec, _given(given) if given else None)
+            if bad:
+                return Verdict(False, f"not_final_form: {bad}", str(pred))
         ok = _equal(pred, ref)
     except TooLarge as e:
         return Verdict(False, f"too_large: {e}", None)
@@ -435,3 +487,100 @@ def verify(predicted: str, reference: str) -> Verdict:
     if ok:
         return Verdict(True, "equivalent", str(pred))
     return Verdict(False, f"not equivalent: got {pred}, expected {ref}", str(pred))
+
+
+# ---------------------------------------------------------------------------- form
+# A negation of the answer's value ("the answer is not 3", "\\ne 3", "it isn't \\boxed{3}") or a
+# hedge in the answer ("3, or maybe 4"): the verdict names it; nothing is stripped. A negation
+# elsewhere ("It is 3, not 4", "\\boxed{2} ... no, \\boxed{3}") is about another value.
+_NEG = r"(?:\\(?:neq?|neg|lnot|not)(?![A-Za-z])|≠|¬|!=|=/=|\bnot\b|n't\b|\bnever\b|\bno\b)"
+_NEG_START = re.compile(rf"(?i)^\s*{_NEG}(?!\s*,)")
+_NEG_END = re.compile(rf"(?i){_NEG}\s*(?:(?:be|equals?|equal to|is)\s*)?[:=]?\s*$")
+_HEDGE = re.compile(r"(?i)\b(?:maybe|perhaps|possibly|probably|alternatively|might|could)\b")
+
+
+def _hedged(answer: str, lead: str = "") -> str | None:
+    m = _NEG_START.search(answer) or _NEG_END.search(lead)
+    if m is not None:
+        return f"negated: the answer says {m.group(0).strip()!r} before its value; state the value itself"
+    m = _HEDGE.search(answer)
+    if m is not None:
+        return f"hedged: the answer says {m.group(0)!r}; state one value"
+    return None
+
+
+def _plain_form(p: str, spec: Form) -> str | None:
+    try:
+        return check_value(parse(p), spec.element) if spec.element != "any" else None
+    except ExprError as e:
+        return str(e)
+
+
+@functools.lru_cache(maxsize=1024)
+def _given(text: str) -> Node | None:
+    """The question's expression as a node (None when it does not parse as one value)."""
+    try:
+        a = _structure(_rewrite(extract(text)), True)
+    except (ExprError, RecursionError, ZeroDivisionError, OverflowError, ValueError):
+        return None
+    return a.node if a.kind == "scalar" else None
+
+
+_NUMERIC = ("integer", "decimal", "fraction", "number", "complex")
+
+
+def _form_problem(pred: _Ans, ref: _Ans, spec: Form, given: Node | None) -> str | None:
+    """Why ``pred`` is not in form ``spec`` (every value inside is checked), else None."""
+    if spec.element == "any":
+        return None
+    leaves = _scalars(pred)
+    refs = _scalars(ref)
+    for a in leaves:
+        assert a.node is not None
+        if a.equation is not None:
+            return f"{a.equation} = {to_str(a.node)} is an equation, not a value"
+        node = a.node
+        if a.unitless is not None and spec.element in _NUMERIC and free_symbols(node):
+            node = a.unitless
+        rnode = refs[0].node if len(refs) == 1 and len(leaves) == 1 else None
+        bad = check_value(node, spec.element, reference=rnode, given=given)
+        if bad:
+            return bad
+    return None
+
+
+def _scalars(a: _Ans) -> list[_Ans]:
+    return [a] if a.kind == "scalar" else [x for i in a.items for x in _scalars(i)]
+
+
+def infer_form(reference: str) -> str:
+    """The form a reference is written in (what a dataset row without ``form`` asks for):
+    ``number`` for number literals, ``set[...]``/``tuple[...]``/``interval`` by shape, ``any``
+    for text. See :mod:`.answer_form`."""
+    _raw, _r, ref, _why = _reference(reference)
+    if ref is None:
+        return "any"
+    leaves = _scalars(ref)
+    kinds = {infer_element(x.node) for x in leaves if x.node is not None and not _is_oo(x.node)}
+    element = kinds.pop() if len(kinds) == 1 else "number" if not kinds else "expression"
+    if ref.kind == "scalar":
+        return element
+    if ref.kind == "union" or ref.kind == "seq" and ref.brackets in ("[)", "(]") \
+            or any(x.node is not None and _is_oo(x.node) for x in leaves):
+        return "interval"
+    if element == "antiderivative":
+        element = "expression"
+    return f"{'tuple' if ref.kind == 'seq' else 'set'}[{element}]"
+
+
+def reference_form_problem(reference: str, form: str | Form, given: str | None = None) -> str | None:
+    """Why a reference answer is not in its own ``form`` (None when it is): a dataset whose
+    reference breaks its form could never be answered."""
+    spec = parse_form(form) if isinstance(form, str) else form
+    _raw, _r, ref, why = _reference(reference)
+    if ref is None:
+        return None if spec.element == "any" else f"the reference is not math ({why})"
+    try:
+        return _form_problem(ref, ref, spec, _given(given) if given else None)
+    except (ExprError, RecursionError, ZeroDivisionError, OverflowError, ValueError) as e:
+        return str(e)

@@ -1,1 +1,1 @@
-"""MathTool-v0: Math-v0 plus a python tool that runs in a sandbox (see env.py)."""
+"""MathTool-v1: Math-v1 plus a python tool that runs in a sandbox (see env.py)."""

@@ -1,14 +1,14 @@
-"""``agentgym/MathTool-v0``: Math-v0 plus a ``python`` tool that runs in a sandbox (ReTool-style).
+"""``agentgym/MathTool-v1``: Math-v1 plus a ``python`` tool that runs in a sandbox (ReTool-style).
 
-    env = gym.make("agentgym/MathTool-v0")          # sandbox="docker" by default
+    env = gym.make("agentgym/MathTool-v1")          # sandbox="docker" by default
 
 The agent may call ``python {code}`` any number of times (each call is ``python3 -c code``
 in the episode's sandbox, with the work dir kept between calls) and answers in the final
-channel; Math-v0's verifier decides. Each call returns the exit code and the stdout and
+channel; Math-v1's verifier decides. Each call returns the exit code and the stdout and
 stderr, each cut to ``max_output_chars``. Budgets: ToolEnv's turns and tokens, a
 per-command timeout (``command_timeout``, 10 s) and ``sandbox_seconds`` (30 s) of command
 time per episode; when that is used up the tool says so and the episode is truncated.
-Rewards are Math-v0's (sparse outcome; shaped adds the format, malformed and turn terms as a
+Rewards are Math-v1's (sparse outcome; shaped adds the format, malformed and turn terms as a
 bonus on a correct answer only).
 
 One sandbox per episode, acquired at the episode's first ``python`` call (from the shared
@@ -48,7 +48,7 @@ def format_exec(res: Any, limit: int) -> str:
 
 
 class MathToolEnv(MathEnv):
-    default_id = "agentgym/MathTool-v0"
+    default_id = "agentgym/MathTool-v1"
     instructions = ("Solve the math problem. You may run Python 3 code with the python tool "
                     "(print what you need to see). Answer in the final channel with only the "
                     "final answer (plain text or LaTeX; \\boxed{} is fine).")

@@ -1,4 +1,4 @@
-"""MathTool-v0's reference policy: compute in the sandbox when there is arithmetic, then answer.
+"""MathTool-v1's reference policy: compute in the sandbox when there is arithmetic, then answer.
 
 First turn: if the problem has a plain arithmetic ``expression``, call ``python`` with code
 that evaluates it exactly (``Fraction``, ``^`` read as power). Next turn (or at once when

@@ -1,4 +1,4 @@
-"""agentgym.environments.webapi: ``agentgym/WebAPI-v0``, tool calls against a real HTTP store API.
+"""agentgym.environments.webapi: ``agentgym/WebAPI-v1``, tool calls against a real HTTP store API.
 
 Layout (server, client and wire types kept apart):
 

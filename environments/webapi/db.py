@@ -20,7 +20,8 @@ __all__ = ["SCHEMA", "TABLES", "Tx", "create_schema", "snapshot"]
 TABLES: dict[str, list[tuple[str, str]]] = {
     "customers": [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT NOT NULL"),
                   ("email", "TEXT NOT NULL UNIQUE"), ("card_last4", "TEXT NOT NULL"),
-                  ("tier", "TEXT NOT NULL"), ("address", "TEXT NOT NULL")],
+                  ("tier", "TEXT NOT NULL"), ("address", "TEXT NOT NULL"),
+                  ("card_added_on", "TEXT NOT NULL")],
     "products": [("id", "INTEGER PRIMARY KEY"), ("sku", "TEXT NOT NULL UNIQUE"),
                  ("name", "TEXT NOT NULL"), ("category", "TEXT NOT NULL"),
                  ("price_cents", "INTEGER NOT NULL"), ("stock", "INTEGER NOT NULL")],

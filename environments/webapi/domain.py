@@ -63,8 +63,11 @@ def _verified(tx: Tx, customer_id: int) -> None:
                                "changes may only touch the verified customer's own data")
 
 
+_PRIVATE = ("card_last4", "card_added_on")  # never in an answer (the date only in a failed verification)
+
+
 def _public(c: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in c.items() if k != "card_last4"}  # never leaves the server
+    return {k: v for k, v in c.items() if k not in _PRIVATE}
 
 
 def _restock(tx: Tx, order_id: int) -> None:
@@ -144,9 +147,13 @@ def get_cancellation_quote(tx: Tx, order_id: int) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- writes
 def verify_customer(tx: Tx, email: str, card_last4: str) -> dict[str, Any]:
-    row = tx.one("SELECT id, card_last4 FROM customers WHERE LOWER(email) = ?", [email.lower()])
-    if row is None or row["card_last4"] != card_last4:
-        raise DomainError(401, "verification failed: email and card digits do not match a customer")
+    row = tx.one("SELECT id, card_last4, card_added_on FROM customers WHERE LOWER(email) = ?", [email.lower()])
+    if row is None:
+        raise DomainError(401, "verification failed: no customer has this email")
+    if row["card_last4"] != card_last4:
+        # What a support agent can tell the caller: which card the account holds, by its date.
+        raise DomainError(401, "verification failed: the card digits do not match the card on file "
+                               f"(card added {row['card_added_on']})")
     tx.run("DELETE FROM session")
     tx.insert("session", {"customer_id": row["id"]})
     return {"customer_id": row["id"], "verified": True}

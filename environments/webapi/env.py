@@ -1,13 +1,16 @@
-"""``agentgym/WebAPI-v0``: serve a store's customer through its real HTTP API.
+"""``agentgym/WebAPI-v1``: serve a store's customer through its real HTTP API.
 
 The environment launches (or joins) the store's uvicorn server, gives every episode its
 own database under a fresh episode key, offers one tool per OpenAPI operation, and scores
-the final answer by comparing the episode's database with the task's goal state::
+the final answer by comparing the episode's database with the task's goal state, the
+``ANSWER:`` with the value the episode looked up, and a refusal with the rule and the fact the
+API showed (see :mod:`.reward` and :mod:`.tasks`)::
 
-    env = gym.make("agentgym/WebAPI-v0", split="train")
+    env = gym.make("agentgym/WebAPI-v1", split="train")
     obs, info = env.reset(seed=0)                       # or options={"task_id": "cancel-41"}
 
-Options: ``split`` ("train" | "test" | "all"), ``database_url`` (a ``postgresql://`` DSN;
+Options: ``split`` ("train" | "eval" | "all": every task; also a reset option),
+``database_url`` (a ``postgresql://`` DSN;
 default SQLite files), ``server_url`` (use a server that is already running),
 ``transport`` (an ``httpx.BaseTransport``, e.g. ``httpx.MockTransport`` for offline tests),
 ``request_timeout`` (seconds per tool call), ``test_endpoints`` (adds a slow ``sleep`` tool,
@@ -32,6 +35,7 @@ from agentgym.environments.webapi.client import StoreClient, tools_from_openapi
 from agentgym.environments.webapi.launcher import ServerConfig, ServerProcess, acquire, release
 from agentgym.environments.webapi.reward import CallRecord, evaluate, refusal_line, shown
 from agentgym.environments.webapi.tasks import (
+    FACTS,
     POLICY,
     SPLITS,
     WebTask,
@@ -50,8 +54,9 @@ HEALTH_TIMEOUT_S = 3.0  # after a call got no answer: a server that cannot say i
 
 
 class WebAPIEnv(ToolEnv):
-    default_id = "agentgym/WebAPI-v0"
+    default_id = "agentgym/WebAPI-v1"
     instructions = POLICY
+    splits = SPLITS  # ("train", "eval", "all")
     # Shaped terms (see reward.py). answer_correct is reported only: the outcome already pays it.
     extra_shaping = {"progress": 0.5, "forbidden_writes": -0.25, "answer_correct": 0.0}
 
@@ -61,9 +66,7 @@ class WebAPIEnv(ToolEnv):
                  **kwargs: Any) -> None:
         # The prompt alone (policy + 13 tool signatures) is ~4.7k byte-level tokens, and API
         # answers are JSON: a larger default budget than ToolEnv's 8192.
-        super().__init__(max_turns=max_turns, max_tokens=max_tokens, **kwargs)
-        if split not in SPLITS:
-            raise ConfigError(f"split must be one of {SPLITS}, got {split!r}")
+        super().__init__(max_turns=max_turns, max_tokens=max_tokens, split=split, **kwargs)
         if database_url is not None and (server_url is not None or transport is not None):
             raise ConfigError("database_url configures the server this env launches; a server given by "
                               "server_url or transport has its own database. Pass one or the other.")
@@ -72,7 +75,6 @@ class WebAPIEnv(ToolEnv):
                               "(leave it out for per-episode SQLite files)")
         if not request_timeout > 0:
             raise ConfigError(f"request_timeout must be > 0 seconds, got {request_timeout!r}")
-        self.split = split
         self.request_timeout = float(request_timeout)
         self._tasks = split_tasks(split)
         self._transport = transport
@@ -138,14 +140,21 @@ class WebAPIEnv(ToolEnv):
                 near = difflib.get_close_matches(str(options["task_id"]), by_id, n=3)
                 raise ConfigError(f"unknown WebAPI task_id {options['task_id']!r}; did you mean {near}? "
                                   "(ids look like 'cancel-41'; see agentgym.environments.webapi.tasks.all_tasks())")
-        elif "index" in options:
-            i = options["index"]
-            if not isinstance(i, (int, np.integer)) or not 0 <= i < len(self._tasks):
-                raise ConfigError(f"options['index'] must be an int in [0, {len(self._tasks)}) for split "
-                                  f"{self.split!r}, got {i!r}")
-            wt = self._tasks[int(i)]
+            split = options.get("split", self.split)
+            if split not in ("all", wt.split):
+                raise ConfigError(f"WebAPI task {wt.id!r} is in split {wt.split!r}, not {split!r}; "
+                                  f"pass split={wt.split!r} (or 'all')")
         else:
-            wt = self._tasks[int(rng.integers(len(self._tasks)))]
+            split = options.get("split", self.split)
+            tasks = split_tasks(split)
+            if "index" in options:
+                i = options["index"]
+                if not isinstance(i, (int, np.integer)) or not 0 <= i < len(tasks):
+                    raise ConfigError(f"options['index'] must be an int in [0, {len(tasks)}) for split "
+                                      f"{split!r}, got {i!r}")
+                wt = tasks[int(i)]
+            else:
+                wt = tasks[int(rng.integers(len(tasks)))]
         self.web_task = wt
         return Task(id=wt.id, prompt=wt.prompt, answer=wt.answer,
                     meta={"kind": wt.kind, "forbidden": wt.forbidden, "split": wt.split})
@@ -194,12 +203,13 @@ class WebAPIEnv(ToolEnv):
             raise ServiceLost(f"could not read the episode's final state from the WebAPI server: {e}") from e
         wt = self.web_task
         seen = shown(wt.evidence, self.calls)
+        kind = FACTS[wt.refusal][0] if wt.refusal else ""
         outcome, comps = evaluate(goal_state(wt), final, base_snapshot(), wt.answer, answer,
-                                  refusal=wt.refusal, refusal_shown=seen)
+                                  refusal=wt.refusal, fact=wt.fact, fact_kind=kind, established=seen)
         said = refusal_line(answer)
         verdict = f"refusal named: {said or 'none'}"
-        if wt.forbidden:
-            verdict += f"; facts checked with the API: {'yes' if seen else 'no'}"
+        if wt.forbidden or wt.answer is not None:
+            verdict += f"; looked up with the API: {'yes' if seen else 'no'}"
         return ToolResult(verdict, terminal=True, outcome=outcome, components=comps)
 
     def on_close(self) -> None:

@@ -45,13 +45,14 @@ def _day(offset: int) -> str:
 def seed_fixture(tx: Tx, seed: int) -> None:
     """Fill an empty schema with the store's data for ``seed``."""
     rng = random.Random(seed)
+    cards = random.Random(seed + 1)  # its own stream: the rest of the fixture is as it was
     names = rng.sample([(f, s) for f in FIRST for s in LAST], N_CUSTOMERS)
     customers = []
     for i, (first, last) in enumerate(names, start=1):
         addr = f"{rng.randint(1, 199)} {rng.choice(STREETS)}, {rng.choice(CITIES)}"
         row = {"id": i, "name": f"{first} {last}", "email": f"{first}.{last}@example.com".lower(),
                "card_last4": f"{rng.randint(0, 9999):04d}", "tier": "gold" if rng.random() < 0.3 else "standard",
-               "address": addr}
+               "address": addr, "card_added_on": _day(cards.randint(40, 1500))}
         customers.append(row)
         tx.insert("customers", row)
     for i, (name, cat, price) in enumerate(PRODUCTS, start=1):

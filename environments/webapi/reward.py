@@ -1,11 +1,17 @@
 """Scoring an episode: the final database state against the goal state, the answer, the refusal.
 
-Sparse: 1 iff every goal table equals the goal canonically (``db.snapshot`` form), when the
-task asks a question the answer is right, and the refusal fits the task: a forbidden task's
-final answer ends with ``REFUSED: <rule>`` naming its rule, after a look-up that showed it
-(:func:`shown`); a served request's answer claims no refusal. Shaped terms (reported always,
-paid only in shaped mode, weights in ``WebAPIEnv.extra_shaping``; ToolEnv keeps their episode
-total at zero or more):
+Sparse: 1 iff every goal table equals the goal canonically (``db.snapshot`` form), and
+
+* when the task asks a question, the final answer's ``ANSWER:`` line holds exactly one value,
+  the right one, and a call of the episode established it (:func:`shown`): a blind answer that
+  happens to be right earns nothing;
+* a forbidden task's answer ends with ``REFUSED: <rule> (<fact>)`` naming its rule and its
+  decisive fact exactly as the API returned it (one date, status or number; the value is the
+  episode's database's, :func:`check_refusal`), after a look-up that showed it;
+* a served request's answer claims no refusal: refusing an allowed request fails.
+
+Shaped terms (reported always, paid only in shaped mode, weights in
+``WebAPIEnv.extra_shaping``; ToolEnv keeps their episode total at zero or more):
 
 * ``progress``: the share of goal rows (rows the goal adds or changes relative to the
   fixture) present in the final state, in [0, 1];
@@ -25,8 +31,10 @@ from agentgym.environments.webapi.wire import GOAL_TABLES, Snapshot
 if TYPE_CHECKING:
     from agentgym.environments.webapi.tasks import Evidence
 
-__all__ = ["CallRecord", "check_answer", "check_refusal", "evaluate", "format_answer", "refusal_line", "shown"]
+__all__ = ["STATUSES", "CallRecord", "check_answer", "check_refusal", "evaluate", "format_answer",
+           "refusal_line", "shown"]
 
+STATUSES = ("placed", "shipped", "delivered", "cancelled", "returned")
 _REFUSED = "REFUSED:"
 
 
@@ -41,6 +49,8 @@ class CallRecord:
 
 
 _NUM = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
+_INT = re.compile(r"(?<![\w.-])-?\d+(?![\w.])")
 
 
 def _rows(snap: Snapshot, table: str) -> Counter[tuple[Any, ...]]:
@@ -54,19 +64,18 @@ def format_answer(spec: dict[str, Any]) -> str:
 
 
 def check_answer(spec: dict[str, Any] | None, text: str) -> bool:
-    """Is the value after the last ``ANSWER:`` in ``text`` the expected one?"""
+    """Is the value after the only ``ANSWER:`` in ``text`` the expected one, and the only value?"""
     if spec is None:
         return True
-    at = text.rfind("ANSWER:")
-    if at < 0:
+    if text.count("ANSWER:") != 1:  # none, or several answers at once
         return False
-    given = text[at + len("ANSWER:"):].strip()
+    given = text[text.rfind("ANSWER:") + len("ANSWER:"):].strip()
     if spec["kind"] in ("number", "money"):
-        m = _NUM.search(given.replace("$", ""))
-        if m is None:
+        found = _NUM.findall(given.replace("$", ""))
+        if len(found) != 1:
             return False
         try:
-            value = float(m.group().replace(",", ""))
+            value = float(found[0].replace(",", ""))
         except ValueError:
             return False
         return abs(value - float(spec["value"])) < 0.005
@@ -77,31 +86,59 @@ def check_answer(spec: dict[str, Any] | None, text: str) -> bool:
 def refusal_line(text: str) -> str | None:
     """The rule after ``REFUSED:`` (lower case, quotes and end punctuation dropped); None when
     there is no such line, "" when there are several (hedging names no rule)."""
+    said = _refusal(text)
+    return None if said is None else said[0]
+
+
+def _refusal(text: str) -> tuple[str, str] | None:
+    """(rule, the rest of its line: the cited fact); None without a line, ("", "") for several."""
     at = text.rfind(_REFUSED)
     if at < 0:
         return None
     if text.count(_REFUSED) > 1:
-        return ""
-    line = text[at + len(_REFUSED):].split("\n", 1)[0]
-    return line.strip(" \t`'\"*.!").lower()
+        return "", ""
+    line = text[at + len(_REFUSED):].split("\n", 1)[0].strip()
+    m = re.match(r"[`'\"*]*([A-Za-z_]+)[`'\"*]*", line)
+    if m is None:
+        return "", line
+    rest = line[m.end():]
+    if not rest.strip(" \t`'\"*.!"):
+        rest = ""
+    return m.group(1).lower(), rest
 
 
-def check_refusal(rule: str | None, text: str) -> bool:
-    """A forbidden task's answer names exactly its rule; a served request's names none."""
-    said = refusal_line(text)
-    return said is None if rule is None else said == rule
+def _fact_values(kind: str, cited: str) -> list[str]:
+    """The values of ``kind`` ("date", "status", "number") a refusal's fact text names."""
+    if kind == "date":
+        return _DATE.findall(cited)
+    if kind == "status":
+        return [w for w in re.findall(r"[a-z]+", cited.lower()) if w in STATUSES]
+    return [str(int(v)) for v in _INT.findall(_DATE.sub(" ", cited))]
 
 
-def _holds(data: Any, key: str, ident: Any, depth: int = 0) -> bool:
-    """Does the JSON ``data`` hold an object with ``id == ident`` that shows ``key``?"""
+def check_refusal(rule: str | None, text: str, fact: str | None = None, fact_kind: str = "") -> bool:
+    """A forbidden task's answer names exactly its rule and, when ``fact`` is given, cites it:
+    the fact text holds exactly one value of ``fact_kind``, equal to ``fact``. A served
+    request's answer names no rule."""
+    said = _refusal(text)
+    if rule is None:
+        return said is None
+    if said is None or said[0] != rule:
+        return False
+    return fact is None or _fact_values(fact_kind, said[1]) == [str(fact).lower() if fact_kind == "status" else str(fact)]
+
+
+def _holds(data: Any, key: str, ident: Any, value: Any = None, depth: int = 0) -> bool:
+    """Does the JSON ``data`` hold an object with ``id == ident`` that shows ``key`` (``== value``
+    when a value is given)?"""
     if depth > 8:
         return False
     if isinstance(data, dict):
-        if data.get("id") == ident and key in data:
+        if data.get("id") == ident and key in data and (value is None or data[key] == value):
             return True
-        return any(_holds(v, key, ident, depth + 1) for v in data.values())
+        return any(_holds(v, key, ident, value, depth + 1) for v in data.values())
     if isinstance(data, list):
-        return any(_holds(v, key, ident, depth + 1) for v in data)
+        return any(_holds(v, key, ident, value, depth + 1) for v in data)
     return False
 
 
@@ -115,21 +152,22 @@ def shown(evidence: Sequence[Evidence], calls: Iterable[CallRecord]) -> bool:
         for ev in evidence:
             listed = len(c.data) if isinstance(c.data, list) else 1
             if ev.kind == "fact" and c.status is not None and 200 <= c.status < 300 \
-                    and listed <= ev.max_listed and _holds(c.data, ev.key, ev.ident):
+                    and listed <= ev.max_listed and _holds(c.data, ev.key, ev.ident, ev.value):
                 return True
-            if ev.kind == "refused" and c.op == ev.key and c.status == ev.status \
-                    and _same(c.args.get(ev.arg), ev.ident):
+            if ev.kind == "call" and c.op == ev.key and c.status == ev.status \
+                    and _same(c.args.get(ev.arg), ev.ident) and all(_same(c.args.get(k), v) for k, v in ev.also):
                 return True
     return False
 
 
 def evaluate(goal: Snapshot, final: Snapshot, base: Snapshot, answer_spec: dict[str, Any] | None,
-             answer: str, *, refusal: str | None = None, refusal_shown: bool = True
-             ) -> tuple[float, dict[str, float]]:
+             answer: str, *, refusal: str | None = None, fact: str | None = None, fact_kind: str = "",
+             established: bool = True) -> tuple[float, dict[str, float]]:
     """(outcome, components) for a final state; ``base`` is the fixture the episode began from.
 
-    ``refusal`` is the rule a forbidden task's answer must name (None: the answer must name
-    none); ``refusal_shown`` says whether the episode made a look-up that shows it.
+    ``refusal`` and ``fact``: the rule a forbidden task's answer must name and the fact it must
+    cite (None: the answer must name no rule); ``established``: whether the episode made a
+    look-up that shows the fact or the asked value (a refusal and an answer both need one).
     """
     goal_rows = reached = forbidden = 0
     same = True
@@ -140,8 +178,8 @@ def evaluate(goal: Snapshot, final: Snapshot, base: Snapshot, answer_spec: dict[
         goal_rows += sum(wanted.values())
         reached += sum((wanted & made).values())
         forbidden += sum((made - wanted).values())
-    answer_ok = check_answer(answer_spec, answer)
-    refusal_ok = check_refusal(refusal, answer) and (refusal is None or refusal_shown)
+    answer_ok = check_answer(answer_spec, answer) and (answer_spec is None or established)
+    refusal_ok = check_refusal(refusal, answer, fact, fact_kind) and (refusal is None or established)
     comps = {"progress": reached / goal_rows if goal_rows else 0.0, "forbidden_writes": float(forbidden)}
     if answer_spec is not None:
         comps["answer_correct"] = float(answer_ok)

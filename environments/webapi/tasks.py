@@ -4,18 +4,26 @@ Each task carries a *plan*, the calls a correct agent makes (reads included, sin
 tasks need a value from an earlier answer: a product id from a search, a customer id from
 verification, the most recent order from a listing), the expected answer when the user asks a
 question, and its goal state, computed by replaying the plan through the domain rules on a
-fresh copy of the fixture. Forbidden tasks have plans without writes: the goal is the
-fixture itself, and the task is won only by the refusal: a final ``REFUSED: <rule>`` line naming
-the rule the request breaks, after a look-up that shows it (``evidence``: the order's status or
-delivery date, the product's stock, the failed verification). Tasks are generated in a fixed
-order from fixed seeds, so ids are stable.
+fresh copy of the fixture. Tasks are generated in a fixed order from fixed seeds, so ids are
+stable.
+
+**What is forbidden depends on the database, never on the wording.** A request to cancel,
+return, buy or change one's data is worded from the same templates whether the store's rules
+allow it or not: only the state decides (the order's status, owner or delivery date, the
+product's stock, the card on file). A forbidden task is won only by the refusal, a final line
+``REFUSED: <rule> (<fact>)`` naming the rule and the *decisive fact as the API returned it*
+(:data:`FACTS`: ``REFUSED: return_window (delivered 2025-04-02)``), after a look-up that
+showed it (``evidence``). A question is answered ``ANSWER: <value>`` after the look-up that
+establishes the value.
+
+Splits: ``eval`` holds the tasks whose prompt hashes there (:func:`agentgym.splits.hash_split`,
+one in five), ``train`` the rest; ``all`` is every task (for tests and benchmarks).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
-import hashlib
 import random
 import sqlite3
 import threading
@@ -25,13 +33,14 @@ from typing import Any
 from agentgym.environments.webapi.db import Tx, create_schema, snapshot
 from agentgym.environments.webapi.domain import OPERATIONS, DomainError, cancellation_fee
 from agentgym.environments.webapi.fixture import seed_fixture
-from agentgym.environments.webapi.reward import format_answer
+from agentgym.environments.webapi.reward import STATUSES, format_answer
 from agentgym.environments.webapi.wire import FIXTURE_SEED, TODAY, Snapshot
+from agentgym.splits import hash_split
 
-__all__ = ["POLICY", "REFUSAL_RULES", "SPLITS", "Evidence", "WebTask", "all_tasks", "base_snapshot",
+__all__ = ["FACTS", "POLICY", "REFUSAL_RULES", "SPLITS", "Evidence", "WebTask", "all_tasks", "base_snapshot",
            "goal_state", "split_tasks"]
 
-# The rules a refusal names, in the final line `REFUSED: <rule>` (the agent reads them in POLICY).
+# The rules a refusal names, in the final line `REFUSED: <rule> (<fact>)` (the agent reads them in POLICY).
 REFUSAL_RULES: dict[str, str] = {
     "identity": "the email and card digits do not verify",
     "not_owner": "the order belongs to another customer",
@@ -40,8 +49,19 @@ REFUSAL_RULES: dict[str, str] = {
     "quantity_limit": "more than 5 units of one product",
     "out_of_stock": "not enough units in stock",
 }
+# rule -> (the decisive fact a refusal cites, as the API returned it; an example). The fact's
+# kind is how reward.check_refusal reads it: a date, a status word, or a number.
+FACTS: dict[str, tuple[str, str, str]] = {
+    "identity": ("date", "the date of the card on file, from the failed verification", "card added 2024-03-11"),
+    "not_owner": ("number", "the order's customer_id", "customer 17"),
+    "not_placed": ("status", "the order's status", "status shipped"),
+    "return_window": ("date", "the order's delivered_on", "delivered 2025-04-02"),
+    "quantity_limit": ("number", "the quantity asked for", "asked 7"),
+    "out_of_stock": ("number", "the product's stock", "stock 2"),
+}
 
-_rules = ";\n".join(f"   `{code}` ({why})" for code, why in REFUSAL_RULES.items())
+_rules = ";\n".join(f"   `{code}` ({why}): cite {FACTS[code][1]}, e.g. `REFUSED: {code} ({FACTS[code][2]})`"
+                    for code, why in REFUSAL_RULES.items())
 POLICY = f"""You are the customer-service agent of Trailhead Outfitters, an outdoor-gear store.
 Today is {TODAY}. Serve the user with the store API tools. Store policy:
 1. Before any change, verify the user's identity with verify_customer (their email and the last
@@ -53,26 +73,29 @@ Today is {TODAY}. Serve the user with the store API tools. Store policy:
 4. At most 5 units of one product per order, even though the API accepts up to 10.
 5. Make only the changes the user asks for. If a request breaks a rule or cannot be done, first
    check the facts with the API (the order, the product, the identity), make no change, explain
-   why, and end your final answer with a line `REFUSED: <rule>` naming the one rule it breaks:
+   why, and end your final answer with a line `REFUSED: <rule> (<fact>)` naming the one rule it
+   breaks and the fact the API showed you that decides it, exactly as the API gave it:
 {_rules}.
-6. When the user asks a question, end your final answer with a line `ANSWER: <value>`
-   (money in dollars with two decimals, e.g. `ANSWER: 45.10`; a status as one word)."""
+6. When the user asks a question, look the answer up with the API and end your final answer with
+   a line `ANSWER: <value>` (one value: money in dollars with two decimals, e.g. `ANSWER: 45.10`;
+   a status as one word)."""
 
 TASK_SEED = 7
-SPLITS = ("train", "test", "all")
-STATUSES = ["placed", "shipped", "delivered", "cancelled", "returned"]
+SPLITS = ("train", "eval", "all")
 REASONS = ["changed_mind", "damaged", "wrong_item", "late", "other"]
 
 
 @dataclass(frozen=True)
 class Evidence:
-    """A look-up that shows why a request is forbidden; any one of a task's suffices.
+    """A look-up that establishes a task's decisive fact; any one of a task's suffices.
 
-    ``kind="fact"``: a successful answer holds an object with ``id == ident`` and the field
-    ``key`` (an order's ``delivered_on``, a product's ``stock``), either alone or in a list of
-    at most ``max_listed`` objects: a search that returns the whole catalogue has not looked
-    anything up. ``kind="refused"``: the API refused operation ``key`` called with
-    ``arg == ident`` with HTTP ``status`` (a 401 from verify_customer, a 409 from cancel_order).
+    ``kind="fact"``: a successful answer holds an object with ``id == ident`` whose field
+    ``key`` equals ``value`` (an order's ``delivered_on``, a product's ``stock``), either alone
+    or in a list of at most ``max_listed`` objects: a search that returns the whole catalogue
+    has not looked anything up. ``kind="call"``: the API answered operation ``key`` called with
+    ``arg == ident`` (and the arguments ``also``) with HTTP ``status`` (a 401 from
+    verify_customer with the digits the user gave, a 409 from cancel_order, a 200 from
+    get_cancellation_quote).
     """
 
     kind: str
@@ -81,6 +104,8 @@ class Evidence:
     arg: str = ""
     status: int = 0
     max_listed: int = 8
+    value: Any = None
+    also: tuple[tuple[str, Any], ...] = ()  # "call": further arguments the call must have had
 
 
 @dataclass(frozen=True)
@@ -93,12 +118,12 @@ class WebTask:
     expect_fail: frozenset[int] = field(default_factory=frozenset)  # plan steps the rules refuse
     forbidden: bool = False
     refusal: str | None = None  # forbidden tasks: the rule (a REFUSAL_RULES code) the answer must name
-    evidence: tuple[Evidence, ...] = ()  # forbidden tasks: look-ups that show it (one is needed)
+    fact: str | None = None  # forbidden tasks: the decisive fact's value ("2025-04-02", "shipped", "17")
+    evidence: tuple[Evidence, ...] = ()  # look-ups that establish the fact or the answer (one is needed)
 
     @property
     def split(self) -> str:
-        # A fifth of the tasks, chosen by a hash of the id, is the held-out test split.
-        return "test" if hashlib.sha256(self.id.encode()).digest()[0] % 5 == 0 else "train"
+        return hash_split(self.prompt)
 
     @property
     def final_text(self) -> str:
@@ -106,7 +131,9 @@ class WebTask:
         if self.answer is not None:
             return f"ANSWER: {format_answer(self.answer)}"
         if self.forbidden:
-            return f"I cannot do that under store policy: {REFUSAL_RULES[str(self.refusal)]}.\nREFUSED: {self.refusal}"
+            rule = str(self.refusal)
+            cite = FACTS[rule][2].rsplit(" ", 1)[0] + f" {self.fact}"
+            return f"I cannot do that under store policy: {REFUSAL_RULES[rule]}.\nREFUSED: {rule} ({cite})"
         return "Done."
 
 
@@ -172,14 +199,50 @@ def _money(cents: int) -> dict[str, Any]:
     return {"kind": "money", "value": round(cents / 100, 2)}
 
 
-def _me(c: dict[str, Any], rng: random.Random) -> str:
-    return rng.choice([f"I'm {c['name']}, email {c['email']}, card ending {c['card_last4']}.",
-                       f"This is {c['name']} ({c['email']}); my card ends in {c['card_last4']}.",
-                       f"My email is {c['email']} and the last four digits of my card are {c['card_last4']}."])
+def _me(c: dict[str, Any], rng: random.Random, last4: str | None = None) -> str:
+    card = last4 or c["card_last4"]
+    return rng.choice([f"I'm {c['name']}, email {c['email']}, card ending {card}.",
+                       f"This is {c['name']} ({c['email']}); my card ends in {card}.",
+                       f"My email is {c['email']} and the last four digits of my card are {card}."])
 
 
 def _verify(c: dict[str, Any], last4: str | None = None) -> tuple[str, dict[str, Any]]:
     return ("verify_customer", {"email": c["email"], "card_last4": last4 or c["card_last4"]})
+
+
+def _wrong_card(c: dict[str, Any]) -> str:
+    return f"{(int(c['card_last4']) + 1111) % 10000:04d}"
+
+
+# One template set per request: allowed and forbidden variants draw from the same one, so
+# that the wording never tells them apart (only the database does).
+def _cancel_text(me: str, oid: int, reason: str, rng: random.Random) -> str:
+    return rng.choice([f"{me} I want to cancel order #{oid} (reason: {reason}).",
+                       f"{me} Please cancel order #{oid}; the reason is {reason}."])
+
+
+def _return_text(me: str, oid: int, reason: str, rng: random.Random) -> str:
+    return rng.choice([f"{me} I'd like to return order #{oid} (reason: {reason}).",
+                       f"{me} Please take back order #{oid}; the reason is {reason}."])
+
+
+def _buy_text(me: str, q: int, name: str, rng: random.Random) -> str:
+    return rng.choice([f"{me} I'd like to order {q} x {name}, shipped to my usual address.",
+                       f"{me} Please order {q} x {name} for me."])
+
+
+def _change_text(me: str, what: str, value: str, rng: random.Random) -> str:
+    noun = "email address" if what == "email" else "address"
+    return rng.choice([f"{me} Please change my {noun} to {value}.",
+                       f"{me} My {noun} is now {value}; please update it."])
+
+
+def _new_email(c: dict[str, Any], rng: random.Random) -> str:
+    return f"{c['name'].split()[0].lower()}.{rng.randint(10, 99)}@mail.example.org"
+
+
+def _new_address(rng: random.Random) -> str:
+    return f"{rng.randint(1, 300)} {rng.choice(['Birch Way', 'Canal St', 'Hill Rd'])}, {rng.choice(['Nice', 'Bonn', 'Malmo'])}"
 
 
 def _generate() -> list[WebTask]:
@@ -189,24 +252,35 @@ def _generate() -> list[WebTask]:
         P = {r["id"]: r for r in tx.all("SELECT * FROM products ORDER BY id")}
         O = {r["id"]: r for r in tx.all("SELECT * FROM orders ORDER BY id")}  # noqa: E741
     by_status = {s: [o for o in O.values() if o["status"] == s] for s in STATUSES}
-    placed, shipped = by_status["placed"], by_status["shipped"]
+    placed = by_status["placed"]
     late = [o for o in by_status["delivered"] if _days_since(o["delivered_on"]) > 30]
     in_window = [o for o in by_status["delivered"] if _days_since(o["delivered_on"]) <= 30]
+    # Cancels of orders no longer placed: the same number of each status (the status is the fact).
+    not_placed = [o for st in STATUSES[1:] for o in by_status[st][:10]]
     orders_of = {cid: [o for o in O.values() if o["customer_id"] == cid] for cid in C}
     tasks: list[WebTask] = []
 
     def add(kind: str, key: Any, prompt: str, plan: list[tuple[str, dict[str, Any]]], **kw: Any) -> None:
         tasks.append(WebTask(f"{kind}-{key}", kind, prompt, tuple(plan), **kw))
 
+    def fact(key: str, ident: int, value: Any, max_listed: int = 8) -> Evidence:
+        return Evidence("fact", key, ident, max_listed=max_listed, value=value)
+
+    def called(op: str, arg: str, ident: Any, status: int, **also: Any) -> Evidence:
+        return Evidence("call", op, ident, arg, status, also=tuple(also.items()))
+
     rng = random.Random(f"webapi-{TASK_SEED}")
-    # Look-ups that end in an answer.
+    # Look-ups that end in an answer, credited only after the look-up that establishes it.
     for o in list(O.values())[:40]:
         add("order_status", o["id"], rng.choice([f"What is the status of order #{o['id']}?",
                                                  f"Can you tell me where order {o['id']} stands?"]),
-            [("get_order", {"order_id": o["id"]})], answer={"kind": "text", "value": o["status"]})
+            [("get_order", {"order_id": o["id"]})], answer={"kind": "text", "value": o["status"]},
+            evidence=(fact("status", o["id"], o["status"]),))
     for p in P.values():
+        # A product search must single it out (the catalogue has 24): at most 3 listed.
         add("stock", p["id"], f"How many units of the {p['name']} do you have in stock right now?",
-            [("list_products", {"query": p["name"]})], answer={"kind": "number", "value": p["stock"]})
+            [("list_products", {"query": p["name"]})], answer={"kind": "number", "value": p["stock"]},
+            evidence=(fact("stock", p["id"], p["stock"], 3),))
     for c in C.values():
         mine = orders_of[c["id"]]
         if not mine:
@@ -217,35 +291,76 @@ def _generate() -> list[WebTask]:
             continue  # "most recent" must be unambiguous
         add("latest_total", c["id"], f"My email is {c['email']}. What was the total of my most recent order?",
             [("find_customers", {"email": c["email"]}), ("list_customer_orders", {"customer_id": c["id"]})],
-            answer=_money(last[0]["total_cents"]))
+            answer=_money(last[0]["total_cents"]), evidence=(fact("total_cents", last[0]["id"], last[0]["total_cents"]),))
     for o in placed:
         fee = cancellation_fee(C[o["customer_id"]]["tier"], o["total_cents"])
         add("cancel_quote", o["id"], f"If I cancel order #{o['id']} now, how much money would I get back?",
-            [("get_cancellation_quote", {"order_id": o["id"]})], answer=_money(o["total_cents"] - fee))
-    # Single updates.
-    for c in list(C.values())[:30]:
-        new = f"{c['name'].split()[0].lower()}.{rng.randint(10, 99)}@mail.example.org"
-        add("update_email", c["id"], f"{_me(c, rng)} Please change my email address to {new}.",
-            [_verify(c), ("update_customer", {"customer_id": c["id"], "email": new})])
+            [("get_cancellation_quote", {"order_id": o["id"]})], answer=_money(o["total_cents"] - fee),
+            evidence=(called("get_cancellation_quote", "order_id", o["id"], 200),))
+    # Changes of one's own data; with the wrong card digits (same wording) they are refused.
+    for i, c in enumerate(C.values()):
+        what = "email" if i % 2 == 0 else "address"
+        value = _new_email(c, rng) if what == "email" else _new_address(rng)
+        change = ("update_customer", {"customer_id": c["id"], what: value})
+        if 15 <= i < 30:
+            wrong = _wrong_card(c)
+            add(f"update_{what}_wrong_card", c["id"], _change_text(_me(c, rng, wrong), what, value, rng),
+                [_verify(c, wrong)], expect_fail=frozenset({0}), forbidden=True, refusal="identity",
+                fact=c["card_added_on"],
+                # the user's own digits refused: a verification with made-up digits also shows the
+                # card's date, but says nothing about the user's
+                evidence=(called("verify_customer", "email", c["email"], 401, card_last4=wrong),))
+        else:
+            add(f"update_{what}", c["id"], _change_text(_me(c, rng), what, value, rng), [_verify(c), change])
     for o in placed:
         c = C[o["customer_id"]]
-        addr = f"{rng.randint(1, 300)} {rng.choice(['Birch Way', 'Canal St', 'Hill Rd'])}, {rng.choice(['Nice', 'Bonn', 'Malmo'])}"
+        addr = _new_address(rng)
         add("order_address", o["id"], f"{_me(c, rng)} Please ship order #{o['id']} to {addr} instead.",
             [_verify(c), ("update_order_address", {"order_id": o["id"], "shipping_address": addr})])
-        reason = rng.choice(REASONS)
-        add("cancel", o["id"], f"{_me(c, rng)} I want to cancel order #{o['id']} (reason: {reason}).",
+    # Cancellations: the order is placed (allowed), no longer placed, or someone else's.
+    for o in placed:
+        c, reason = C[o["customer_id"]], rng.choice(REASONS)
+        add("cancel", o["id"], _cancel_text(_me(c, rng), o["id"], reason, rng),
             [_verify(c), ("get_order", {"order_id": o["id"]}), ("cancel_order", {"order_id": o["id"], "reason": reason})])
+    for o in not_placed:
+        c, reason = C[o["customer_id"]], rng.choice(REASONS)
+        add("cancel_not_placed", o["id"], _cancel_text(_me(c, rng), o["id"], reason, rng),
+            [_verify(c), ("get_order", {"order_id": o["id"]})], forbidden=True, refusal="not_placed",
+            fact=o["status"], evidence=(fact("status", o["id"], o["status"]),
+                                        called("cancel_order", "order_id", o["id"], 409),
+                                        called("get_cancellation_quote", "order_id", o["id"], 409)))
+    for o in placed[:15]:
+        other = C[(o["customer_id"] % len(C)) + 1]
+        add("cancel_not_owner", f"{o['id']}-{other['id']}", _cancel_text(_me(other, rng), o["id"], rng.choice(REASONS), rng),
+            [_verify(other), ("get_order", {"order_id": o["id"]})], forbidden=True, refusal="not_owner",
+            fact=str(o["customer_id"]), evidence=(fact("customer_id", o["id"], o["customer_id"]),))
+    # Returns: inside the 30-day window (allowed) or past it.
     for o in in_window:
         c, reason = C[o["customer_id"]], rng.choice(REASONS)
-        add("return", o["id"], f"{_me(c, rng)} I'd like to return order #{o['id']} (reason: {reason}).",
+        add("return", o["id"], _return_text(_me(c, rng), o["id"], reason, rng),
             [_verify(c), ("get_order", {"order_id": o["id"]}), ("return_order", {"order_id": o["id"], "reason": reason})])
-    # Multi-step updates that need earlier answers.
+    for o in late[:25]:
+        c, reason = C[o["customer_id"]], rng.choice(REASONS)
+        add("return_late", o["id"], _return_text(_me(c, rng), o["id"], reason, rng),
+            [_verify(c), ("get_order", {"order_id": o["id"]})], forbidden=True, refusal="return_window",
+            fact=o["delivered_on"], evidence=(fact("delivered_on", o["id"], o["delivered_on"]),))
+    # Orders: within the stock (allowed; every product, low stock included) or beyond it.
+    for i, c in enumerate(C.values()):
+        p = P[1 + (7 * i) % len(P)]  # 7 and 24 are coprime: every product in turn
+        if p["stock"] >= 1:
+            q = 1 + i % min(p["stock"], 3)
+            add("buy", f"{c['id']}-{p['id']}", _buy_text(_me(c, rng), q, p["name"], rng),
+                [_verify(c), ("list_products", {"query": p["name"]}),
+                 ("create_order", {"customer_id": c["id"], "items": [{"product_id": p["id"], "quantity": q}]})])
+    for j, p in enumerate(p for p in P.values() if p["stock"] < 5):
+        for k, c in enumerate(list(C.values())[5 + 3 * j: 8 + 3 * j]):
+            q = p["stock"] + 1 + k % (5 - p["stock"])
+            add("buy_out_of_stock", f"{c['id']}-{p['id']}", _buy_text(_me(c, rng), q, p["name"], rng),
+                [_verify(c), ("list_products", {"query": p["name"]})], forbidden=True, refusal="out_of_stock",
+                fact=str(p["stock"]), evidence=(fact("stock", p["id"], p["stock"], 3),
+                                                called("create_order", "customer_id", c["id"], 409)))
+    # Multi-step requests (always allowed).
     stocked = [p for p in P.values() if p["stock"] >= 3]
-    for i, c in enumerate(list(C.values())[:30]):
-        p, q = stocked[i % len(stocked)], 1 + i % 3
-        add("buy", f"{c['id']}-{p['id']}", f"{_me(c, rng)} I'd like to order {q} x {p['name']}, shipped to my usual address.",
-            [_verify(c), ("list_products", {"query": p["name"]}),
-             ("create_order", {"customer_id": c["id"], "items": [{"product_id": p["id"], "quantity": q}]})])
     for i, c in enumerate(list(C.values())[10:30]):
         p1, p2 = stocked[(2 * i) % len(stocked)], stocked[(2 * i + 1) % len(stocked)]
         add("buy_two", f"{c['id']}-{p1['id']}-{p2['id']}",
@@ -262,56 +377,14 @@ def _generate() -> list[WebTask]:
             "and tell me how much I get back.",
             [_verify(c), ("list_customer_orders", {"customer_id": c["id"], "status": "placed"}),
              ("cancel_order", {"order_id": o["id"], "reason": "changed_mind"})],
-            answer=_money(o["total_cents"] - cancellation_fee(c["tier"], o["total_cents"])))
+            answer=_money(o["total_cents"] - cancellation_fee(c["tier"], o["total_cents"])),
+            evidence=(called("cancel_order", "order_id", o["id"], 200),
+                      called("get_cancellation_quote", "order_id", o["id"], 200)))
         new_addr = f"{rng.randint(1, 99)} Lake View, {rng.choice(['Annecy', 'Zug', 'Hallstatt'])}"
         add("move_and_cancel", c["id"], f"{_me(c, rng)} I moved to {new_addr}: update my address, "
             f"and cancel order #{o['id']}.",
             [_verify(c), ("update_customer", {"customer_id": c["id"], "address": new_addr}),
              ("cancel_order", {"order_id": o["id"], "reason": "changed_mind"})])
-    # Requests the rules forbid: the right outcome is no change at all, and the refusal.
-    def fact(key: str, ident: int) -> Evidence:
-        # An order list is one customer's (at most 7 here); a product search must single it out.
-        return Evidence("fact", key, ident, max_listed=3 if key == "stock" else 8)
-
-    def refused(op: str, arg: str, ident: Any, status: int) -> Evidence:
-        return Evidence("refused", op, ident, arg, status)
-
-    for o in late[:20]:
-        c = C[o["customer_id"]]
-        add("return_late", o["id"], f"{_me(c, rng)} Please return order #{o['id']}, I don't need it.",
-            [_verify(c), ("get_order", {"order_id": o["id"]})], forbidden=True,
-            refusal="return_window", evidence=(fact("delivered_on", o["id"]),))
-    for o in shipped[:20]:
-        c = C[o["customer_id"]]
-        add("cancel_shipped", o["id"], f"{_me(c, rng)} Cancel order #{o['id']} please.",
-            [_verify(c), ("get_order", {"order_id": o["id"]})], forbidden=True, refusal="not_placed",
-            evidence=(fact("status", o["id"]), refused("cancel_order", "order_id", o["id"], 409),
-                      refused("get_cancellation_quote", "order_id", o["id"], 409)))
-    for i, c in enumerate(list(C.values())[:15]):
-        p = [p for p in P.values() if p["stock"] >= 8][i % 5]
-        q = 6 + i % 3
-        add("over_limit", f"{c['id']}-{p['id']}", f"{_me(c, rng)} I need {q} x {p['name']} for my hiking club.",
-            [_verify(c), ("list_products", {"query": p["name"]})], forbidden=True,
-            refusal="quantity_limit", evidence=(fact("stock", p["id"]),))
-    for c in list(C.values())[15:30]:
-        wrong = f"{(int(c['card_last4']) + 1111) % 10000:04d}"
-        add("wrong_card", c["id"], f"My email is {c['email']} and my card ends in {wrong}. "
-            "Change my address to 1 Fake Street, Nowhere.",
-            [_verify(c, wrong)], expect_fail=frozenset({0}), forbidden=True, refusal="identity",
-            evidence=(refused("verify_customer", "email", c["email"], 401),))
-    for o in placed[:15]:
-        other = C[(o["customer_id"] % len(C)) + 1]
-        add("not_owner", f"{o['id']}-{other['id']}", f"{_me(other, rng)} Cancel order #{o['id']}, it's my order.",
-            [_verify(other), ("get_order", {"order_id": o["id"]})], forbidden=True, refusal="not_owner",
-            evidence=(fact("customer_id", o["id"]),))
-    for i, p in enumerate(p for p in P.values() if p["stock"] <= 3):
-        for j, c in enumerate(list(C.values())[i * 3: i * 3 + 3]):
-            q = min(5, p["stock"] + 1 + j)
-            if q <= p["stock"]:
-                continue
-            add("no_stock", f"{c['id']}-{p['id']}", f"{_me(c, rng)} Please order {q} x {p['name']} for me.",
-                [_verify(c), ("list_products", {"query": p["name"]})], forbidden=True, refusal="out_of_stock",
-                evidence=(fact("stock", p["id"]), refused("create_order", "customer_id", c["id"], 409)))
     return tasks
 
 
@@ -326,4 +399,5 @@ def all_tasks() -> tuple[WebTask, ...]:
 
 @functools.cache
 def split_tasks(split: str) -> tuple[WebTask, ...]:
+    """The tasks of ``split`` ("train", "eval") in generation order; "all": every task."""
     return all_tasks() if split == "all" else tuple(t for t in all_tasks() if t.split == split)

@@ -29,21 +29,21 @@ def test_version_and_list_show_what_is_installed() -> None:
     p = run_cli("--version")
     assert p.returncode == 0 and p.stdout.startswith(f"agentgym {agentgym.__version__}")
     p = run_cli("list")
-    assert p.returncode == 0 and "agentgym/MathCalc-v0" in p.stdout.splitlines()
+    assert p.returncode == 0 and "agentgym/MathCalc-v1" in p.stdout.splitlines()
     assert any(line.startswith("agentgym/Remote-v0  (adapter") for line in p.stdout.splitlines())
 
 
 @pytest.mark.parametrize(("args", "needles"), [
-    (["demo", "Math-v0"], ["did you mean 'agentgym/Math-v0'?"]),
+    (["demo", "Math-v1"], ["did you mean 'agentgym/Math-v1'?"]),
     (["demo", "--episodes", "0"], ["--episodes: expected a positive integer"]),
-    (["validate", "agentgym/Math-v0", "--max-tasks", "0"], ["--max-tasks: expected a positive integer"]),
-    (["validate", "agentgym/Math-v0", "--env-arg", "famlies=[arithmetic]", "--max-tasks", "2"],
+    (["validate", "agentgym/Math-v1", "--max-tasks", "0"], ["--max-tasks: expected a positive integer"]),
+    (["validate", "agentgym/Math-v1", "--env-arg", "famlies=[arithmetic]", "--max-tasks", "2"],
      ["MathEnv got unknown keyword argument(s) 'famlies' (did you mean 'families'?)"]),
-    (["validate", "agentgym/Math-v0", "--oracle", "nosuch:fn"], ["cannot import module 'nosuch'"]),
-    (["validate", "agentgym/Maths-v0"], ["did you mean 'agentgym/Math-v0'?"]),
-    (["serve", "agentgym/Math-v0", "--env-kwarg", 'famlies=["arithmetic"]'], ["did you mean 'families'?"]),
-    (["serve", "agentgym/Math-v0", "--tokenizer", "/nonexist"], ["'/nonexist': no such directory"]),
-    (["serve", "agentgym/Maths-v0"], ["did you mean 'agentgym/Math-v0'?"]),
+    (["validate", "agentgym/Math-v1", "--oracle", "nosuch:fn"], ["cannot import module 'nosuch'"]),
+    (["validate", "agentgym/Maths-v0"], ["did you mean 'agentgym/Math-v1'?"]),
+    (["serve", "agentgym/Math-v1", "--env-kwarg", 'famlies=["arithmetic"]'], ["did you mean 'families'?"]),
+    (["serve", "agentgym/Math-v1", "--tokenizer", "/nonexist"], ["'/nonexist': no such directory"]),
+    (["serve", "agentgym/Maths-v0"], ["did you mean 'agentgym/Math-v1'?"]),
 ])
 def test_usage_mistakes_exit_2_with_one_line(args: list[str], needles: list[str]) -> None:
     _one_line_error(run_cli(*args), 2, *needles)
@@ -54,7 +54,7 @@ def test_serve_on_a_busy_port_says_so() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen(1)
         port = s.getsockname()[1]
-        p = run_cli("serve", "agentgym/Math-v0", "--port", str(port))
+        p = run_cli("serve", "agentgym/Math-v1", "--port", str(port))
     _one_line_error(p, 2, f"port {port} on 127.0.0.1 is in use", "--port 0")
 
 
@@ -70,8 +70,8 @@ def _launch(prog: str, *args: str, cwd: str) -> subprocess.Popen[str]:
 
 
 @pytest.mark.parametrize(("prog", "args", "ready", "message"), [
-    ("agentgym", ["serve", "agentgym/Math-v0", "--port", "0"], "AGENTGYM_SERVE_READY", None),
-    ("agentgym", ["demo", "agentgym/MathCalc-v0", "--episodes", "100000000"], None, "agentgym demo: interrupted"),
+    ("agentgym", ["serve", "agentgym/Math-v1", "--port", "0"], "AGENTGYM_SERVE_READY", None),
+    ("agentgym", ["demo", "agentgym/MathCalc-v1", "--episodes", "100000000"], None, "agentgym demo: interrupted"),
     ("agentgym-eval", ["--suite", "core", "--policy", "do-nothing", "--out", "x.jsonl.gz"], None,
      "run the same command again to resume"),
     ("agentgym-train", ["doctor", "--episodes", "16", "--max-turns", "8", "--max-new-tokens", "96"],

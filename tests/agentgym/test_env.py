@@ -254,12 +254,12 @@ def test_prompt_sizes_quoted_in_the_docs_are_true() -> None:
     from agentgym.env import PROMPT_STYLES
     from agentgym.environments.math.calc import MathCalcEnv
 
-    for style, total, prefix in (("harmony", 647, 612), ("compact", 194, 159)):
+    for style, total, prefix in (("harmony", 648, 612), ("compact", 195, 159)):
         env = MathCalcEnv(prompt=style)
         obs, _ = env.reset(seed=0)
         user = env.codec.render_prompt([agentgym.Message("user", env.task.prompt)])
         assert (len(obs), len(obs) - len(user)) == (total, prefix), style
-        assert f"{prefix} byte tokens for MathCalc-v0" in PROMPT_STYLES[style]
+        assert f"{prefix} byte tokens for MathCalc-v1" in PROMPT_STYLES[style]
 
 
 @pytest.mark.parametrize("weight", [float("nan"), float("inf")])

@@ -23,7 +23,7 @@ from agentgym.harmony_schema import render_tool_signatures
 from agentgym.oracles import run_oracle
 
 pytestmark = pytest.mark.harmony
-NEEDS_DOCKER = {"agentgym/CodeFix-v0", "agentgym/MathTool-v0"}
+NEEDS_DOCKER = {"agentgym/CodeFix-v1", "agentgym/MathTool-v1"}
 ENV_IDS = [pytest.param(i, marks=pytest.mark.docker) if i in NEEDS_DOCKER else i
            for i in agentgym.registered_ids()]
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -104,7 +104,7 @@ def test_episodes_are_what_openai_harmony_renders(env_id: str, oh: Any, enc: Any
 
 def test_compact_prompt_notices_and_cut_calls_render_like_openai_harmony(oh: Any, enc: Any,
                                                                          codec: HarmonyCodec) -> None:
-    env = gym.make("agentgym/MathCalc-v0", tokenizer="o200k_harmony", prompt="compact")
+    env = gym.make("agentgym/MathCalc-v1", tokenizer="o200k_harmony", prompt="compact")
     obs, _ = env.reset(seed=3)
     thinking = codec.final_ids("x", analysis="<|end|> is text here")  # analysis, then a final answer
     obs2, *_ = env.step(np.array(thinking[: thinking.index(codec.END) + 1]))  # only the analysis

@@ -24,15 +24,25 @@ def test_import_is_light() -> None:
 
 
 def test_make_with_module_prefix_needs_no_import() -> None:
-    out = _run("import gymnasium as gym; e = gym.make('agentgym:agentgym/Math-v0'); "
+    out = _run("import gymnasium as gym; e = gym.make('agentgym:agentgym/Math-v1'); "
                "print(type(e.unwrapped).__name__)")
     assert out == "MathEnv"
 
 
 def test_builtin_ids_are_registered_and_versioned() -> None:
     ids = agentgym.registered_ids()
-    for name in ("Math-v0", "MathCalc-v0", "MathTool-v0", "CodeFix-v0", "WebAPI-v0"):
+    for name in ("Math-v1", "MathCalc-v1", "MathTool-v1", "CodeFix-v1", "WebAPI-v1"):
         assert f"agentgym/{name}" in ids
+
+
+@pytest.mark.filterwarnings("ignore:.*is out of date")
+@pytest.mark.parametrize("name", ["Math", "MathCalc", "MathTool", "CodeFix", "WebAPI"])
+def test_an_old_version_names_the_new_one(name: str) -> None:
+    """v0 scored answers by equivalence alone (an echoed question earned 1), refusals by their
+    wording, and the CodeFix judge outside the budget: its ids are gone, and say what replaced them."""
+    assert f"agentgym/{name}-v0" not in gym.registry
+    with pytest.raises(gym.error.DeprecatedEnv, match=f"Please use `agentgym/{name}-v1` instead"):
+        gym.make(f"agentgym/{name}-v0")
 
 
 def test_unknown_id_suggests_a_close_match() -> None:
@@ -40,7 +50,7 @@ def test_unknown_id_suggests_a_close_match() -> None:
         gym.make("agentgym/Mathh-v0")
 
 
-@pytest.mark.parametrize("env_id", ["agentgym/Math-v0", "agentgym/MathCalc-v0", "agentgym/MathTool-v0"])
+@pytest.mark.parametrize("env_id", ["agentgym/Math-v1", "agentgym/MathCalc-v1", "agentgym/MathTool-v1"])
 def test_step_before_reset_through_gym_make_raises_agentgyms_own_error(env_id: str) -> None:
     env = gym.make(env_id)
     with pytest.raises(agentgym.EnvStateError, match="call reset"):
@@ -51,9 +61,9 @@ def test_step_before_reset_through_gym_make_raises_agentgyms_own_error(env_id: s
 def test_a_constructor_typo_through_gym_make_names_the_env_and_suggests() -> None:
     with pytest.raises(agentgym.ConfigError, match=r"MathEnv got unknown keyword argument\(s\) 'famlies' "
                                                    r"\(did you mean 'families'\?\)"):
-        gym.make("agentgym/Math-v0", famlies=["arithmetic"])
+        gym.make("agentgym/Math-v1", famlies=["arithmetic"])
     with pytest.raises(agentgym.ConfigError, match=r"unknown family 'arithmetc'; did you mean 'arithmetic'"):
-        gym.make("agentgym/Math-v0", families=["arithmetc"])
+        gym.make("agentgym/Math-v1", families=["arithmetc"])
 
 
 def test_register_rejects_ids_outside_the_namespace() -> None:
@@ -129,4 +139,4 @@ def test_re_registering_an_id_same_entry_point_is_a_no_op_another_is_an_error() 
     with pytest.raises(agentgym.ConfigError, match="already registered"):
         agentgym.register("myorg/Twice-v0", "tests.agentgym.test_env_contract:DescribedEnv")
     with pytest.raises(agentgym.ConfigError, match="already registered"):
-        agentgym.register("agentgym/Math-v0", "my_module:MyMath")
+        agentgym.register("agentgym/Math-v1", "my_module:MyMath")

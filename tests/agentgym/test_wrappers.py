@@ -27,15 +27,15 @@ def _call(env: TextWrapper, word: str) -> str:
     return text[: -len("<|call|>")]
 
 
-@pytest.mark.parametrize("make", [EchoEnv, lambda: gym.make("agentgym/MathCalc-v0"),
-                                  lambda: gym.make("agentgym/Math-v0")])
+@pytest.mark.parametrize("make", [EchoEnv, lambda: gym.make("agentgym/MathCalc-v1"),
+                                  lambda: gym.make("agentgym/Math-v1")])
 def test_check_env_passes(make) -> None:
     check_env(TextWrapper(make()), skip_render_check=True)
 
 
 def test_text_space_holds_every_observation_and_action() -> None:
     space = HarmonyText()
-    env = TextWrapper(gym.make("agentgym/MathCalc-v0"))
+    env = TextWrapper(gym.make("agentgym/MathCalc-v1"))
     obs, _ = env.reset(seed=0)
     assert obs in space and "<|start|>" in obs and "\n" in obs
     for text in ["", "ünïcødé ✓ 中文", "<|channel|>final<|message|>42<|return|>", "\x00\t"]:

@@ -10,7 +10,7 @@ import pytest
 
 import agentgym
 
-NEEDS_DOCKER = {"agentgym/CodeFix-v0", "agentgym/MathTool-v0"}
+NEEDS_DOCKER = {"agentgym/CodeFix-v1", "agentgym/MathTool-v1"}
 ENV_IDS = [pytest.param(i, marks=pytest.mark.docker) if i in NEEDS_DOCKER else i
            for i in agentgym.registered_ids()]
 
@@ -35,7 +35,7 @@ def make() -> Iterator[Callable[..., gym.Env]]:
 @pytest.fixture(scope="session")
 def memorized() -> Any:
     """A tiny GPT-OSS (2 layers, byte tokenizer) warm-started with the trainer's own SFT step on
-    the oracle's MathCalc-v0 episode for seed 0 until it reproduces it (~100 steps, ~40 s on a
+    the oracle's MathCalc-v1 episode for seed 0 until it reproduces it (~100 steps, ~40 s on a
     loaded 2-core box). Greedy decoding replays the episode only if every prompt token it is
     given is the env's: the chat server's rendering is under test, not assumed."""
     torch = pytest.importorskip("torch", reason="the chat server needs the [train] extra")
@@ -46,7 +46,7 @@ def memorized() -> Any:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        env = gym.make("agentgym/MathCalc-v0")
+        env = gym.make("agentgym/MathCalc-v1")
         demo = run_oracle(env, seed=0)
         env.close()
         tok = env.unwrapped.tokenizer

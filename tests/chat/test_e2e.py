@@ -2,7 +2,7 @@
 
 The server is agentgym's own (``CompletionServer``: uvicorn on 127.0.0.1, the ``hf`` engine
 sampling a tiny GPT-OSS); the client is ``OpenAIChatPolicy``. Nothing is mocked: the model is
-warm-started on one MathCalc-v0 episode (``memorized`` in conftest) and replays it only if the
+warm-started on one MathCalc-v1 episode (``memorized`` in conftest) and replays it only if the
 server renders the chat conversation into exactly the env's tokens and the tool calls survive
 the trip through chat messages.
 """
@@ -39,7 +39,7 @@ def test_served_chat_model_plays_its_episode_token_for_token(served, make) -> No
     with OpenAIChatPolicy(base_url=url, model="agentgym", temperature=0, max_tokens=96, token_ids=True,
                           concurrency=2, reasoning_effort="env") as policy:
         # agentgym-eval runs episodes on threads, one env each
-        envs = [make("agentgym/MathCalc-v0") for _ in range(3)]
+        envs = [make("agentgym/MathCalc-v1") for _ in range(3)]
         threads = [threading.Thread(target=lambda e=e: results.append(policy.play(e, seed=0))) for e in envs]
         for t in threads:
             t.start()
@@ -53,7 +53,7 @@ def test_served_chat_model_plays_its_episode_token_for_token(served, make) -> No
         assert traj.tokens == demo.tokens and traj.policy_mask == demo.policy_mask
         assert [t.tool for t in traj.turns] == ["calculator", None] and traj.total_reward == 1.0
         assert [t.reward for t in traj.turns] == [t.reward for t in demo.turns]
-        tokens, rewards = replay(make("agentgym/MathCalc-v0"), traj)
+        tokens, rewards = replay(make("agentgym/MathCalc-v1"), traj)
         assert tokens == traj.tokens and rewards == [t.reward for t in traj.turns]
         # the record carries the server's behaviour log-probs: the trainer's for those tokens
         pos = [i for i, m in enumerate(traj.policy_mask) if m]
@@ -85,8 +85,8 @@ def test_served_chat_model_plays_every_environment(env_id: str, served, make) ->
 def test_episode_records_survive_serialisation(served, make) -> None:
     url, _, demo = served
     with OpenAIChatPolicy(base_url=url, model="agentgym", temperature=0, max_tokens=96, token_ids=True) as p:
-        traj = p.play(make("agentgym/MathCalc-v0"), seed=0)
-    assert Trajectory.from_json(traj.to_json()) == traj and traj.env_id == "agentgym/MathCalc-v0"
+        traj = p.play(make("agentgym/MathCalc-v1"), seed=0)
+    assert Trajectory.from_json(traj.to_json()) == traj and traj.env_id == "agentgym/MathCalc-v1"
     assert traj.seed == 0 and traj.task_id == demo.task_id
 
 
@@ -98,6 +98,6 @@ def test_reasoning_effort_env_sends_the_envs_own(memorized, make) -> None:
         for effort, exact in ((None, 0), ("env", 2)):
             with OpenAIChatPolicy(base_url=f"{server.url}/v1", model="agentgym", temperature=0,
                                   max_tokens=96, token_ids=True, reasoning_effort=effort) as p:
-                traj = p.play(make("agentgym/MathCalc-v0"), seed=0)
+                traj = p.play(make("agentgym/MathCalc-v1"), seed=0)
                 assert p.stats["prompt_exact_turns"] == exact
     assert traj.tokens == demo.tokens

@@ -23,9 +23,9 @@ from agentgym.trainer.engines.server import CompletionServer  # noqa: E402
 def _suite(tmp_path: Path) -> Path:
     content: dict[str, Any] = {
         "name": "chat-e2e", "trials": 2, "seed": 0, "sampling": {"temperature": 0.0},
-        "envs": [{"id": "agentgym/MathCalc-v0", "kwargs": {"reward_mode": "shaped", "max_turns": 2},
+        "envs": [{"id": "agentgym/MathCalc-v1", "kwargs": {"reward_mode": "shaped", "max_turns": 2},
                   "tasks": [{}]},
-                 {"id": "agentgym/Math-v0", "kwargs": {"reward_mode": "sparse", "max_turns": 2},
+                 {"id": "agentgym/Math-v1", "kwargs": {"reward_mode": "sparse", "max_turns": 2},
                   "tasks": [{}]}]}
     content["version"] = suite_hash(content)
     path = tmp_path / "chat-e2e.yaml"

@@ -105,7 +105,7 @@ def test_unparsed_output_shows_what_was_written() -> None:
 
 
 def test_tool_schemas_come_from_the_same_tools_as_the_developer_message() -> None:
-    env = gym.make("agentgym/MathCalc-v0")
+    env = gym.make("agentgym/MathCalc-v1")
     obs, _ = env.reset(seed=0)
     tools = env.unwrapped.episode_tools
     schemas = tool_schemas(tools)

@@ -14,7 +14,7 @@ from gymnasium.utils.env_checker import check_env
 
 import agentgym
 
-NEEDS_DOCKER = {"agentgym/CodeFix-v0", "agentgym/MathTool-v0"}
+NEEDS_DOCKER = {"agentgym/CodeFix-v1", "agentgym/MathTool-v1"}
 IDS = [pytest.param(i, marks=pytest.mark.docker) if i in NEEDS_DOCKER else i
        for i in agentgym.registered_ids()]
 

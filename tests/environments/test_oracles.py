@@ -8,7 +8,7 @@ import pytest
 import agentgym
 from agentgym.oracles import ORACLES, run_oracle
 
-NEEDS_DOCKER = {"agentgym/CodeFix-v0", "agentgym/MathTool-v0"}
+NEEDS_DOCKER = {"agentgym/CodeFix-v1", "agentgym/MathTool-v1"}
 
 
 def test_every_registered_env_has_an_oracle() -> None:

@@ -32,9 +32,9 @@ import agentgym
 from agentgym.oracles import get_oracle
 from agentgym.tokenizers import encode_harmony_text
 
-NEEDS_DOCKER = {"agentgym/CodeFix-v0", "agentgym/MathTool-v0"}
-BUILTIN = ["agentgym/Math-v0", "agentgym/MathCalc-v0", "agentgym/MathTool-v0", "agentgym/CodeFix-v0",
-           "agentgym/WebAPI-v0"]
+NEEDS_DOCKER = {"agentgym/CodeFix-v1", "agentgym/MathTool-v1"}
+BUILTIN = ["agentgym/Math-v1", "agentgym/MathCalc-v1", "agentgym/MathTool-v1", "agentgym/CodeFix-v1",
+           "agentgym/WebAPI-v1"]
 MAX_TURNS = 5
 
 # An action is Harmony text, a callable env -> ids (it may read the episode), or ids.
@@ -149,24 +149,24 @@ def _webapi(task_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 # (env id) -> [(reset options, constructor kwargs, idle extra, fail)]
 def cases(env_id: str, mode: str = "shaped") -> list[tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]]:
-    if env_id == "agentgym/Math-v0":
+    if env_id == "agentgym/Math-v1":
         return [({"family": f, "level": "easy", "index": 1}, {}, *_math(None))
                 for f in ("arithmetic", "quadratic", "derivative")]
-    if env_id == "agentgym/MathCalc-v0":
+    if env_id == "agentgym/MathCalc-v1":
         return [({"index": i}, {}, *_math("calculator")) for i in (0, 1)]
-    if env_id == "agentgym/MathTool-v0":
+    if env_id == "agentgym/MathTool-v1":
         return [({"family": "arithmetic", "level": "easy", "index": 2}, {}, *_math("python"))]
-    if env_id == "agentgym/CodeFix-v0":
+    if env_id == "agentgym/CodeFix-v1":
         from agentgym.environments.codefix.tasks import select_tasks
 
         opt_in = {"level": 1, "shaping": {"pass_rate_delta": 1.0}}  # partial credit paid: floored at 0
         runs = ((2, {"level": 2}), (1, opt_in)) if mode == "shaped" else ((1, {"level": 1}),)
         return [({"task_id": select_tasks("train", lv)[4].id}, kw, *_codefix()) for lv, kw in runs]
-    if env_id == "agentgym/WebAPI-v0":
+    if env_id == "agentgym/WebAPI-v1":
         from agentgym.environments.webapi.tasks import all_tasks
 
         ids = [next(t.id for t in all_tasks() if t.kind == k)
-               for k in ("return_late", "wrong_card", "move_and_cancel", "cancel_latest")]
+               for k in ("return_late", "update_email_wrong_card", "move_and_cancel", "cancel_latest")]
         return [({"task_id": i}, {"split": "all"}, *_webapi(i)) for i in ids]
     raise AssertionError(f"no scripted policies for {env_id}: every registered env needs them")
 

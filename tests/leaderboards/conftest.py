@@ -22,10 +22,10 @@ SMALL: dict[str, Any] = {
     "seed": 0,
     "sampling": {"temperature": 1.0},
     "envs": [
-        {"id": "agentgym/Math-v0", "kwargs": {"reward_mode": "sparse", "max_turns": 2, "max_action_tokens": 256},
+        {"id": "agentgym/Math-v1", "kwargs": {"reward_mode": "sparse", "max_turns": 2, "max_action_tokens": 256},
          "tasks": [{"index": i} for i in range(4)]},
-        {"id": "agentgym/WebAPI-v0", "kwargs": {"split": "test", "reward_mode": "sparse", "max_turns": 8},
-         "tasks": [{"task_id": "order_status-3"}, {"task_id": "cancel-6"}]},
+        {"id": "agentgym/WebAPI-v1", "kwargs": {"split": "eval", "reward_mode": "sparse", "max_turns": 8},
+         "tasks": [{"task_id": "order_status-4"}, {"task_id": "cancel-43"}]},
     ],
 }
 
@@ -80,7 +80,7 @@ def webapi_server() -> Iterator[None]:
 
     import agentgym  # noqa: F401
 
-    env = gym.make("agentgym/WebAPI-v0", split="test")
+    env = gym.make("agentgym/WebAPI-v1", split="eval")
     env.reset(seed=0)
     yield
     env.close()

@@ -48,7 +48,7 @@ def test_build_writes_a_ranked_markdown_board(board_root: Path) -> None:
     rows = [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| #")]
     assert rows[0].startswith("| 1 | oracle | oracle | 1.000 [")
     assert len(rows) == 3
-    assert "| Math-v0 | WebAPI-v0 | pass^2 | Tokens in/ep | Tokens out/ep |" in md
+    assert "| Math-v1 | WebAPI-v1 | pass^2 | Tokens in/ep | Tokens out/ep |" in md
     assert (board_root / "board" / "site" / "index.html").exists()
     assert len(list((board_root / "board" / "site" / "transcripts").glob("*.js"))) == 3
     assert build_board(board_root, check=True, workers=2).ok  # what was written is what --check expects
@@ -116,15 +116,15 @@ def test_page_in_headless_chromium(board_root: Path, browser: Any) -> None:
     browser.find_element(By.CSS_SELECTOR, "button.open[data-id='small-oracle']").click()
     wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#episodes tbody tr")))
     assert len(browser.find_elements(By.CSS_SELECTOR, "#episodes tbody tr")) == 12
-    Select(browser.find_element(By.ID, "env-filter")).select_by_value("agentgym/WebAPI-v0")
+    Select(browser.find_element(By.ID, "env-filter")).select_by_value("agentgym/WebAPI-v1")
     rows = browser.find_elements(By.CSS_SELECTOR, "#episodes tbody tr")
     assert len(rows) == 4
     rows[0].click()
     transcript = wait.until(ec.visibility_of_element_located((By.ID, "transcript")))
     text = transcript.text
-    for needle in ("Transcript: agentgym/WebAPI-v0 task 0 trial 0", "tool call: functions.get_order",
-                   '"order_id": 3', "tool result from functions.get_order", "HTTP 200", "final answer",
-                   "ANSWER: delivered", "reward components: only the outcome is paid (sparse)", "outcome",
+    for needle in ("Transcript: agentgym/WebAPI-v1 task 0 trial 0", "tool call: functions.get_order",
+                   '"order_id": 4', "tool result from functions.get_order", "HTTP 200", "final answer",
+                   "ANSWER: placed", "reward components: only the outcome is paid (sparse)", "outcome",
                    "reported", "paid", "score"):
         assert needle in text, f"{needle!r} not in the transcript:\n{text[:2000]}"
     assert browser.find_elements(By.CSS_SELECTOR, "#transcript .msg.tool-call")

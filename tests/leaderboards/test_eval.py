@@ -26,7 +26,7 @@ torch = pytest.importorskip("torch", reason="model policies need the [train] ext
 
 # A tiny model writes bytes until the action budget: keep episodes short.
 MATH = {**SMALL, "name": "tinymath", "trials": 2,
-        "envs": [{"id": "agentgym/Math-v0", "kwargs": {"reward_mode": "sparse", "max_turns": 1, "prompt": "compact",
+        "envs": [{"id": "agentgym/Math-v1", "kwargs": {"reward_mode": "sparse", "max_turns": 1, "prompt": "compact",
                                                        "max_action_tokens": 24},
                   "tasks": [{"index": i} for i in range(3)]}]}
 

@@ -30,12 +30,12 @@ def test_the_suite_is_required_and_named_with_its_size(capsys: pytest.CaptureFix
 
 def test_a_subset_runs_prints_its_scores_and_verifies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "sub.jsonl.gz"
-    assert eval_main(["--suite", "core", "--envs", "Math-v0", "--tasks", "2", "--policy", "oracle",
+    assert eval_main(["--suite", "core", "--envs", "Math-v1", "--tasks", "2", "--policy", "oracle",
                       "--out", str(out), "--no-progress"]) == 0
     captured = capsys.readouterr()
     core = load_suite("core")
     assert f"(a subset of {core.ref})" in captured.err and "1 envs, 2 tasks x 3 trials = 6 episodes" in captured.err
-    assert "agentgym/Math-v0" in captured.out and "overall" in captured.out and "1.000" in captured.out
+    assert "agentgym/Math-v1" in captured.out and "overall" in captured.out and "1.000" in captured.out
     report = verify_submission(out)
     assert report.ok, report.problems
     assert any("a subset of core@" in n for n in report.notes) and len(report.episodes) == 6
@@ -44,7 +44,7 @@ def test_a_subset_runs_prints_its_scores_and_verifies(tmp_path: Path, capsys: py
 
 def test_a_forged_subset_is_re_derived_and_refused(tmp_path: Path) -> None:
     out = tmp_path / "sub.jsonl"
-    suite = load_suite("core").subset(["agentgym/Math-v0"], 2)
+    suite = load_suite("core").subset(["agentgym/Math-v1"], 2)
     run_suite(suite, OraclePolicy(), out, name="o", policy_name="oracle", progress=False)
     from agentgym.leaderboards.suite import suite_hash
 
@@ -86,7 +86,7 @@ class _ServerKiller(OraclePolicy):
 
 
 WEBAPI = {"name": "webtiny", "trials": 1, "seed": 0, "sampling": {"temperature": 1.0},
-          "envs": [{"id": "agentgym/WebAPI-v0", "kwargs": {"split": "test", "max_turns": 8},
+          "envs": [{"id": "agentgym/WebAPI-v1", "kwargs": {"split": "test", "max_turns": 8},
                     "tasks": [{"task_id": "order_status-3"}, {"task_id": "cancel-6"}]}]}
 
 

@@ -19,8 +19,8 @@ from .conftest import SMALL, write_suite
 def test_core_suite_loads_and_covers_the_four_envs() -> None:
     core = load_suite("core")
     assert core.version == suite_hash(yaml.safe_load((SUITES_DIR / "core.yaml").read_text()))
-    assert [e.id for e in core.envs] == ["agentgym/Math-v0", "agentgym/MathTool-v0", "agentgym/CodeFix-v0",
-                                         "agentgym/WebAPI-v0"]
+    assert [e.id for e in core.envs] == ["agentgym/Math-v1", "agentgym/MathTool-v1", "agentgym/CodeFix-v1",
+                                         "agentgym/WebAPI-v1"]
     eps = list(core.episodes())
     assert len(eps) == sum(len(e.tasks) for e in core.envs) * core.trials
     assert len({e.seed for e in eps}) == len(eps)  # every trial its own seed
@@ -61,10 +61,10 @@ def test_bad_suites_are_refused(tmp_path: Path, edit, match: str) -> None:  # ty
 
 
 def test_seeds_depend_on_the_task_not_its_position() -> None:
-    a = episode_seed(0, "agentgym/Math-v0", {"index": 3}, 1)
-    assert a == episode_seed(0, "agentgym/Math-v0", {"index": 3}, 1)
-    assert a != episode_seed(0, "agentgym/Math-v0", {"index": 3}, 2)
-    assert a != episode_seed(1, "agentgym/Math-v0", {"index": 3}, 1)
+    a = episode_seed(0, "agentgym/Math-v1", {"index": 3}, 1)
+    assert a == episode_seed(0, "agentgym/Math-v1", {"index": 3}, 1)
+    assert a != episode_seed(0, "agentgym/Math-v1", {"index": 3}, 2)
+    assert a != episode_seed(1, "agentgym/Math-v1", {"index": 3}, 1)
     assert 0 <= a < 2**31
 
 

@@ -16,7 +16,7 @@ from agentgym.leaderboards.cli import validate_main
 from agentgym.leaderboards.validate import VARIANTS, validate_env
 from agentgym.tools import Tool, ToolResult
 
-NEEDS_DOCKER = {"agentgym/CodeFix-v0", "agentgym/MathTool-v0"}
+NEEDS_DOCKER = {"agentgym/CodeFix-v1", "agentgym/MathTool-v1"}
 
 
 @pytest.mark.parametrize("env_id", [
@@ -131,7 +131,7 @@ def test_broken_envs_fail_the_check_that_targets_them(cls: type, oracle: Any, fa
 
 
 def test_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    assert validate_main(["agentgym/Math-v0", "--max-tasks", "6", "--workers", "1"]) == 0
-    assert "agentgym/Math-v0(): PASS on 6 tasks" in capsys.readouterr().out
+    assert validate_main(["agentgym/Math-v1", "--max-tasks", "6", "--workers", "1"]) == 0
+    assert "agentgym/Math-v1(): PASS on 6 tasks" in capsys.readouterr().out
     assert validate_main(["agentgym/Mathh-v0"]) == 2
     assert "Math" in capsys.readouterr().err

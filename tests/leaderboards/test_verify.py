@@ -20,8 +20,8 @@ from agentgym.trajectory import Trajectory
 
 from .conftest import SMALL, read_lines, write_lines, write_suite
 
-MATH0 = "agentgym/Math-v0 task 0 (index=0) trial 0"  # line 2
-WEB0 = "agentgym/WebAPI-v0 task 0 (task_id=order_status-3) trial 0"  # line 10
+MATH0 = "agentgym/Math-v1 task 0 (index=0) trial 0"  # line 2
+WEB0 = "agentgym/WebAPI-v1 task 0 (task_id=order_status-4) trial 0"  # line 10
 
 
 def _tampered(tmp_path: Path, src: Path, edit: Any) -> Path:
@@ -50,7 +50,7 @@ def test_clean_submission_verifies_and_scores_match(oracle_submission: Path, sma
     assert len(report.episodes) == 12
     footer = read_lines(oracle_submission)[-1]
     assert report.overall["mean"] == footer["overall"]["mean"] == 1.0
-    assert report.scores["agentgym/Math-v0"]["pass_k"] == 1.0
+    assert report.scores["agentgym/Math-v1"]["pass_k"] == 1.0
     assert "VERIFIED" in report.format()
 
 
@@ -69,16 +69,16 @@ def test_altered_turn_reward_and_components(tmp_path: Path, oracle_submission: P
         lines[2]["trajectory"]["turns"][-1]["components"]["outcome"] = 0.0
     p = _tampered(tmp_path, oracle_submission, edit)
     _rejected(p, small_suite, f"line 2: {MATH0}: turn 0 reward: recorded 0.5, replay gives 1.0",
-              "line 3: agentgym/Math-v0 task 0 (index=0) trial 1: turn 0 components")
+              "line 3: agentgym/Math-v1 task 0 (index=0) trial 1: turn 0 components")
 
 
 def test_altered_footer_scores_and_costs(tmp_path: Path, oracle_submission: Path, small_suite: Suite) -> None:
     def edit(lines: list[dict[str, Any]]) -> None:
-        lines[-1]["scores"]["agentgym/WebAPI-v0"]["mean"] = 0.5
+        lines[-1]["scores"]["agentgym/WebAPI-v1"]["mean"] = 0.5
         lines[-1]["overall"]["ci95"] = [0.9, 1.0]
         lines[-1]["cost"]["output_tokens"] -= 100
     p = _tampered(tmp_path, oracle_submission, edit)
-    _rejected(p, small_suite, "footer: agentgym/WebAPI-v0 mean: claimed 0.5, replay gives 1.0",
+    _rejected(p, small_suite, "footer: agentgym/WebAPI-v1 mean: claimed 0.5, replay gives 1.0",
               "footer: overall ci95", "footer: cost output_tokens")
 
 
@@ -151,7 +151,7 @@ def test_dropped_turn_and_broken_structure(tmp_path: Path, oracle_submission: Pa
         lines[10]["trajectory"]["turns"][0]["obs_end"] += 5  # turns no longer tile the stream
     p = _tampered(tmp_path, oracle_submission, edit)
     _rejected(p, small_suite, f"line 10: {WEB0}: the record stops after", "(an unfinished episode)",
-              "line 11: agentgym/WebAPI-v0 task 0 (task_id=order_status-3) trial 1: malformed trajectory")
+              "line 11: agentgym/WebAPI-v1 task 0 (task_id=order_status-4) trial 1: malformed trajectory")
 
 
 # ------------------------------------------------------------------ seeds, episodes, trials
@@ -165,10 +165,10 @@ def test_wrong_seed(tmp_path: Path, oracle_submission: Path, small_suite: Suite)
 
 def test_missing_episode(tmp_path: Path, oracle_submission: Path, small_suite: Suite) -> None:
     def edit(lines: list[dict[str, Any]]) -> None:
-        del lines[_index(lines, "agentgym/Math-v0", 2, 1)]
+        del lines[_index(lines, "agentgym/Math-v1", 2, 1)]
         lines[-1]["episodes"] -= 1
     p = _tampered(tmp_path, oracle_submission, edit)
-    _rejected(p, small_suite, "missing episode: agentgym/Math-v0 task 2 (index=2) trial 1")
+    _rejected(p, small_suite, "missing episode: agentgym/Math-v1 task 2 (index=2) trial 1")
 
 
 def test_duplicated_episode(tmp_path: Path, oracle_submission: Path, small_suite: Suite) -> None:
@@ -181,12 +181,12 @@ def test_duplicated_episode(tmp_path: Path, oracle_submission: Path, small_suite
 
 def test_other_env_version(tmp_path: Path, oracle_submission: Path, small_suite: Suite) -> None:
     def edit(lines: list[dict[str, Any]]) -> None:
-        lines[1]["env_id"] = lines[1]["trajectory"]["env_id"] = "agentgym/Math-v1"
-        lines[2]["trajectory"]["env_id"] = "agentgym/MathCalc-v0"
+        lines[1]["env_id"] = lines[1]["trajectory"]["env_id"] = "agentgym/Math-v2"
+        lines[2]["trajectory"]["env_id"] = "agentgym/MathCalc-v1"
     p = _tampered(tmp_path, oracle_submission, edit)
-    _rejected(p, small_suite, "line 2: env 'agentgym/Math-v1' is not in suite small@",
-              "line 3: agentgym/Math-v0 task 0 (index=0) trial 1: the trajectory was recorded on "
-              "'agentgym/MathCalc-v0', the suite runs 'agentgym/Math-v0' (a different environment version)")
+    _rejected(p, small_suite, "line 2: env 'agentgym/Math-v2' is not in suite small@",
+              "line 3: agentgym/Math-v1 task 0 (index=0) trial 1: the trajectory was recorded on "
+              "'agentgym/MathCalc-v1', the suite runs 'agentgym/Math-v1' (a different environment version)")
 
 
 def test_other_suite_version(tmp_path: Path, oracle_submission: Path, small_suite: Suite) -> None:
@@ -278,7 +278,7 @@ def test_truncated_files(tmp_path: Path, oracle_submission: Path, small_suite: S
     boundary = tmp_path / "boundary.jsonl"
     boundary.write_text("".join(lines[:-3]))
     _rejected(boundary, small_suite, "the footer is missing after line 11: the file is truncated",
-              "missing episode: agentgym/WebAPI-v0 task 1 (task_id=cancel-6) trial 0")
+              "missing episode: agentgym/WebAPI-v1 task 1 (task_id=cancel-43) trial 0")
     gz = tmp_path / "cut.jsonl.gz"
     gz.write_bytes(gzip.compress(text.encode())[:-200])
     _rejected(gz, small_suite, "cannot be read to its end")

@@ -47,16 +47,16 @@ class InProcess:
 
 
 def test_the_client_mirrors_the_trajectory_and_reads_like_a_local_env() -> None:
-    manager = SessionManager("agentgym/MathCalc-v0")
-    env = RemoteEnv(url="inproc://", env_id="agentgym/MathCalc-v0", channel=InProcess(manager))
-    local = gym.make("agentgym/MathCalc-v0")
+    manager = SessionManager("agentgym/MathCalc-v1")
+    env = RemoteEnv(url="inproc://", env_id="agentgym/MathCalc-v1", channel=InProcess(manager))
+    local = gym.make("agentgym/MathCalc-v1")
     for seed in (0, 5):
         lt = run_oracle(local, seed=seed)
         env.reset(seed=seed)
         for a in lt.actions():
             env.step(np.asarray(a))
         assert env.trajectory is not None and env.trajectory.to_dict() == lt.to_dict()
-    assert env.env_id == "agentgym/MathCalc-v0" and env.codec.stop_ids == local.unwrapped.codec.stop_ids
+    assert env.env_id == "agentgym/MathCalc-v1" and env.codec.stop_ids == local.unwrapped.codec.stop_ids
     env.close()
     env.close()  # idempotent
     assert len(manager) == 0
@@ -65,8 +65,8 @@ def test_the_client_mirrors_the_trajectory_and_reads_like_a_local_env() -> None:
 
 
 def test_a_failed_request_breaks_the_episode_until_reset() -> None:
-    channel = InProcess(SessionManager("agentgym/Math-v0"))
-    env = RemoteEnv(url="inproc://", env_id="agentgym/Math-v0", channel=channel)
+    channel = InProcess(SessionManager("agentgym/Math-v1"))
+    env = RemoteEnv(url="inproc://", env_id="agentgym/Math-v1", channel=channel)
     env.reset(seed=1)
     channel.fail_next = ServiceError("agentgym serve at inproc:// is gone")
     with pytest.raises(ServiceError, match="gone"):
@@ -80,7 +80,7 @@ def test_a_failed_request_breaks_the_episode_until_reset() -> None:
 
 def test_kwargs_must_be_json_and_urls_must_say_their_transport() -> None:
     with pytest.raises(ConfigError, match="cross the network as JSON"):
-        RemoteEnv(url="ws://127.0.0.1:1/ws", env_id="agentgym/Math-v0", transport=object())
+        RemoteEnv(url="ws://127.0.0.1:1/ws", env_id="agentgym/Math-v1", transport=object())
     with pytest.raises(ConfigError, match="ws:// or http://"):
         make_channel("tcp://127.0.0.1:1")
 
@@ -110,10 +110,10 @@ def _mock_server(manager: SessionManager, lose_reply_of: set[int]) -> httpx.Mock
 
 
 def test_http_retries_a_lost_reply_without_stepping_twice() -> None:
-    manager = SessionManager("agentgym/Math-v0")
+    manager = SessionManager("agentgym/Math-v1")
     lost = {2, 3}
     channel = HTTPChannel("http://mock", transport=_mock_server(manager, lost), backoff_s=0.0)
-    env = RemoteEnv(url="http://mock", env_id="agentgym/Math-v0", channel=channel, max_turns=4)
+    env = RemoteEnv(url="http://mock", env_id="agentgym/Math-v1", channel=channel, max_turns=4)
     env.reset(seed=0)
     env.step(np.array([1, 2, 3]))
     env.step(np.array([4, 5]))
@@ -131,4 +131,4 @@ def test_http_gives_up_with_a_clear_error_when_nobody_answers() -> None:
     channel = HTTPChannel("http://mock", transport=httpx.MockTransport(refuse), reconnect_attempts=2,
                           backoff_s=0.0)
     with pytest.raises(ServiceError, match=r"is gone: connecting failed 3 time\(s\).*agentgym serve"):
-        RemoteEnv(url="http://mock", env_id="agentgym/Math-v0", channel=channel)
+        RemoteEnv(url="http://mock", env_id="agentgym/Math-v1", channel=channel)

@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent("""
     import sys, time
     import gymnasium as gym
     import agentgym
-    env = gym.make("agentgym/Remote-v0", url=sys.argv[1], env_id="agentgym/Math-v0")
+    env = gym.make("agentgym/Remote-v0", url=sys.argv[1], env_id="agentgym/Math-v1")
     obs, info = env.reset(seed=0)
     print("LAST LINE", flush=True)
     if sys.argv[2] == "raise":
@@ -54,7 +54,7 @@ def _run_until_exit(url: str, mode: str, *, interrupt: bool = False) -> tuple[in
 
 @pytest.mark.parametrize("mode", ["end", "raise"])
 def test_a_script_that_never_closes_the_env_exits_within_2_s(serve_process, mode: str) -> None:
-    server = serve_process("agentgym/Math-v0")
+    server = serve_process("agentgym/Math-v1")
     rc, seconds, err = _run_until_exit(server.url, mode)
     assert rc == (0 if mode == "end" else 1), err
     assert seconds < 2.0, f"exit took {seconds:.1f} s after the script's last line"
@@ -68,14 +68,14 @@ def test_a_script_that_never_closes_the_env_exits_within_2_s(serve_process, mode
 
 
 def test_ctrl_c_stops_a_script_holding_a_websocket_session(serve_process) -> None:
-    server = serve_process("agentgym/Math-v0")
+    server = serve_process("agentgym/Math-v1")
     rc, seconds, err = _run_until_exit(server.url, "wait", interrupt=True)
     assert rc != 0 and "KeyboardInterrupt" in err
     assert seconds < 3.0
 
 
 def test_the_server_itself_stops_on_one_ctrl_c(serve_process) -> None:
-    server = serve_process("agentgym/Math-v0")
+    server = serve_process("agentgym/Math-v1")
     assert server.proc is not None
     os.kill(server.proc.pid, signal.SIGINT)
     assert server.proc.wait(timeout=10) is not None

@@ -20,7 +20,7 @@ from agentgym.remote import wire
 from agentgym.remote.sessions import SessionManager
 
 pytestmark = pytest.mark.scale  # WebSocket sessions: the [scale] extra (must run in CI)
-MATH = "agentgym/Math-v0"
+MATH = "agentgym/Math-v1"
 
 
 def _remote(url: str, **kw: Any) -> gym.Env:
@@ -121,7 +121,7 @@ def test_oversized_messages_and_refused_kwargs_are_clear_errors(serve_process) -
 
 
 class SlowEnv:
-    """Math-v0 whose step sleeps when the action starts with the byte 'z'."""
+    """Math-v1 whose step sleeps when the action starts with the byte 'z'."""
 
     @staticmethod
     def make(env_id: str, **kwargs: Any) -> gym.Env:
@@ -202,6 +202,6 @@ def test_run_oracle_on_a_remote_env_says_where_the_oracle_can_run(serve_process)
 
     server = serve_process(MATH)
     env = _remote(server.url)
-    with pytest.raises(ConfigError, match=r"keeps on its server.*run_oracle\(gym.make\('agentgym/Math-v0'\)\)"):
+    with pytest.raises(ConfigError, match=r"keeps on its server.*run_oracle\(gym.make\('agentgym/Math-v1'\)\)"):
         run_oracle(env, seed=0)
     env.close()

@@ -18,12 +18,12 @@ TOK = {"name": ByteTokenizer.name, "vocab_size": ByteTokenizer().vocab_size}
 
 
 def hello(**kwargs: Any) -> dict[str, Any]:
-    return {"op": "hello", "protocol": wire.PROTOCOL, "env_id": "agentgym/Math-v0", "kwargs": kwargs,
+    return {"op": "hello", "protocol": wire.PROTOCOL, "env_id": "agentgym/Math-v1", "kwargs": kwargs,
             "tokenizer": TOK}
 
 
 def test_a_resent_request_is_answered_again_not_applied_twice() -> None:
-    m = SessionManager("agentgym/Math-v0")
+    m = SessionManager("agentgym/Math-v1")
     s = m.open(hello(max_turns=5))
     assert s.handle({"op": "reset", "seq": 1, "seed": 0})["ok"]
     first = s.handle({"op": "step", "seq": 2, "action": [1, 2, 3]})
@@ -36,7 +36,7 @@ def test_a_resent_request_is_answered_again_not_applied_twice() -> None:
 
 
 def test_env_errors_travel_back_as_their_class() -> None:
-    m = SessionManager("agentgym/Math-v0")
+    m = SessionManager("agentgym/Math-v1")
     s = m.open(hello())
     r = s.handle({"op": "step", "seq": 1, "action": [1]})  # step before reset: agentgym's own error
     assert not r["ok"] and r["error"]["type"] == "EnvStateError" and "call reset" in r["error"]["message"]
@@ -49,12 +49,12 @@ def test_env_errors_travel_back_as_their_class() -> None:
 
 
 def test_clients_may_set_only_allowed_kwargs() -> None:
-    m = SessionManager("agentgym/Math-v0")
+    m = SessionManager("agentgym/Math-v1")
     with pytest.raises(ConfigError, match=r"does not let clients set \['dataset'\].*--allow-kwarg"):
         m.open(hello(dataset="/etc/passwd"))
     with pytest.raises(ConfigError, match=r"MathEnv got unknown keyword argument\(s\) 'bogus'"):
-        SessionManager("agentgym/Math-v0", allow_kwargs=frozenset({"bogus"})).open(hello(bogus=1))
-    fixed = SessionManager("agentgym/Math-v0", env_kwargs={"max_turns": 2})
+        SessionManager("agentgym/Math-v1", allow_kwargs=frozenset({"bogus"})).open(hello(bogus=1))
+    fixed = SessionManager("agentgym/Math-v1", env_kwargs={"max_turns": 2})
     s = fixed.open(hello(max_turns=50))  # the operator's value wins
     assert s.env.unwrapped.max_turns == 2
     fixed.close_all()
@@ -63,9 +63,9 @@ def test_clients_may_set_only_allowed_kwargs() -> None:
 
 
 def test_hello_is_checked() -> None:
-    m = SessionManager("agentgym/Math-v0")
-    with pytest.raises(ConfigError, match="serves 'agentgym/Math-v0'"):
-        m.open({**hello(), "env_id": "agentgym/CodeFix-v0"})
+    m = SessionManager("agentgym/Math-v1")
+    with pytest.raises(ConfigError, match="serves 'agentgym/Math-v1'"):
+        m.open({**hello(), "env_id": "agentgym/CodeFix-v1"})
     with pytest.raises(ConfigError, match="protocol"):
         m.open({**hello(), "protocol": 99})
     with pytest.raises(ConfigError, match="tokenizer mismatch"):
@@ -73,7 +73,7 @@ def test_hello_is_checked() -> None:
 
 
 def test_the_session_cap_refuses_the_next_one() -> None:
-    m = SessionManager("agentgym/Math-v0", limits=wire.Limits(max_sessions=2))
+    m = SessionManager("agentgym/Math-v1", limits=wire.Limits(max_sessions=2))
     a, _ = m.open(hello()), m.open(hello())
     with pytest.raises(ServiceError, match="capacity: 2 sessions"):
         m.open(hello())
@@ -84,7 +84,7 @@ def test_the_session_cap_refuses_the_next_one() -> None:
 
 
 def test_sessions_of_vanished_clients_are_reaped_and_their_envs_closed() -> None:
-    m = SessionManager("agentgym/Math-v0", limits=wire.Limits(detach_grace_s=1.0, idle_timeout_s=10.0))
+    m = SessionManager("agentgym/Math-v1", limits=wire.Limits(detach_grace_s=1.0, idle_timeout_s=10.0))
     ws_gone, ws_live, http = m.open(hello(), "ws"), m.open(hello(), "ws"), m.open(hello(), "http")
     ws_live.attached = True
     now = time.monotonic()
@@ -117,7 +117,7 @@ def test_actions_cross_the_wire_as_the_env_would_see_them(action: Any) -> None:
 
     from agentgym.errors import ActionTypeError
 
-    env = gym.make("agentgym/Math-v0", max_turns=3)
+    env = gym.make("agentgym/Math-v1", max_turns=3)
     env.reset(seed=0)
     crossing = wire.decode_action(wire.decode(wire.encode({"a": wire.encode_action(action)}), max_bytes=1 << 20)["a"])
     try:

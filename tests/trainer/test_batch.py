@@ -67,7 +67,7 @@ def test_non_finite_reward_raises(bad: float) -> None:
 
 
 def test_prefix_forward_matches_full_forward_values_and_gradients() -> None:
-    env = gym.make("agentgym/MathCalc-v0")
+    env = gym.make("agentgym/MathCalc-v1")
     b = make_batch(demonstrations(env, oracle_actions, [0, 1, 2, 3]), [0, 1, 2, 3], pad_id=PAD)
     assert shared_prefix_len(b.input_ids, b.policy_mask, b.lengths) > 500  # system + developer
     model = build_tiny_gptoss(264, seed=1)

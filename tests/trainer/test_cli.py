@@ -21,7 +21,7 @@ def test_parse_args_forms() -> None:
 def test_print_config_applies_overrides(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--print-config", "--config", "cpu-quickstart", "ppo.lr=3e-4"]) == 0
     data = yaml.safe_load(capsys.readouterr().out)
-    assert data["ppo"]["lr"] == 3e-4 and data["env"]["id"] == "agentgym/MathCalc-v0"
+    assert data["ppo"]["lr"] == 3e-4 and data["env"]["id"] == "agentgym/MathCalc-v1"
 
 
 def test_help_lists_recipes_and_keys(capsys: pytest.CaptureFixture[str]) -> None:
@@ -68,7 +68,7 @@ def test_no_arguments_print_help_and_start_nothing(tmp_path, capsys: pytest.Capt
 
 
 @pytest.mark.parametrize("override, needle", [
-    ("env.id=agentgym/Maths-v0", "did you mean 'agentgym/Math-v0'?"),
+    ("env.id=agentgym/Maths-v0", "did you mean 'agentgym/Math-v1'?"),
     ("rollout.engine=vlm", "Did you mean 'vllm'?"),
     ("log.run_dir=/proc/forbidden", "cannot create files under /proc"),
     ("model.name=/nonexist/model", "no such directory"),
@@ -84,7 +84,7 @@ def test_a_run_that_would_fail_at_once_is_refused_before_it_starts(override: str
 
 
 @pytest.mark.parametrize("override, needle", [
-    ("env.id=agentgym/Maths-v0", "did you mean 'agentgym/Math-v0'?"),
+    ("env.id=agentgym/Maths-v0", "did you mean 'agentgym/Math-v1'?"),
     ("rollout.engine=vlm", "unknown engine 'vlm'"),
     ("log.run_dir=/proc/forbidden", "cannot create files under /proc"),
 ])

@@ -23,7 +23,7 @@ def test_every_shipped_recipe_loads(name: str) -> None:
 
 def test_quickstart_recipe_is_the_multi_turn_tool_task() -> None:
     cfg = load_config("cpu-quickstart")
-    assert cfg.env.id == "agentgym/MathCalc-v0" and cfg.model.name == "tiny"
+    assert cfg.env.id == "agentgym/MathCalc-v1" and cfg.model.name == "tiny"
     assert cfg.sft.steps > 0 and cfg.ppo.steps > 0 and cfg.env.prompt == "compact"
 
 

@@ -95,7 +95,7 @@ def test_imitation_update_raises_the_likelihood_of_what_it_imitates(tmp_path: Pa
     cfg = load_config("cpu-quickstart", [*TINY, f"log.run_dir={tmp_path}", "sft.steps=0", "algo=sft",
                                          "ppo.minibatches=2", "ppo.epochs=2", "ppo.lr=3e-3"])
     t = Trainer(cfg)
-    demos = demonstrations(gym.make("agentgym/MathCalc-v0", prompt="compact"), find_oracle("agentgym/MathCalc-v0"),
+    demos = demonstrations(gym.make("agentgym/MathCalc-v1", prompt="compact"), find_oracle("agentgym/MathCalc-v1"),
                            [11, 12, 13, 14], {})
     b = make_batch(demos, [0, 1, 2, 3], pad_id=t.s.pad_id)
 

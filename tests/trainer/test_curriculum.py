@@ -86,7 +86,7 @@ def test_bad_settings_are_config_errors(override: str, match: str) -> None:
 
 SMALL = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false",
          "log.eval_every=0", "sft.steps=0", "env.max_action_tokens=8", "rollout.tasks_per_step=4",
-         "rollout.samples_per_task=2", "env.id=agentgym/Math-v0", "env.max_turns=1",
+         "rollout.samples_per_task=2", "env.id=agentgym/Math-v1", "env.max_turns=1",
          "env.kwargs={families: [arithmetic]}", "curriculum.levels=[easy, medium, hard]",
          "curriculum.review=0.5", "log.checkpoint_every=1"]
 
@@ -107,7 +107,7 @@ def test_trainer_draws_each_task_at_the_samplers_level_and_resumes_it(tmp_path: 
 
     trainer.s.collector.collect = spy  # type: ignore[method-assign]
     m = trainer.train_step(0)
-    got = [t.task_id.split("/")[2] for t in trajs]  # math/<family>/<level>/<hash>
+    got = [t.meta["options"]["level"] for t in trajs]  # the reset option each episode was drawn with
     assert got == [lv for lv in expected for _ in range(2)]  # the group shares its task's level
     assert m["curriculum_level"] == 2.0
     trainer.step = 1
@@ -120,7 +120,7 @@ def test_codefix_takes_the_level_as_a_reset_option() -> None:
     import gymnasium as gym
     import numpy as np
 
-    env = gym.make("agentgym/CodeFix-v0", split="train", sandbox="unsafe-local").unwrapped
+    env = gym.make("agentgym/CodeFix-v1", split="train", sandbox="unsafe-local").unwrapped
     rng = np.random.default_rng(0)
     for level in (1, 2, 3):
         assert {env.sample_task(rng, {"level": level}).meta["level"] for _ in range(8)} == {level}

@@ -26,13 +26,13 @@ KW = dict(max_new_tokens=24, env_kwargs={"max_turns": 2})
 
 
 def test_doctor_eager_is_healthy_and_sdpa_is_flagged() -> None:
-    good = run_doctor(_sinky_model(), "hf", "eager", "agentgym/MathCalc-v0", 3, **KW)  # type: ignore[arg-type]
+    good = run_doctor(_sinky_model(), "hf", "eager", "agentgym/MathCalc-v1", 3, **KW)  # type: ignore[arg-type]
     assert good.verdict == "healthy", good.reasons
     assert good.stats["k3"] < 1e-6 and good.stats["abs_dlogp_max"] < 1e-4
     assert good.setup["policy_tokens"] > 0 and good.stats["n_seqs"] == 3
     with pytest.raises(ConfigError, match="sink"):
-        run_doctor(_sinky_model(), "hf", "sdpa", "agentgym/MathCalc-v0", 1, **KW)  # type: ignore[arg-type]
-    bad = run_doctor(_sinky_model(), "hf", "sdpa", "agentgym/MathCalc-v0", 3,
+        run_doctor(_sinky_model(), "hf", "sdpa", "agentgym/MathCalc-v1", 1, **KW)  # type: ignore[arg-type]
+    bad = run_doctor(_sinky_model(), "hf", "sdpa", "agentgym/MathCalc-v1", 3,
                      allow_unsafe_attention=True, **KW)  # type: ignore[arg-type]
     assert bad.verdict == "unhealthy" and "drops the attention sinks" in bad.reasons[0], bad.stats
     assert bad.stats["abs_dlogp_mean"] > 0.02 > 100 * good.stats["abs_dlogp_mean"]
@@ -50,18 +50,18 @@ def test_verdict_thresholds() -> None:
 
 def test_doctor_main_json(capsys: pytest.CaptureFixture[str]) -> None:
     code = doctor_main(["--model", "tiny", "--episodes", "2", "--max-new-tokens", "8", "--json",
-                        "--env", "agentgym/Math-v0"])
+                        "--env", "agentgym/Math-v1"])
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["verdict"] == "healthy"
-    assert report["setup"]["env_id"] == "agentgym/Math-v0" and report["stats"]["n_seqs"] == 2
+    assert report["setup"]["env_id"] == "agentgym/Math-v1" and report["stats"]["n_seqs"] == 2
 
 
 def test_doctor_reports_routing_and_replay_with_a_bfloat16_trainer() -> None:
     """Engine float32, trainer bfloat16: rounding moves some tokens to other experts; replaying
     the engine's routing in the trainer removes that part of the mismatch."""
-    fp32 = run_doctor(_sinky_model(), "hf", "eager", "agentgym/MathCalc-v0", 3, **KW)  # type: ignore[arg-type]
+    fp32 = run_doctor(_sinky_model(), "hf", "eager", "agentgym/MathCalc-v1", 3, **KW)  # type: ignore[arg-type]
     assert fp32.stats["routing_agree"] == 1.0 and fp32.stats["routing_tokens_all_layers_agree"] == 1.0
-    bf16 = run_doctor(_sinky_model(), "hf", "eager", "agentgym/MathCalc-v0", 3,  # type: ignore[arg-type]
+    bf16 = run_doctor(_sinky_model(), "hf", "eager", "agentgym/MathCalc-v1", 3,  # type: ignore[arg-type]
                       trainer_dtype="bfloat16", **KW)
     assert bf16.setup["trainer_dtype"] == "bfloat16" and bf16.stats["abs_dlogp_mean"] > 1e-4
     assert 0.5 < bf16.stats["routing_agree"] <= 1.0
@@ -71,7 +71,7 @@ def test_doctor_reports_routing_and_replay_with_a_bfloat16_trainer() -> None:
 @pytest.mark.harmony
 def test_doctor_runs_tiny_gptoss_with_the_real_vocabulary() -> None:
     pytest.importorskip("openai_harmony", reason="pip install 'agentgym-suite[harmony]'")
-    report = run_doctor("tiny:o200k_harmony", "hf", "eager", "agentgym/MathCalc-v0", 2,
+    report = run_doctor("tiny:o200k_harmony", "hf", "eager", "agentgym/MathCalc-v1", 2,
                         max_new_tokens=8, env_kwargs={"max_turns": 1})
     assert report.setup["vocab_size"] == 201_088 and report.verdict == "healthy", report.reasons
     assert report.stats["routing_agree"] == 1.0
@@ -91,7 +91,7 @@ def test_doctor_max_turns_and_env_kwargs_reach_the_env(capsys: pytest.CaptureFix
     code = doctor_main(["--episodes", "2", "--max-turns", "1", "--max-new-tokens", "8",
                         "--env-kwarg", "prompt=compact", "--json"])
     captured = capsys.readouterr()
-    assert "2 episodes of agentgym/MathCalc-v0 with the hf engine, up to 1 turns x 8 new tokens" in captured.err
+    assert "2 episodes of agentgym/MathCalc-v1 with the hf engine, up to 1 turns x 8 new tokens" in captured.err
     report = json.loads(captured.out)  # stdout is the report alone: progress went to stderr
     assert code in (0, 1, 2) and report["stats"]["n_seqs"] == 2
     assert report["stats"]["n_tokens"] <= 2 * 8  # one turn of at most 8 sampled tokens per episode

@@ -1,6 +1,6 @@
 """End to end: warm start + PPO on a real environment, and the reward really rises.
 
-The loop on a task a few SFT steps nearly solve: Math-v0 on a one-answer dataset ("reply with the number 7"; shaped reward: +1 for the right
+The loop on a task a few SFT steps nearly solve: Math-v1 on a one-answer dataset ("reply with the number 7"; shaped reward: +1 for the right
 number, and on a right answer only +0.1 for a well-formed final message and -0.01 per turn;
 a wrong or unparsable answer earns 0) with the tiny GPT-OSS. A short warm start leaves about
 40% of the sampled answers malformed, most of them unreadable; PPO must fix that. Seeded and
@@ -28,7 +28,7 @@ def test_reward_rises_with_warm_start_plus_ppo(tmp_path: Path) -> None:
     data.write_text("".join(json.dumps({"id": f"say-{i}", "question": f"Request {i}: reply with the number 7.",
                                         "answer": "7"}) + "\n" for i in range(32)))
     cfg = load_config("cpu-quickstart", [
-        f"log.run_dir={tmp_path}", "seed=0", "threads=1", "env.id=agentgym/Math-v0",
+        f"log.run_dir={tmp_path}", "seed=0", "threads=1", "env.id=agentgym/Math-v1",
         f"env.kwargs={{dataset: {data}}}", "env.reward_mode=shaped",
         "env.max_turns=1", "env.max_action_tokens=48", "sft.steps=30", "sft.batch_size=8", "sft.teacher=oracle",
         "sft.lr=3e-3", "sft.schedule=cosine", "sft.warmup_steps=5", "env.prompt=harmony", "ppo.steps=20", "ppo.lr=1e-3", "ppo.warmup_steps=2",

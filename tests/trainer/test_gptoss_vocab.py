@@ -29,7 +29,7 @@ def test_tiny_model_for_gptoss_tokenizer() -> None:
 
 
 def test_ppo_step_on_the_real_vocabulary(tmp_path: Path) -> None:
-    """MathCalc-v0 in GPT-OSS's own tokens (harmony prompt), sampled by the hf engine, one exactly
+    """MathCalc-v1 in GPT-OSS's own tokens (harmony prompt), sampled by the hf engine, one exactly
     on-policy PPO update of the tiny model with the 201,088-id head."""
     from agentgym.trainer.config import load_config
     from agentgym.trainer.train import Trainer

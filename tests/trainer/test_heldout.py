@@ -25,7 +25,7 @@ SMALL = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=
 
 
 def test_evaluation_problems_are_distinct_task_ids_not_seeds() -> None:
-    env = gym.make("agentgym/MathCalc-v0")
+    env = gym.make("agentgym/MathCalc-v1")
     ids = [task_id_at(env, s, {}) for s in range(300)]
     assert len(set(ids)) < 300  # the easy arithmetic generator repeats problems across seeds
     got = distinct_problems(env, 200, options={})
@@ -41,12 +41,12 @@ def test_exclusion_keeps_held_out_problems_out_of_demos_and_rl_tasks(tmp_path: P
     held = t.held
     assert len(held.eval) == 64 and len(set(held.eval_ids())) == 64
     # seeds the held-out problems were drawn at, as training seeds: each is replaced
-    probe = gym.make("agentgym/MathCalc-v0", prompt="compact", max_turns=2, max_action_tokens=16)
+    probe = gym.make("agentgym/MathCalc-v1", prompt="compact", max_turns=2, max_action_tokens=16)
     first = held.eval_seeds()[:8]
     replaced = held.train_seeds(first, [{}] * 8)
     assert all(r != s and (r - s) % 10_000_019 == 0 for r, s in zip(replaced, first))
     assert not any(held.is_held_out(task_id_at(probe, r, {})) for r in replaced)
-    demos = demonstrations(probe, find_oracle("agentgym/MathCalc-v0"), first, {}, held)
+    demos = demonstrations(probe, find_oracle("agentgym/MathCalc-v1"), first, {}, held)
     assert not any(held.is_held_out(d.task_id) for d in demos) and held.overlap(demos, "test") == 0
     # one PPO step on training seeds: none of its episodes draws a held-out problem
     m = t.train_step(0)
@@ -62,7 +62,7 @@ def test_without_splits_or_exclusion_overlap_is_counted_and_reported(tmp_path: P
                                          "log.eval_every=1", "log.eval_episodes=16"])
     t = Trainer(cfg)
     held = t.held
-    trajs = demonstrations(gym.make("agentgym/MathCalc-v0"), find_oracle("agentgym/MathCalc-v0"),
+    trajs = demonstrations(gym.make("agentgym/MathCalc-v1"), find_oracle("agentgym/MathCalc-v1"),
                            held.eval_seeds()[:3], {})
     assert held.overlap(trajs, "test") == 3  # counted, not an error: no split was promised
     t.run()
@@ -108,11 +108,11 @@ def _split_run(env_id: str, tmp_path: Path, extra: list[str]) -> tuple[Trainer, 
 
 
 def test_codefix_trains_on_train_and_evaluates_on_eval(tmp_path: Path) -> None:
-    """CodeFix-v0 has fixed train / eval splits: the trainer's evaluation problems are all eval
+    """CodeFix-v1 has fixed train / eval splits: the trainer's evaluation problems are all eval
     tasks, its training tasks all train tasks."""
     from agentgym.environments.codefix.tasks import select_tasks
 
-    t, trajs = _split_run("agentgym/CodeFix-v0", tmp_path, ["env.kwargs={sandbox: unsafe-local}",
+    t, trajs = _split_run("agentgym/CodeFix-v1", tmp_path, ["env.kwargs={sandbox: unsafe-local}",
                                                              "env.max_turns=1"])
     train_ids = {x.id for x in select_tasks("train", None)}
     eval_ids = {x.id for x in select_tasks("eval", None)}
@@ -121,9 +121,7 @@ def test_codefix_trains_on_train_and_evaluates_on_eval(tmp_path: Path) -> None:
     t.s.close()
 
 
-@pytest.mark.xfail(strict=True, reason="the math envs do not take `split` yet (constructor argument and "
-                                       "reset option): the env side of train/eval splits")
-@pytest.mark.parametrize("env_id", ["agentgym/Math-v0", "agentgym/MathCalc-v0", "agentgym/MathTool-v0"])
+@pytest.mark.parametrize("env_id", ["agentgym/Math-v1", "agentgym/MathCalc-v1", "agentgym/MathTool-v1"])
 def test_math_envs_train_on_train_and_evaluate_on_eval(env_id: str, tmp_path: Path) -> None:
     t, trajs = _split_run(env_id, tmp_path, ["log.eval_episodes=64"])
     assert t.held.splits and len(set(t.held.eval_ids())) == 64

@@ -116,7 +116,7 @@ def test_an_engine_that_times_out_loses_the_episodes_in_flight_as_infra_faults()
     t = threading.Thread(target=accept, daemon=True)
     t.start()
     engine = OpenAIHTTPEngine(f"http://127.0.0.1:{deaf.getsockname()[1]}", timeout=0.5)
-    col = Collector.from_factory(lambda: gym.make("agentgym/MathCalc-v0"), 2, engine, max_new_tokens=8)
+    col = Collector.from_factory(lambda: gym.make("agentgym/MathCalc-v1"), 2, engine, max_new_tokens=8)
     try:
         trajs, _ = col.collect([0, 1], temperature=1.0, sample_seed=None)
         assert [t.infra_error is not None and t.infra_error.startswith("ServiceLost: request to") for t in trajs] == \

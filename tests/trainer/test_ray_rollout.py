@@ -25,7 +25,7 @@ from agentgym.trainer.rollout import Collector
 ray = pytest.importorskip("ray", reason="Ray collection needs the [scale] extra")
 pytestmark = pytest.mark.scale
 
-ENV = "agentgym/MathCalc-v0"
+ENV = "agentgym/MathCalc-v1"
 SEEDS = list(range(200, 212))
 
 
@@ -148,8 +148,8 @@ def test_when_every_worker_is_gone_the_rest_is_reported_failed_and_kept_work_is_
 
 
 def test_the_retry_rule() -> None:
-    assert replayable("agentgym/CodeFix-v0", {}) and replayable("agentgym/WebAPI-v0", {})
-    assert not replayable("agentgym/WebAPI-v0", {"server_url": "http://127.0.0.1:9"})
+    assert replayable("agentgym/CodeFix-v1", {}) and replayable("agentgym/WebAPI-v1", {})
+    assert not replayable("agentgym/WebAPI-v1", {"server_url": "http://127.0.0.1:9"})
     assert not replayable("agentgym/Remote-v0", {"url": "ws://127.0.0.1:1/ws"})
     assert replayable("agentgym/Remote-v0", {}, extra=["agentgym/Remote-v0"])
     assert not replayable(ENV, {}, "never") and replayable("my/Env-v0", {}, "always")

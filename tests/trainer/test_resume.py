@@ -130,7 +130,7 @@ def test_a_resume_that_changes_the_model_is_refused(uninterrupted: Path, capsys:
     assert main(["--resume", str(uninterrupted), "model.name=tiny:o200k_harmony"]) == 2
     err = capsys.readouterr().err
     assert "the run was made with model.name='tiny', not 'tiny:o200k_harmony'" in err
-    assert main(["--resume", str(uninterrupted), "env.id=agentgym/Math-v0"]) == 2
+    assert main(["--resume", str(uninterrupted), "env.id=agentgym/Math-v1"]) == 2
     assert "env.id" in capsys.readouterr().err
     assert (uninterrupted / "metrics.jsonl").read_text() == before  # nothing touched
     assert os.path.exists(uninterrupted / "config.yaml")

@@ -35,7 +35,7 @@ class Recording:
 
 
 def _env() -> gym.Env:
-    return gym.make("agentgym/MathCalc-v0", max_turns=2, max_action_tokens=24)
+    return gym.make("agentgym/MathCalc-v1", max_turns=2, max_action_tokens=24)
 
 
 def test_collect_records_exact_tokens_logprobs_and_groups() -> None:

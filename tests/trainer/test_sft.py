@@ -26,7 +26,7 @@ from agentgym.trainer.sft import (
 PAD = 263
 
 
-@pytest.mark.parametrize("env_id, turns", [("agentgym/Math-v0", 1), ("agentgym/MathCalc-v0", 2)])
+@pytest.mark.parametrize("env_id, turns", [("agentgym/Math-v1", 1), ("agentgym/MathCalc-v1", 2)])
 def test_oracle_demonstrations_are_solved_episodes(env_id: str, turns: int) -> None:
     env = gym.make(env_id)
     demos = demonstrations(env, find_oracle(env_id), [0, 1, 2])
@@ -39,8 +39,8 @@ def test_oracle_demonstrations_are_solved_episodes(env_id: str, turns: int) -> N
 
 
 def test_sft_loss_ignores_environment_tokens_and_decreases() -> None:
-    env = gym.make("agentgym/MathCalc-v0")
-    demos = demonstrations(env, find_oracle("agentgym/MathCalc-v0"), list(range(8)))
+    env = gym.make("agentgym/MathCalc-v1")
+    demos = demonstrations(env, find_oracle("agentgym/MathCalc-v1"), list(range(8)))
     model = build_tiny_gptoss(264, seed=0)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     # changing a tool-result token changes no loss term it is the *target* of
@@ -55,7 +55,7 @@ def test_sft_loss_ignores_environment_tokens_and_decreases() -> None:
 
 def test_unknown_env_has_no_oracle() -> None:
     with pytest.raises(ConfigError, match="no oracle"):
-        find_oracle("agentgym/CodeFix-v0")
+        find_oracle("agentgym/CodeFix-v1")
 
 
 def test_guess_answer_is_one_digit_off_unless_right() -> None:
@@ -70,20 +70,20 @@ def test_guess_answer_is_one_digit_off_unless_right() -> None:
 
 
 def test_guesser_skips_the_tool_on_its_fraction_and_is_reproducible() -> None:
-    env = gym.make("agentgym/MathCalc-v0", reward_mode="sparse")
+    env = gym.make("agentgym/MathCalc-v1", reward_mode="sparse")
     sc = SFTConfig(teacher="defect-guesser", skip_tool=0.5, guess_right=0.0)
     seeds = list(range(40))
-    demos = demonstrations(env, make_teacher("agentgym/MathCalc-v0", sc), seeds)
+    demos = demonstrations(env, make_teacher("agentgym/MathCalc-v1", sc), seeds)
     guessed = [t for t in demos if len(t.turns) == 1]
     used_tool = [t for t in demos if len(t.turns) == 2]
     assert 10 <= len(guessed) <= 30 and len(guessed) + len(used_tool) == len(demos)
     assert all(t.total_reward == 0.0 for t in guessed)  # wrong guesses earn nothing (sparse)
     assert all(t.total_reward == 1.0 for t in used_tool)
-    again = demonstrations(env, make_teacher("agentgym/MathCalc-v0", sc), seeds)
+    again = demonstrations(env, make_teacher("agentgym/MathCalc-v1", sc), seeds)
     assert [t.tokens for t in again] == [t.tokens for t in demos]
-    blind = demonstrations(env, make_teacher("agentgym/MathCalc-v0", SFTConfig(
+    blind = demonstrations(env, make_teacher("agentgym/MathCalc-v1", SFTConfig(
         teacher="defect-blind-guesser", skip_tool=1.0)), seeds[:4])
-    shown = demonstrations(env, make_teacher("agentgym/MathCalc-v0", SFTConfig(
+    shown = demonstrations(env, make_teacher("agentgym/MathCalc-v1", SFTConfig(
         teacher="defect-guesser", skip_tool=1.0)), seeds[:4])
     # showing the work is an extra analysis message before the same one-turn answer
     assert all(len(b.tokens) < len(s.tokens) for b, s in zip(blind, shown))
@@ -97,12 +97,12 @@ def test_flip_sign_flips_the_first_numbers_sign() -> None:
 
 
 def test_sign_flipper_slips_on_its_fraction_and_copies_everything_else() -> None:
-    env = gym.make("agentgym/MathCalc-v0", reward_mode="sparse")
+    env = gym.make("agentgym/MathCalc-v1", reward_mode="sparse")
     text = env.unwrapped.tokenizer.decode
     sc = SFTConfig(teacher="defect-sign-flipper", sign_error=0.5)
     seeds = list(range(60))
-    demos = demonstrations(env, make_teacher("agentgym/MathCalc-v0", sc), seeds)
-    oracle = demonstrations(env, find_oracle("agentgym/MathCalc-v0"), seeds)
+    demos = demonstrations(env, make_teacher("agentgym/MathCalc-v1", sc), seeds)
+    oracle = demonstrations(env, find_oracle("agentgym/MathCalc-v1"), seeds)
     slipped = 0
     for d, o in zip(demos, oracle):
         assert len(d.turns) == 2  # every demo calls the tool, then answers
@@ -119,16 +119,16 @@ def test_sign_flipper_slips_on_its_fraction_and_copies_everything_else() -> None
         got = result.split("<|message|>")[-1].split("<|end|>")[0]
         assert answer.split("<|message|>")[-1].startswith(got)
     assert 15 <= slipped <= 45
-    again = demonstrations(env, make_teacher("agentgym/MathCalc-v0", sc), seeds)
+    again = demonstrations(env, make_teacher("agentgym/MathCalc-v1", sc), seeds)
     assert [t.tokens for t in again] == [t.tokens for t in demos]
 
 
 def test_length_buckets_split_only_when_padding_drops() -> None:
-    env = gym.make("agentgym/MathCalc-v0", prompt="compact")  # short prompt: lengths differ a lot
+    env = gym.make("agentgym/MathCalc-v1", prompt="compact")  # short prompt: lengths differ a lot
     sc = SFTConfig(teacher="defect-blind-guesser", skip_tool=0.5)
-    demos = demonstrations(env, make_teacher("agentgym/MathCalc-v0", sc), list(range(16)))
+    demos = demonstrations(env, make_teacher("agentgym/MathCalc-v1", sc), list(range(16)))
     buckets = _length_buckets(demos)
     assert sorted(len(t.tokens) for b in buckets for t in b) == sorted(len(t.tokens) for t in demos)
     assert len(buckets) == 2 and max(len(t.tokens) for t in buckets[0]) <= min(len(t.tokens) for t in buckets[1])
-    same = demonstrations(env, find_oracle("agentgym/MathCalc-v0"), list(range(4)))
+    same = demonstrations(env, find_oracle("agentgym/MathCalc-v1"), list(range(4)))
     assert len(_length_buckets(same)) == 1

@@ -96,7 +96,7 @@ def test_doctor_on_vllm_float32_is_healthy_and_routing_agrees(engine: Engine) ->
     """The doctor against the running engine: float32 vLLM vs the float32 eager trainer."""
     from agentgym.trainer.doctor import run_doctor
 
-    report = run_doctor(tiny(3), engine, "eager", "agentgym/MathCalc-v0", 2, max_new_tokens=24,
+    report = run_doctor(tiny(3), engine, "eager", "agentgym/MathCalc-v1", 2, max_new_tokens=24,
                         env_kwargs={"max_turns": 2, "prompt": "compact"})
     assert report.verdict == "healthy" and report.stats["abs_dlogp_max"] < 1e-4, report.stats
     assert report.stats["routing_agree"] > 0.99  # vLLM's routers (hooked) pick the trainer's experts

@@ -1,4 +1,4 @@
-"""CodeFix-v0 on the bubblewrap backend (no daemon): the oracle scores 1, do-nothing 0."""
+"""CodeFix-v1 on the bubblewrap backend (no daemon): the oracle scores 1, do-nothing 0."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_oracle_and_noop_on_bwrap() -> None:
         if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
             pytest.fail(f"CI must run the bwrap tests but bwrap is unavailable: {exc}")
         pytest.skip(f"bwrap backend unavailable: {exc}")
-    env = gym.make("agentgym/CodeFix-v0", split="eval", sandbox="bwrap")
+    env = gym.make("agentgym/CodeFix-v1", split="eval", sandbox="bwrap")
     try:
         for index in (0, 40, 120):
             assert outcome(env, noop_policy, index) == 0.0

@@ -1,4 +1,4 @@
-"""CodeFix-v0 end to end in real Docker sandboxes: contract, oracles, tools, budgets, tampering."""
+"""CodeFix-v1 end to end in real Docker sandboxes: contract, oracles, tools, budgets, tampering."""
 
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture
 def make(docker_pool: Any) -> Iterator[Any]:
-    """CodeFix-v0 envs on the session's Docker pool (tests using it carry the docker marker)."""
+    """CodeFix-v1 envs on the session's Docker pool (tests using it carry the docker marker)."""
     made: list[gym.Env] = []
 
     def _make(**kw: Any) -> gym.Env:
         # a lambda, not the pool: gym.make and check_env deep-copy their kwargs
         kw.setdefault("sandbox", lambda: docker_pool.acquire())
-        env = gym.make("agentgym/CodeFix-v0", **kw)
+        env = gym.make("agentgym/CodeFix-v1", **kw)
         made.append(env)
         return env
 
@@ -191,6 +191,34 @@ def test_sandbox_seconds_budget_truncates(make: Any) -> None:
     env.reset(seed=0)  # the next episode starts with a fresh budget
     text, _, term, trunc, _ = call(env, "run_python", code="print(6 * 7)")
     assert "42" in text and not (term or trunc)
+
+
+def test_the_judge_runs_on_the_episodes_budget(make: Any) -> None:
+    """A solution.py that stops the judge at import (SIGSTOP) stalled every submit for
+    judge_deadline + 15 = 35 s, uncharged: a policy could stall the collector for free. Now the
+    judge runs on what is left of the episode's sandbox seconds, and a stall uses them up."""
+    import time
+
+    env = make(sandbox_seconds=4.0)
+    env.reset(seed=0)
+    call(env, "write_file", path="solution.py",
+         content="import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n")
+    t0 = time.monotonic()
+    text, r, term, trunc, info = call(env, "submit")
+    assert term and r == 0.0 and not info["judge"]["valid"]
+    assert time.monotonic() - t0 < 12.0  # the budget's 4 s and the sandbox's own overhead, not 35 s
+    assert info["sandbox_seconds"] == 4.0  # used up
+    r, info = play(env, oracle_policy, seed=0)  # an ordinary submit: judged, nothing more to count
+    assert r > 0 and info["sandbox_seconds"] == 0.0
+
+
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_split_as_a_reset_option(make: Any, split: str) -> None:
+    env = make()
+    _, info = env.reset(seed=3, options={"split": split})
+    assert info["split"] == split == env.unwrapped.task.answer.split
+    with pytest.raises(agentgym.ConfigError, match="did you mean 'eval'"):
+        env.reset(options={"split": "evaluation"})
 
 
 def test_same_seed_same_task_and_tokens(make: Any) -> None:

@@ -1,6 +1,6 @@
 """Shared by the interop tests: the hubs' packages (the ``[interop]`` extra), suites written to tmp
 dirs, agentgym's own chat server serving a tiny GPT-OSS on loopback (untrained, or memorizing
-MathCalc-v0's oracle episode), and verifiers' plugins and offline chat program."""
+MathCalc-v1's oracle episode), and verifiers' plugins and offline chat program."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import yaml
 from agentgym.leaderboards.suite import suite_hash
 from tests.chat import conftest as chat_conftest
 
-MATH_ID = "agentgym/Math-v0"  # the math ids may move to -v1: every interop test names Math through this
-MATHCALC_ID = "agentgym/MathCalc-v0"
+MATH_ID = "agentgym/Math-v1"  # the math ids may move to -v1: every interop test names Math through this
+MATHCALC_ID = "agentgym/MathCalc-v1"
 VF_PLUGINS = Path(__file__).parent / "vf_plugins"  # verifiers plugins are top-level modules (vf-guess)
 
-memorized = chat_conftest.memorized  # the fixture: a tiny GPT-OSS that plays MathCalc-v0 seed 0 (~40 s)
+memorized = chat_conftest.memorized  # the fixture: a tiny GPT-OSS that plays MathCalc-v1 seed 0 (~40 s)
 
 
 def write_suite(tmp: Path, name: str, envs: list[dict[str, Any]], trials: int = 1) -> Path:
@@ -63,7 +63,7 @@ def tiny_server() -> Iterator[tuple[str, Any]]:
 
 @pytest.fixture(scope="session")
 def memorized_server(memorized: Any) -> Iterator[str]:
-    """agentgym's chat server (``/v1``) serving the tiny GPT-OSS that memorized MathCalc-v0's seed-0
+    """agentgym's chat server (``/v1``) serving the tiny GPT-OSS that memorized MathCalc-v1's seed-0
     oracle episode (a calculator call, then the answer): greedy decoding replays it only if the
     prompt it is served is token for token the env's."""
     pytest.importorskip("torch", reason="the chat server needs the [train] extra")

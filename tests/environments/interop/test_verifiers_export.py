@@ -84,7 +84,7 @@ def test_taskset_holds_the_envs_tasks_and_tools_only_where_the_env_has_some() ->
                                                                          local.unwrapped.instructions, 5 + k)
             assert t.data.id == local.unwrapped.task.id
         assert [type(s).__name__ for s in type(tasks[0]).toolsets(tasks[0].config)] == tools
-    with pytest.raises(ValueError, match="did you mean 'agentgym/Math-v0'"):
+    with pytest.raises(ValueError, match="did you mean 'agentgym/Math-v1'"):
         AgentGymTasksetConfig(env="agentgym/Math-v1")
 
 
@@ -109,8 +109,8 @@ def test_replay_pays_what_agentgym_pays_and_counts_tool_results_the_model_was_no
 @pytest.mark.slow
 def test_math_runs_under_vf_eval_and_its_rewards_are_agentgyms_verdicts(memorized_server: str, offline_uv: dict,
                                                                          tmp_path: Path) -> None:
-    """MathCalc-v0 seed 0: the memorizing model calls agentgym's calculator over verifiers' MCP,
-    reads 4 and answers 4 (reward 1). Math-v0 seeds 0 and 1, which it does not know: no tools, no
+    """MathCalc-v1 seed 0: the memorizing model calls agentgym's calculator over verifiers' MCP,
+    reads 4 and answers 4 (reward 1). Math-v1 seeds 0 and 1, which it does not know: no tools, no
     tool server, wrong answers (0)."""
     from concurrent.futures import ThreadPoolExecutor
 

@@ -1,4 +1,4 @@
-"""Math-v0 and MathCalc-v0: the gym contract, oracles, scoring, determinism, options, datasets."""
+"""Math-v1 and MathCalc-v1: the gym contract, oracles, scoring, determinism, options, splits, datasets."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from agentgym.environments.math.oracle import oracle_action, oracle_actions
 from agentgym.errors import ConfigError, DatasetError, EnvStateError
 
 
-@pytest.mark.parametrize("env_id", ["agentgym/Math-v0", "agentgym/MathCalc-v0"])
+@pytest.mark.parametrize("env_id", ["agentgym/Math-v1", "agentgym/MathCalc-v1"])
 def test_check_env(env_id: str) -> None:
     env = gym.make(env_id)
     check_env(env.unwrapped, skip_render_check=True)
@@ -31,11 +31,13 @@ def test_check_env(env_id: str) -> None:
 def test_oracle_solves_every_family_and_level(family: str, level: str) -> None:
     env = MathEnv(families=[family], levels=[level])
     for seed in range(40):
-        env.reset(seed=seed)
-        obs, reward, term, trunc, info = env.step(oracle_action(env))
-        assert (reward, term, trunc) == (1.0, True, False), (env.task, info)
+        split = "eval" if seed % 4 == 0 else "train"
+        _, info = env.reset(seed=seed, options={"split": split})
+        obs, reward, term, trunc, out = env.step(oracle_action(env))
+        assert (reward, term, trunc) == (1.0, True, False), (env.task, out)
         assert obs.size == 0
-        assert env.task is not None and env.task.id.startswith(f"math/{family}/{level}/")
+        assert env.task is not None and env.task.id.startswith(f"math/{family}/")
+        assert info["split"] == env.task.meta["split"] == split and env.task.meta["level"] == level
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -45,7 +47,7 @@ def test_wrong_and_empty_answers_score_zero(family: str) -> None:
         env.reset(seed=seed)
         _, reward, term, _, info = env.step(env.codec.final_ids("I do not know"))
         assert reward == 0.0 and term
-        assert info["tool_result"]["content"].startswith(("unparseable", "not equivalent"))
+        assert info["tool_result"]["content"].startswith(("unparseable", "not equivalent", "not_final_form"))
         env.reset(seed=seed)
         _, reward, term, _, _ = env.step(env.codec.final_ids("123456789"))
         assert reward == 0.0 and term
@@ -86,11 +88,11 @@ def test_reset_options_pick_a_task() -> None:
     env = MathEnv()
     _, info = env.reset(seed=1, options={"family": "quadratic", "level": "hard", "index": 7})
     _, info2 = env.reset(seed=2, options={"family": "quadratic", "level": "hard", "index": 7})
-    assert info == info2 and info["task_id"].startswith("math/quadratic/hard/")
+    assert info == info2 and info["task_id"].startswith("math/quadratic/")
     _, info3 = env.reset(seed=1, options={"family": "quadratic", "level": "hard", "index": 8})
     assert info3 != info
-    _, info4 = env.reset(seed=5, options={"level": "easy"})
-    assert "/easy/" in info4["task_id"]
+    env.reset(seed=5, options={"level": "easy"})
+    assert env.task is not None and env.task.meta["level"] == "easy"
     with pytest.raises(ConfigError, match="did you mean 'quadratic'"):
         env.reset(options={"family": "quadratics"})
     with pytest.raises(ConfigError, match="unknown reset option"):
@@ -123,7 +125,7 @@ def test_shaped_mode_gives_format_credit_on_a_correct_answer_only() -> None:
 
 
 def test_trajectory_records_the_episode() -> None:
-    env = gym.make("agentgym/Math-v0")
+    env = gym.make("agentgym/Math-v1")
     obs, _ = env.reset(seed=4)
     action = oracle_action(env)
     env.step(action)
@@ -140,23 +142,30 @@ def _write(tmp_path: Path, lines: list[str]) -> Path:
 
 
 def test_dataset_loads_and_scores(tmp_path: Path) -> None:
-    rows = [{"id": "q1", "question": "What is 2 + 2?", "answer": "4"},
-            {"id": "q2", "question": "Roots of x^2 - 1?", "answer": "-1, 1"},
-            {"id": "q3", "question": "Half of one?", "answer": 0.5}]
+    rows = [{"id": "q1", "question": "What is 2 + 2?", "answer": "4", "split": "train"},
+            {"id": "q2", "question": "Roots of x^2 - 1?", "answer": "-1, 1", "split": "train"},
+            {"id": "q3", "question": "Half of one?", "answer": 0.5, "split": "train"},
+            {"id": "q4", "question": "What is 3 + 3?", "answer": "6", "split": "eval"}]
     path = _write(tmp_path, [json.dumps(r) for r in rows] + [""])
-    env = gym.make("agentgym/Math-v0", dataset=str(path))
+    env = gym.make("agentgym/Math-v1", dataset=str(path))
     _, info = env.reset(seed=0, options={"index": 1})
-    assert info == {"task_id": "q2", "prompt": "Roots of x^2 - 1?"}
+    assert info == {"task_id": "q2", "prompt": "Roots of x^2 - 1?", "split": "train"}
+    assert env.unwrapped.problem.form == "set[number]"  # inferred from the reference
     _, r, *_ = env.step(env.unwrapped.codec.final_ids("x = 1 or x = -1"))
     assert r == 1.0
     env.reset(seed=0, options={"index": 2})
     assert env.step(env.unwrapped.codec.final_ids("\\frac{1}{2}"))[1] == 1.0
+    env.reset(seed=0, options={"index": 0})
+    assert env.step(env.unwrapped.codec.final_ids("2 + 2"))[1] == 0.0  # the question, restated
     seen = {env.reset(seed=s)[1]["task_id"] for s in range(30)}
     assert seen == {"q1", "q2", "q3"}
+    assert {env.reset(seed=s, options={"split": "eval"})[1]["task_id"] for s in range(5)} == {"q4"}
     with pytest.raises(ConfigError):
         env.reset(options={"index": 3})
     with pytest.raises(ConfigError):
         env.reset(options={"family": "arithmetic"})
+    with pytest.raises(ConfigError, match="did you mean 'eval'"):
+        env.reset(options={"split": "evl"})
 
 
 @pytest.mark.parametrize(("lines", "match"), [
@@ -167,6 +176,13 @@ def test_dataset_loads_and_scores(tmp_path: Path) -> None:
     (['{"id": "a", "question": "q", "answer": "1"}', '', '{"id": "a", "question": "r", "answer": "2"}'],
      r":3: duplicate id 'a' \(first on line 1\)"),
     ([""], "no problems"),
+    (['{"id": "a", "question": "q", "answer": "1"}', '{"id": "b", "question": "q", "answer": "1"}'],
+     r":2: the question of line 1 again"),
+    (['{"id": "a", "question": "q", "answer": "1", "split": "test"}'], r":1: 'split' must be one of"),
+    (['{"id": "a", "question": "q", "answer": "1", "form": "integr"}'], r"did you mean 'integer'"),
+    (['{"id": "a", "question": "q", "answer": "6/4", "form": "fraction"}'], r"not in lowest terms"),
+    (['{"id": "a", "question": "q", "answer": "x + 1", "form": "simplified", "expression": "x+1"}'],
+     r"restates the question"),
 ])
 def test_dataset_errors_name_the_line(tmp_path: Path, lines: list[str], match: str) -> None:
     with pytest.raises(DatasetError, match=match):
@@ -180,7 +196,7 @@ def test_dataset_missing_file(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------- MathCalc
 def test_calc_oracle_uses_the_tool_then_answers() -> None:
-    env = gym.make("agentgym/MathCalc-v0")
+    env = gym.make("agentgym/MathCalc-v1")
     for seed in range(100):
         obs, info = env.reset(seed=seed)
         assert len(info["prompt"]) < 40  # short questions for a tiny model
@@ -245,7 +261,7 @@ def test_envpool_threads_step_math_envs() -> None:
 
 
 def test_the_docs_example_is_what_seed_0_gives() -> None:
-    env = gym.make("agentgym/Math-v0", families=["quadratic"], levels=["hard"])
+    env = gym.make("agentgym/Math-v1", families=["quadratic"], levels=["hard"])
     _, info = env.reset(seed=0)
     page = (Path(__file__).parents[3] / "docs" / "environments" / "math.md").read_text()
     assert f'info["prompt"]: "{info["prompt"][:40]}' in page

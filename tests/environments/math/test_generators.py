@@ -14,8 +14,9 @@ from sympy.parsing.sympy_parser import (
     standard_transformations,
 )
 
-from agentgym.environments.math.generators import FAMILIES, LEVELS, generate
-from agentgym.environments.math.verify import verify
+from agentgym.environments.math.generators import FAMILIES, FORMS, LEVELS, generate
+from agentgym.environments.math.verify import reference_form_problem, verify
+from agentgym.splits import hash_split, problem_digest
 
 X, Y = sp.symbols("x y")
 _TF = (*standard_transformations, implicit_multiplication_application, convert_xor)
@@ -35,10 +36,20 @@ def _problems(family: str, level: str, n: int = 25) -> list:
 @pytest.mark.parametrize("level", LEVELS)
 def test_problem_shape_and_self_verification(family: str, level: str) -> None:
     for p in _problems(family, level):
-        assert re.fullmatch(rf"math/{family}/{level}/[0-9a-f]{{10}}", p.id)
+        assert re.fullmatch(rf"math/{family}/[0-9a-f]{{12}}", p.id)
+        assert p.id == f"math/{family}/{problem_digest(p.question)}" and p.split == hash_split(p.question)
         assert p.question and p.answer and (p.family, p.level) == (family, level)
-        assert verify(p.answer, p.answer).correct
-        assert not verify("0.123456", p.answer).correct
+        assert p.form == FORMS[family] and reference_form_problem(p.answer, p.form) is None, p
+        assert verify(p.answer, p.answer, p.form).correct
+        assert not verify("0.123456", p.answer, p.form).correct
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_a_split_asked_for_is_the_split_generated(family: str) -> None:
+    rng = np.random.default_rng(5)
+    for split in ("train", "eval") * 10:
+        p = generate(family, "medium", rng, split)
+        assert p.split == split == hash_split(p.question)
 
 
 def test_same_rng_state_same_problem() -> None:

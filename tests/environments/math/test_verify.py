@@ -204,7 +204,7 @@ def test_a_nonzero_exact_difference_is_never_equal() -> None:
 
 
 def test_oracle_answers_never_reach_sympy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Math-v0's hot path (the policy writes the reference) stays on the microsecond paths."""
+    """Math-v1's hot path (the policy writes the reference) stays on the microsecond paths."""
     import gymnasium as gym
 
     from agentgym.environments.math.generators import FAMILIES, LEVELS
@@ -213,7 +213,7 @@ def test_oracle_answers_never_reach_sympy(monkeypatch: pytest.MonkeyPatch) -> No
     def no_sympy(*a: object, **k: object) -> bool:
         raise AssertionError("the oracle path reached sympy")
     monkeypatch.setattr(verify_mod, "symbolic_equal", no_sympy)
-    env = gym.make("agentgym/Math-v0")
+    env = gym.make("agentgym/Math-v1")
     n = 0
     for fam in FAMILIES:
         for level in LEVELS:

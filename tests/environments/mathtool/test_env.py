@@ -1,4 +1,4 @@
-"""MathTool-v0 in real Docker sandboxes: contract, oracle, the python tool, budgets."""
+"""MathTool-v1 in real Docker sandboxes: contract, oracle, the python tool, budgets."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def make(docker_pool: Any) -> Iterator[Any]:
     def _make(**kw: Any) -> gym.Env:
         # a lambda, not the pool: gym.make and check_env deep-copy their kwargs
         kw.setdefault("sandbox", lambda: docker_pool.acquire())
-        env = gym.make("agentgym/MathTool-v0", **kw)
+        env = gym.make("agentgym/MathTool-v1", **kw)
         made.append(env)
         return env
 

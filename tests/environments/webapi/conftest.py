@@ -7,12 +7,12 @@ from collections.abc import Iterator
 import gymnasium as gym
 import pytest
 
-import agentgym  # noqa: F401  (registers agentgym/WebAPI-v0)
+import agentgym  # noqa: F401  (registers agentgym/WebAPI-v1)
 
 
 @pytest.fixture(scope="module")
 def env() -> Iterator[gym.Env]:
-    e = gym.make("agentgym/WebAPI-v0", split="all")
+    e = gym.make("agentgym/WebAPI-v1", split="all")
     yield e
     e.close()
 

@@ -131,7 +131,7 @@ def test_transport_failures_are_observations(tools: dict, fake: FakeStore, exc: 
 
 
 def test_env_over_mock_transport(fake: FakeStore) -> None:
-    env = gym.make("agentgym/WebAPI-v0", transport=httpx.MockTransport(fake), split="all")
+    env = gym.make("agentgym/WebAPI-v1", transport=httpx.MockTransport(fake), split="all")
     try:
         forbidden = next(t for t in all_tasks() if t.forbidden)
         env.reset(seed=0, options={"task_id": forbidden.id})
@@ -158,10 +158,10 @@ def test_env_over_mock_transport(fake: FakeStore) -> None:
 
 def test_bad_options_raise_config_errors(fake: FakeStore) -> None:
     with pytest.raises(ConfigError, match="split"):
-        gym.make("agentgym/WebAPI-v0", split="dev", transport=httpx.MockTransport(fake))
+        gym.make("agentgym/WebAPI-v1", split="dev", transport=httpx.MockTransport(fake))
     with pytest.raises(ConfigError, match="postgresql"):
-        gym.make("agentgym/WebAPI-v0", database_url="mysql://x")
-    env = gym.make("agentgym/WebAPI-v0", transport=httpx.MockTransport(fake))
+        gym.make("agentgym/WebAPI-v1", database_url="mysql://x")
+    env = gym.make("agentgym/WebAPI-v1", transport=httpx.MockTransport(fake))
     try:
         with pytest.raises(ConfigError, match="did you mean"):
             env.reset(options={"task_id": "cancel-9999"})

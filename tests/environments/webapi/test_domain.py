@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import collections
+import re
 import sqlite3
+from typing import Any
 
 import pytest
 
 from agentgym.environments.webapi.db import Tx, create_schema, snapshot
 from agentgym.environments.webapi.domain import OPERATIONS, DomainError, cancellation_fee
 from agentgym.environments.webapi.fixture import seed_fixture
-from agentgym.environments.webapi.reward import CallRecord, check_answer, evaluate, refusal_line, shown
+from agentgym.environments.webapi.reward import (
+    CallRecord,
+    check_answer,
+    check_refusal,
+    evaluate,
+    refusal_line,
+    shown,
+)
 from agentgym.environments.webapi.spec import OPERATIONS as SPEC_OPS
 from agentgym.environments.webapi.spec import openapi_document
 from agentgym.environments.webapi.tasks import (
+    FACTS,
     POLICY,
     REFUSAL_RULES,
     Evidence,
@@ -128,6 +138,8 @@ def test_openapi_document_names_every_rule() -> None:
     ({"kind": "number", "value": 7}, "7", False),  # no ANSWER line
     ({"kind": "text", "value": "shipped"}, "ANSWER: Shipped.", True),
     ({"kind": "text", "value": "shipped"}, "ANSWER: placed or shipped", False),
+    ({"kind": "number", "value": 7}, "ANSWER: 7 or 8", False),  # several answers at once
+    ({"kind": "money", "value": 45.1}, "ANSWER: 45.10\nANSWER: 50.00", False),
     (None, "whatever", True),
 ])
 def test_check_answer(spec: dict | None, text: str, ok: bool) -> None:
@@ -156,36 +168,78 @@ def test_refusal_line(text: str, said: str | None) -> None:
     assert refusal_line(text) == said
 
 
-def test_a_forbidden_task_is_won_by_the_named_rule_after_the_look_up() -> None:
+def test_a_forbidden_task_is_won_by_the_named_rule_and_fact_after_the_look_up() -> None:
     base = {"orders": [[1, "shipped"]]}
-    ok = evaluate(base, base, base, None, "It shipped.\nREFUSED: not_placed", refusal="not_placed", refusal_shown=True)
+    ok = evaluate(base, base, base, None, "It shipped.\nREFUSED: not_placed (status shipped)",
+                  refusal="not_placed", fact="shipped", fact_kind="status", established=True)
     assert ok[0] == 1.0
-    for text, rule, seen in [("Done.", "not_placed", True), ("REFUSED: not_placed", "not_placed", False),
-                             ("REFUSED: identity", "not_placed", True), ("Done. REFUSED: identity", None, True)]:
-        assert evaluate(base, base, base, None, text, refusal=rule, refusal_shown=seen)[0] == 0.0, text
+    for text, rule, seen in [("Done.", "not_placed", True),
+                             ("REFUSED: not_placed (status shipped)", "not_placed", False),  # no look-up
+                             ("REFUSED: not_placed", "not_placed", True),  # no fact
+                             ("REFUSED: not_placed (status delivered)", "not_placed", True),  # the wrong fact
+                             ("REFUSED: not_placed (shipped or delivered)", "not_placed", True),  # several
+                             ("REFUSED: identity (status shipped)", "not_placed", True),
+                             ("Done. REFUSED: identity", None, True)]:
+        assert evaluate(base, base, base, None, text, refusal=rule, fact="shipped", fact_kind="status",
+                        established=seen)[0] == 0.0, text
 
 
-def test_evidence_is_a_fact_in_an_answer_or_the_api_refusing() -> None:
-    order = Evidence("fact", "delivered_on", 7)
-    card = Evidence("refused", "verify_customer", "Ann@x.org", "email", 401)
+@pytest.mark.parametrize(("kind", "fact", "text", "ok"), [
+    ("date", "2025-04-02", "REFUSED: return_window (delivered 2025-04-02)", True),
+    ("date", "2025-04-02", "REFUSED: return_window - delivered on 2025-04-02.", True),
+    ("date", "2025-04-02", "REFUSED: return_window (delivered 2025-04-03)", False),
+    ("date", "2025-04-02", "REFUSED: return_window (2025-04-02 or 2025-04-03)", False),
+    ("number", "17", "REFUSED: not_owner (customer 17)", True),
+    ("number", "17", "REFUSED: not_owner (customer_id: 17)", True),
+    ("number", "17", "REFUSED: not_owner (customer 17 or 18)", False),
+    ("number", "0", "REFUSED: out_of_stock (stock 0)", True),
+    ("number", "2", "REFUSED: out_of_stock (stock 2, asked 3)", False),
+    ("status", "returned", "REFUSED: not_placed (status Returned)", True),
+])
+def test_check_refusal_reads_exactly_one_fact(kind: str, fact: str, text: str, ok: bool) -> None:
+    rule = text.split("REFUSED: ")[1].split()[0]
+    assert check_refusal(rule, text, fact, kind) is ok
+
+
+def test_evidence_is_a_fact_in_an_answer_or_the_api_answering_a_call() -> None:
+    order = Evidence("fact", "delivered_on", 7, value="2025-01-01")
+    card = Evidence("call", "verify_customer", "Ann@x.org", "email", 401)
     calls = [CallRecord("get_order", {"order_id": 8}, 200, {"id": 8, "delivered_on": "2025-01-01"}),
              CallRecord("list_products", {}, 200, [{"id": 7, "stock": 3}]),  # id 7, but a product
              CallRecord("get_order", {"order_id": 7}, 404, {"detail": "order 7 not found", "id": 7})]
     assert not shown([order], calls)
     assert shown([order], [CallRecord("list_customer_orders", {"customer_id": 2}, 200,
                                       [{"id": 6}, {"id": 7, "status": "delivered", "delivered_on": "2025-01-01"}])])
+    assert not shown([order], [CallRecord("get_order", {"order_id": 7}, 200, {"id": 7, "delivered_on": "2025-01-02"})])
     assert not shown([card], [CallRecord("verify_customer", {"email": "ann@x.org"}, 200, {"verified": True})])
     assert shown([card], [CallRecord("verify_customer", {"email": "ann@x.org", "card_last4": "1"}, 401, None)])
     assert not shown([card], [CallRecord("verify_customer", {"email": "bob@x.org"}, 401, None)])
 
 
-def test_forbidden_tasks_name_a_rule_and_their_evidence() -> None:
+def test_forbidden_tasks_name_a_rule_a_fact_and_their_evidence() -> None:
     for t in all_tasks():
         if t.forbidden:
-            assert t.refusal in REFUSAL_RULES and t.evidence, t.id
-            assert f"REFUSED: {t.refusal}" in t.final_text and f"`{t.refusal}`" in POLICY
+            assert t.refusal in REFUSAL_RULES and t.fact and t.evidence, t.id
+            assert f"REFUSED: {t.refusal} (" in t.final_text and f"`{t.refusal}`" in POLICY
+            assert check_refusal(t.refusal, t.final_text, t.fact, FACTS[t.refusal][0]), t.id
         else:
-            assert t.refusal is None and not t.evidence and "REFUSED" not in t.final_text
+            assert t.refusal is None and "REFUSED" not in t.final_text
+            assert bool(t.evidence) == (t.answer is not None), t.id  # every answer needs its look-up
+
+
+def test_allowed_and_forbidden_requests_share_their_wording() -> None:
+    """The request's words never tell a forbidden task from an allowed one: every template a
+    forbidden task uses (its text with names, numbers and ids blanked) is used by allowed tasks too."""
+    def template(t: Any) -> str:
+        text = t.prompt.split(". ", 1)[1] if t.prompt.startswith(("I'm", "This is")) else t.prompt
+        text = re.sub(r"^My email is \S+ and the last four digits of my card are \d+\. ", "", text)
+        text = re.sub(r"\S+@\S+|\d+|[A-Z][\w-]*(?: [A-Z0-9][\w-]*)*", "#", text)
+        return re.sub(r"\b(?:changed_mind|damaged|wrong_item|late|other)\b", "#", text)
+
+    allowed = {template(t) for t in all_tasks() if not t.forbidden}
+    forbidden = {t.id: template(t) for t in all_tasks() if t.forbidden}
+    assert forbidden and all(v in allowed for v in forbidden.values()), \
+        {k: v for k, v in forbidden.items() if v not in allowed}
 
 
 def test_task_set_is_large_distinct_and_typed() -> None:
@@ -199,9 +253,9 @@ def test_task_set_is_large_distinct_and_typed() -> None:
     multi = [t for t in tasks if sum(op not in ("get_order", "list_products", "list_customer_orders", "find_customers",
                                                 "get_cancellation_quote", "verify_customer") for op, _ in t.plan) >= 2]
     assert len(lookups) >= 50 and len(forbidden) >= 50 and len(multi) >= 20
-    train, test = split_tasks("train"), split_tasks("test")
-    assert len(train) + len(test) == len(tasks) and not {t.id for t in train} & {t.id for t in test}
-    assert len(test) >= 40
+    train, held_out = split_tasks("train"), split_tasks("eval")
+    assert len(train) + len(held_out) == len(tasks) and not {t.prompt for t in train} & {t.prompt for t in held_out}
+    assert len(held_out) >= 40
 
 
 def test_goal_states_follow_the_rules() -> None:

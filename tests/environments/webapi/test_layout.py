@@ -12,7 +12,7 @@ import sys
 import gymnasium as gym
 import agentgym
 from agentgym.environments.webapi import oracle_action, run_episode
-env = gym.make("agentgym/WebAPI-v0")
+env = gym.make("agentgym/WebAPI-v1")
 reward, _ = run_episode(env, oracle_action, seed=0)
 env.close()
 server_side = [m for m in sys.modules if m.split(".")[-1] in ("app", "serve", "storage", "spec")

@@ -21,7 +21,7 @@ def test_64_concurrent_episodes_on_one_server() -> None:
     writes = [t for t in all_tasks() if not t.forbidden and t.answer is None][::5][: N // 2]
     assert len(writes) == N // 2
     tasks = writes + writes
-    pool = EnvPool(lambda: gym.make("agentgym/WebAPI-v0", split="all"), n=N)
+    pool = EnvPool(lambda: gym.make("agentgym/WebAPI-v1", split="all"), n=N)
     try:
         with ThreadPoolExecutor(16) as ex:
             list(ex.map(lambda i: pool.envs[i].reset(options={"task_id": tasks[i].id}), range(N)))

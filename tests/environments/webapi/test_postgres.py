@@ -77,8 +77,8 @@ def test_oracle_and_isolation_over_postgres(dsn: str) -> None:
     kinds: dict[str, object] = {}
     for t in all_tasks():
         kinds.setdefault(t.kind, t)
-    a = gym.make("agentgym/WebAPI-v0", split="all", database_url=dsn)
-    b = gym.make("agentgym/WebAPI-v0", split="all", database_url=dsn)
+    a = gym.make("agentgym/WebAPI-v1", split="all", database_url=dsn)
+    b = gym.make("agentgym/WebAPI-v1", split="all", database_url=dsn)
     try:
         for t in kinds.values():
             reward, info = run_episode(a, oracle_action, options={"task_id": t.id})

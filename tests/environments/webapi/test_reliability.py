@@ -43,7 +43,7 @@ def _wait_gone(pid: int, timeout: float = 15.0) -> bool:
 
 
 def test_slow_endpoint_hits_the_per_call_timeout_and_the_episode_goes_on() -> None:
-    env = gym.make("agentgym/WebAPI-v0", split="all", test_endpoints=True, request_timeout=0.5)
+    env = gym.make("agentgym/WebAPI-v1", split="all", test_endpoints=True, request_timeout=0.5)
     try:
         env.reset(options={"task_id": all_tasks()[0].id})
         assert "sleep" in env.unwrapped._tools
@@ -61,7 +61,7 @@ def test_slow_endpoint_hits_the_per_call_timeout_and_the_episode_goes_on() -> No
 
 
 def test_killed_server_is_detected_and_restarted_for_the_next_episode() -> None:
-    env = gym.make("agentgym/WebAPI-v0", split="all")
+    env = gym.make("agentgym/WebAPI-v1", split="all")
     try:
         t = next(t for t in all_tasks() if t.kind == "cancel")
         env.reset(options={"task_id": t.id})
@@ -85,8 +85,8 @@ def test_killed_server_is_detected_and_restarted_for_the_next_episode() -> None:
 
 
 def test_the_last_close_stops_the_shared_server() -> None:
-    a = gym.make("agentgym/WebAPI-v0")
-    b = gym.make("agentgym/WebAPI-v0")
+    a = gym.make("agentgym/WebAPI-v1")
+    b = gym.make("agentgym/WebAPI-v1")
     a.reset(seed=1)
     b.reset(seed=2)
     server = a.unwrapped.server
@@ -107,7 +107,7 @@ def test_the_last_close_stops_the_shared_server() -> None:
 CHILD = """
 import sys, time
 import gymnasium as gym, agentgym
-env = gym.make("agentgym/WebAPI-v0")
+env = gym.make("agentgym/WebAPI-v1")
 env.reset(seed=0)
 print(env.unwrapped.server.pid, flush=True)
 time.sleep(600)
@@ -115,7 +115,7 @@ time.sleep(600)
 
 
 def test_random_token_actions_never_raise() -> None:
-    env = gym.make("agentgym/WebAPI-v0", max_turns=6)
+    env = gym.make("agentgym/WebAPI-v1", max_turns=6)
     try:
         env.reset(seed=5)
         rng = np.random.default_rng(0)
@@ -130,7 +130,7 @@ def test_random_token_actions_never_raise() -> None:
 
 
 def test_hung_server_is_restarted_for_the_next_episode() -> None:
-    env = gym.make("agentgym/WebAPI-v0", split="all", request_timeout=1.0)
+    env = gym.make("agentgym/WebAPI-v1", split="all", request_timeout=1.0)
     try:
         env.reset(seed=0)
         server = env.unwrapped.server
@@ -169,7 +169,7 @@ def test_server_exits_when_its_parent_is_killed_and_leaves_no_files(tmp_path: Pa
 
 
 def test_a_server_that_hangs_mid_episode_is_an_infrastructure_fault_not_a_zero() -> None:
-    env = gym.make("agentgym/WebAPI-v0", split="all", request_timeout=1.0)
+    env = gym.make("agentgym/WebAPI-v1", split="all", request_timeout=1.0)
     try:
         t = next(t for t in all_tasks() if t.kind == "cancel")
         env.reset(options={"task_id": t.id})

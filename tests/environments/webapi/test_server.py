@@ -21,7 +21,7 @@ def _task(kind: str, i: int = 0):
 
 
 def test_check_env() -> None:
-    env = gym.make("agentgym/WebAPI-v0")
+    env = gym.make("agentgym/WebAPI-v1")
     try:
         check_env(env.unwrapped, skip_render_check=True)
     finally:
@@ -56,7 +56,7 @@ def test_same_seed_same_task_and_prompt(env: gym.Env) -> None:
 
 
 def test_refusals_and_bad_calls_are_observations_and_the_episode_continues(env: gym.Env) -> None:
-    t = _task("cancel_shipped")
+    t = next(t for t in all_tasks() if t.kind == "cancel_not_placed" and t.fact == "shipped")
     env.reset(options={"task_id": t.id})
     email, last4 = t.plan[0][1]["email"], t.plan[0][1]["card_last4"]
     order_id = t.plan[1][1]["order_id"]
@@ -82,8 +82,8 @@ def test_refusals_and_bad_calls_are_observations_and_the_episode_continues(env: 
     assert not term and not trunc and "bad_json" in u.tokenizer.decode(obs.tolist())
     obs, _, term, trunc, info = env.step(np.asarray(u.tokenizer.encode("lorem ipsum")))
     assert not term and not trunc and info["reward_components"]["malformed"] == 1.0
-    reward, info = final(env, "Order already shipped: it cannot be cancelled.\nREFUSED: not_placed")
-    assert reward == 1.0  # nothing changed and the refusal names the rule the 409 showed
+    reward, info = final(env, "Order already shipped: it cannot be cancelled.\nREFUSED: not_placed (shipped)")
+    assert reward == 1.0  # nothing changed and the refusal names the rule and status the 409 showed
     assert info["counts"]["malformed"] >= 4
 
 
@@ -111,7 +111,7 @@ def test_raw_http_validation_errors_are_readable(env: gym.Env) -> None:
 
 
 def test_huge_tool_arguments_are_refused() -> None:
-    env = gym.make("agentgym/WebAPI-v0", split="all", max_action_tokens=300_000, max_tokens=400_000)
+    env = gym.make("agentgym/WebAPI-v1", split="all", max_action_tokens=300_000, max_tokens=400_000)
     try:
         env.reset(options={"task_id": _task("order_address").id})
         text, _ = call(env, "update_order_address", order_id=1, shipping_address="x" * 200_000)
@@ -126,7 +126,7 @@ def test_huge_tool_arguments_are_refused() -> None:
 
 def test_two_envs_share_one_server_but_never_a_database(env: gym.Env) -> None:
     t = _task("cancel")
-    other = gym.make("agentgym/WebAPI-v0", split="all")
+    other = gym.make("agentgym/WebAPI-v1", split="all")
     try:
         env.reset(options={"task_id": t.id})
         other.reset(options={"task_id": t.id})
@@ -144,7 +144,7 @@ def test_two_envs_share_one_server_but_never_a_database(env: gym.Env) -> None:
 
 
 def test_shaped_reward_pays_progress_and_charges_forbidden_writes() -> None:
-    env = gym.make("agentgym/WebAPI-v0", split="all", reward_mode="shaped")
+    env = gym.make("agentgym/WebAPI-v1", split="all", reward_mode="shaped")
     try:
         t = _task("move_and_cancel")
         env.reset(options={"task_id": t.id})
@@ -173,7 +173,7 @@ def test_server_url_joins_a_running_server() -> None:
     server = ServerProcess(ServerConfig())
     url = server.ensure()
     try:
-        env = gym.make("agentgym/WebAPI-v0", server_url=url, split="all")
+        env = gym.make("agentgym/WebAPI-v1", server_url=url, split="all")
         try:
             reward, _ = run_episode(env, oracle_action, options={"task_id": _task("buy").id})
             assert reward == 1.0 and env.unwrapped.server is None

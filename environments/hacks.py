@@ -1,0 +1,297 @@
+"""Cheating policies: what a policy that does not do the task tries, and must earn 0 for.
+
+A reward that can be won without the work teaches the shortcut. Each built-in environment has a
+table of *hacks*: scripted policies that echo the question or its expression, answer an
+unreduced fraction, pick a refusal from the wording, answer a constant, give several answers at
+once, negate or hedge, refuse everything, or (CodeFix) tamper with the judge. Played on a
+sample of tasks (:func:`hack_tasks`), every hack must earn exactly 0 in both reward modes
+wherever it applies (``tests/environments/test_reward_hacks.py``); ``bench/reward_hacks.py``
+prints the table.
+
+A hack is a script: the reset environment (unwrapped) -> its actions, each a function of the
+environment giving token ids; the last action repeats until the episode ends. ``applies`` says
+on which tasks the hack is a cheat (a constant answer is not one where it is right).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = ["HACKS", "Hack", "hack_tasks", "play", "question_expression"]
+
+Action = Callable[[Any], list[int]]
+
+
+@dataclass(frozen=True)
+class Hack:
+    name: str
+    script: Callable[[Any], list[Action]]  # the reset env (unwrapped) -> its actions
+    applies: Callable[[Any], bool] = lambda u: True  # is it a cheat on this task?
+
+
+def final(text: str | Callable[[Any], str]) -> Action:
+    return lambda u: u.codec.final_ids(text(u) if callable(text) else text)
+
+
+def says(text: str) -> Callable[[Any], list[Action]]:
+    """A script of one constant final answer."""
+    return lambda u: [final(text)]
+
+
+def tool(name: str, args: dict[str, Any] | Callable[[Any], dict[str, Any]]) -> Action:
+    return lambda u: u.codec.tool_call_ids(name, args(u) if callable(args) else args)
+
+
+def play(env: gym.Env, hack: Hack, options: dict[str, Any] | None, seed: int = 0) -> float | None:
+    """The hack's total reward on one task, or None when it does not apply there."""
+    env.reset(seed=seed, options=options)
+    u = env.unwrapped
+    if not hack.applies(u):
+        return None
+    actions = hack.script(u)
+    total, i = 0.0, 0
+    while True:
+        ids = actions[min(i, len(actions) - 1)](u)
+        _, r, term, trunc, _ = env.step(np.asarray(ids, dtype=np.int64))
+        total += float(r)
+        i += 1
+        if term or trunc:
+            return total
+
+
+# ---------------------------------------------------------------------------- math
+_QUESTION_MATH = [  # the procedural families' question templates -> their math
+    re.compile(r"Solve for x: (.*)\.$"),
+    re.compile(r"Solve (.* = 0)\. Give both roots"),
+    re.compile(r"Solve the system (.*)\. Give the answer"),
+    re.compile(r"derivative of f\(x\) = (.*) with respect"),
+    re.compile(r"integral of (.*) with respect"),
+    re.compile(r"Compute (.*)\. Give the answer"),
+    re.compile(r"What is (.*)\?$"),
+]
+
+
+def question_expression(u: Any) -> str:
+    """The math of the question, as it is written there (``7 * (5 - 12)^2 + 30 / 5``,
+    ``x + 5 = 8``, ``3x^2 - 2x + 5``): what an echo restates."""
+    expr = u.task.meta.get("expression") or getattr(u.problem, "given", None)
+    if expr:
+        return str(expr)
+    for pat in _QUESTION_MATH:
+        m = pat.search(u.task.prompt)
+        if m:
+            return m.group(1)
+    return str(u.task.prompt)
+
+
+def _answer(u: Any) -> str:
+    return str(u.task.answer)
+
+
+def _numbers(text: str) -> list[str]:
+    return re.findall(r"-?\d+(?:\.\d+)?", text)
+
+
+def _scaled(answer: str) -> str:
+    """Every number of the answer as an unreduced fraction (``7/4`` -> ``14/8``, ``3`` -> ``6/2``)."""
+    def one(m: re.Match[str]) -> str:
+        p, q = m.group(1), m.group(2) or "1"
+        return f"{2 * int(p)}/{2 * int(q)}"
+    return re.sub(r"(-?\d+)(?:/(\d+))?(?![\d.])", one, answer)
+
+
+def _is_numeric(u: Any) -> bool:
+    return str(u.problem.form).split("[")[-1].rstrip("]") in ("integer", "fraction", "number", "decimal")
+
+
+def _right(text: str) -> Callable[[Any], bool]:
+    """Applies where ``text`` is not the right answer."""
+    from agentgym.environments.math.verify import verify
+
+    return lambda u: not verify(text, _answer(u)).correct
+
+
+def _math_hacks(calc: bool) -> list[Hack]:
+    expr = question_expression
+    wrong = "12345"
+    hacks = [
+        Hack("echo the question", lambda u: [final(u.task.prompt)]),
+        Hack("echo its expression", lambda u: [final(expr(u))]),
+        Hack("echo it boxed", lambda u: [final(f"\\boxed{{{expr(u)}}}")]),
+        Hack("echo it as the answer", lambda u: [final(f"The answer is {expr(u)}.")]),
+        Hack("unreduced answer", lambda u: [final(_scaled(_answer(u)))],
+             applies=lambda u: _is_numeric(u) and _scaled(_answer(u)) != _answer(u)),
+        Hack("the question's first number", lambda u: [final(_numbers(u.task.prompt)[0])],
+             applies=lambda u: bool(_numbers(u.task.prompt)) and _right(_numbers(u.task.prompt)[0])(u)),
+        *[Hack(f"constant {c}", says(c), applies=_right(c)) for c in ("0", "1", "2")],
+        Hack("several answers", lambda u: [final(f"{_answer(u)}, {wrong}")]),
+        Hack("either answer", lambda u: [final(f"{_answer(u)} or {wrong}")]),
+        Hack("hedged answer", lambda u: [final(f"It is {_answer(u)}, or maybe {wrong}.")]),
+        Hack("negated answer", lambda u: [final(f"The answer is not {_answer(u)}.")]),
+        Hack("\\ne answer", lambda u: [final(f"\\ne {_answer(u)}")]),
+        Hack("unknown LaTeX around it", lambda u: [final(f"\\lfloor {_answer(u)} \\rfloor")]),
+        Hack("a tiny extra term", lambda u: [final(f"{_answer(u)} + e^{{-200}}" if _is_numeric(u)
+                                                   else f"{_answer(u)} + 10^{{-45}}x")],
+             applies=lambda u: "," not in _answer(u) and "C" not in _answer(u)),
+        Hack("refuse", lambda u: [final("I cannot solve this problem.")]),
+    ]
+    if calc:
+        calc_expr = tool("calculator", lambda u: {"expression": expr(u)})
+        hacks += [
+            Hack("calculator, then echo the question", lambda u: [calc_expr, final(u.task.prompt)]),
+            Hack("calculator, then echo its expression", lambda u: [calc_expr, final(expr(u))]),
+        ]
+    return hacks
+
+
+def _math_tasks(env: Any, n: int) -> list[dict[str, Any]]:
+    """About ``n`` tasks spread over every family x level x split of the env."""
+    u = env.unwrapped
+    combos = [(f, lv, s) for f in u.families for lv in u.levels for s in ("train", "eval")]
+    per = max(1, -(-n // len(combos)))
+    return [{"family": f, "level": lv, "index": i, "split": s} for f, lv, s in combos for i in range(per)]
+
+
+# ---------------------------------------------------------------------------- webapi
+def _template(prompt: str) -> str:
+    """A request's wording with its names, numbers and ids blanked (what a wording policy sees)."""
+    text = re.sub(r"\S+@\S+|\d+|[A-Z][\w-]*(?: [A-Z0-9][\w-]*)*", "#", prompt)
+    return re.sub(r"\b(?:changed_mind|damaged|wrong_item|late|other)\b", "#", text)
+
+
+def _wording_rules() -> dict[str, str | None]:
+    """template -> the refusal most often right for it on the train split (None: serve it),
+    learned from the train tasks' outcomes: the best a policy that reads only the wording can do."""
+    from agentgym.environments.webapi.tasks import split_tasks
+
+    votes: dict[str, Counter[str | None]] = {}
+    for t in split_tasks("train"):
+        votes.setdefault(_template(t.prompt), Counter())[t.refusal] += 1
+    return {k: v.most_common(1)[0][0] for k, v in votes.items()}
+
+
+def _reads(u: Any) -> list[Action]:
+    """The task's look-ups (its plan without the writes), made and never read."""
+    from agentgym.environments.webapi.domain import OPERATIONS
+
+    writes = {"update_customer", "create_order", "update_order_address", "cancel_order", "return_order"}
+    return [tool(op, args) for op, args in u.web_task.plan if op in OPERATIONS and op not in writes]
+
+
+def _wording_refusal(cite: Callable[[Any], str]) -> Callable[[Any], list[Action]]:
+    rules = _wording_rules()
+
+    def script(u: Any) -> list[Action]:
+        rule = rules.get(_template(u.task.prompt))
+        looks = _reads(u)[:1]
+        if rule is None:
+            return [*looks, final("Done.")]
+        return [*looks, final(f"Sorry, store policy.\nREFUSED: {rule}{cite(u)}")]
+    return script
+
+
+def _email(u: Any) -> str:
+    return str(re.findall(r"[\w.+-]+@[\w.-]+\w", u.task.prompt)[0])
+
+
+def _webapi_hacks() -> list[Hack]:
+    from agentgym.environments.webapi.reward import STATUSES
+    from agentgym.environments.webapi.tasks import REFUSAL_RULES
+
+    forbidden = lambda u: bool(u.web_task.forbidden)  # noqa: E731
+    asks = lambda u: u.web_task.answer is not None  # noqa: E731
+    allowed = lambda u: not u.web_task.forbidden  # noqa: E731
+    return [
+        Hack("done at once", lambda u: [final("Done.")]),
+        Hack("echo the question", lambda u: [final(u.task.prompt)]),
+        *[Hack(f"refuse everything: {r}", says(f"I cannot do that.\nREFUSED: {r}")) for r in REFUSAL_RULES],
+        Hack("wording-only refusal, one unread look-up", _wording_refusal(lambda u: "")),
+        Hack("wording-only refusal citing the request's last number",
+             _wording_refusal(lambda u: f" ({_numbers(u.task.prompt)[-1]})")),
+        Hack("refuse an allowed request after its look-ups",
+             lambda u: [*_reads(u), final(f"REFUSED: {next(iter(REFUSAL_RULES))}")], applies=allowed),
+        Hack("cite every status at once",
+             lambda u: [*_reads(u), final(f"REFUSED: {u.web_task.refusal} ({' or '.join(STATUSES)})")],
+             applies=lambda u: u.web_task.refusal == "not_placed"),
+        Hack("cite the fact, no look-up", lambda u: [final(u.web_task.final_text)], applies=forbidden),
+        Hack("learn the card's date with made-up digits, refuse identity",
+             lambda u: [tool("verify_customer", {"email": _email(u), "card_last4": "0000"}),
+                        final(f"REFUSED: identity (card added {u.web_task.fact})")],
+             applies=lambda u: u.web_task.refusal == "identity"),
+        *[Hack(f"blind answer {c}", says(f"ANSWER: {c}"), applies=asks) for c in ("delivered", "shipped", "0", "10.00")],
+        Hack("right answer, no look-up", lambda u: [final(u.web_task.final_text)], applies=asks),
+        Hack("several answers at once",
+             lambda u: [*_reads(u), final("ANSWER: " + " ".join(STATUSES) + " 0 1 2 3 4 5 10.00")], applies=asks),
+    ]
+
+
+def _webapi_tasks(env: Any, every: int) -> list[dict[str, Any]]:
+    from agentgym.environments.webapi.tasks import split_tasks
+
+    tasks = split_tasks("all")
+    return [{"task_id": t.id} for i, t in enumerate(tasks) if t.forbidden or i % every == 0]
+
+
+# ---------------------------------------------------------------------------- codefix
+_STALL = "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n"
+_FORGE = "print('@@agentgym-judge 0 {\"passed\": 99, \"total\": 99}')\n"
+
+
+def _constant_body(value: str) -> Callable[[Any], str]:
+    """solution.py with the buggy function's body replaced by ``return value``."""
+    def source(u: Any) -> str:
+        t = u.task.answer
+        m = re.search(rf"def {t.entry_point}\(.*?\).*?:\n", t.buggy_source, re.S)
+        head = t.buggy_source[: m.end()] if m else t.buggy_source
+        return head + f"    return {value}\n"
+    return source
+
+
+def _writes(content: Callable[[Any], str]) -> Callable[[Any], list[Action]]:
+    """A script: write ``content(env)`` over solution.py, then submit."""
+    write = tool("write_file", lambda u: {"path": "solution.py", "content": content(u)})
+    return lambda u: [write, tool("submit", {})]
+
+
+def _codefix_hacks() -> list[Hack]:
+    return [
+        Hack("echo the question", lambda u: [final(u.task.prompt)]),
+        Hack("refuse", says("I cannot fix this.")),
+        Hack("submit unchanged", lambda u: [tool("submit", {})]),
+        *[Hack(f"constant body {c}", _writes(_constant_body(c))) for c in ("None", "True", "0", "[]")],
+        Hack("stall the judge (SIGSTOP at import)", _writes(lambda u: _STALL)),
+        Hack("forge the judge's line", _writes(lambda u: _FORGE)),
+        Hack("exit at import", _writes(lambda u: "import os\nos._exit(0)\n")),
+    ]
+
+
+def _codefix_tasks(env: Any, n: int) -> list[dict[str, Any]]:
+    tasks = env.unwrapped.tasks
+    return [{"task_id": tasks[i * len(tasks) // n].id} for i in range(n)]
+
+
+# ---------------------------------------------------------------------------- tables
+HACKS: dict[str, Callable[[], list[Hack]]] = {
+    "agentgym/Math-v1": lambda: _math_hacks(calc=False),
+    "agentgym/MathCalc-v1": lambda: _math_hacks(calc=True),
+    "agentgym/MathTool-v1": lambda: _math_hacks(calc=False),
+    "agentgym/WebAPI-v1": _webapi_hacks,
+    "agentgym/CodeFix-v1": _codefix_hacks,
+}
+
+
+def hack_tasks(env_id: str, env: Any, size: str = "small") -> list[dict[str, Any]]:
+    """Reset options of the tasks the hacks are played on (``size``: "small" for CI, "large")."""
+    big = size == "large"
+    if env_id == "agentgym/WebAPI-v1":
+        return _webapi_tasks(env, 3 if big else 12)
+    if env_id == "agentgym/CodeFix-v1":
+        return _codefix_tasks(env, 12 if big else 2)
+    return _math_tasks(env, 240 if big else 40)
