@@ -34,8 +34,14 @@ def test_evaluation_problems_are_distinct_task_ids_not_seeds() -> None:
     env.close()
 
 
+# The env is not asked for splits (it then draws every problem from its default split): the
+# trainer must keep the held-out problems out itself, or report that it did not.
+NO_SPLITS = ["env.train_split=null", "env.eval_split=null"]
+
+
 def test_exclusion_keeps_held_out_problems_out_of_demos_and_rl_tasks(tmp_path: Path) -> None:
-    cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "log.eval_episodes=64"])
+    cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "log.eval_episodes=64", *NO_SPLITS,
+                                         "env.exclude_held_out=true"])
     assert cfg.env.exclude_held_out and cfg.env.train_split is None
     t = Trainer(cfg)
     held = t.held
@@ -58,7 +64,7 @@ def test_exclusion_keeps_held_out_problems_out_of_demos_and_rl_tasks(tmp_path: P
 def test_without_splits_or_exclusion_overlap_is_counted_and_reported(tmp_path: Path) -> None:
     from agentgym.trainer.evaluation import report_lines
 
-    cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "env.exclude_held_out=false",
+    cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", *NO_SPLITS, "env.exclude_held_out=false",
                                          "log.eval_every=1", "log.eval_episodes=16"])
     t = Trainer(cfg)
     held = t.held
