@@ -69,8 +69,11 @@ def test_load_policy_roundtrip(tmp_path: Path, tiny: torch.nn.Module) -> None:
         torch.testing.assert_close(loaded(ids).logits, tiny(ids).logits, rtol=0, atol=1e-6)
     with pytest.raises(ConfigError, match="sink"):
         load_policy(str(tmp_path), attn_implementation="sdpa")
-    with pytest.raises(ConfigError, match="config"):
+    with pytest.raises(ConfigError, match="no such directory"):
         load_policy(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="config"):
+        load_policy(str(tmp_path / "empty"))
 
 
 def test_policy_forward_definition(tiny: torch.nn.Module) -> None:
