@@ -25,9 +25,9 @@ def test_evaluate_a_chat_model_example_runs(capsys: pytest.CaptureFixture[str]) 
     with CompletionServer(HFEngine(load_policy("tiny"))) as server:  # what `serve --model tiny` runs
         exec(compile(code.replace("http://127.0.0.1:8000", server.url), "docs/chat.md", "exec"), {})
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "What is 3 * 3 - 5? ['calculator']"
-    assert out[1] == "[{'role': 'tool', 'tool_call_id': 'call_1', 'content': '4'}]"
-    assert out[2] == "1.0 True 5" and out[3].endswith("<|channel|>final<|message|>4<|return|>")
+    assert out[0] == "What is 10 * 7 - 6? ['calculator']"
+    assert out[1] == "[{'role': 'tool', 'tool_call_id': 'call_1', 'content': '64'}]"
+    assert out[2] == "1.0 True 5" and out[3].endswith("<|channel|>final<|message|>64<|return|>")
     reward, stats = out[4].split(" ", 1)
     stats = ast.literal_eval(stats)  # an untrained model: whatever it wrote, the server saw the env's tokens
     assert float(reward) == 0.0  # untrained: noise, read as a wrong final answer (as the page says)
