@@ -101,14 +101,20 @@ class Setup:
         warm = max(cfg.ppo.warmup_steps, 1)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda i: min(1.0, (i + 1) / warm))
         self.ref_model: torch.nn.Module | None = None
+        self._engine_synced = False  # True when the engine was just filled with these weights
         if engine is None:
             engine = self._make_engine(self._engine_copy() if self.dist is not None else self.model)
         if cfg.rollout.sleep_level and not (hasattr(engine, "sleep") and hasattr(engine, "wake_up")):
             raise ConfigError(f"rollout.sleep_level={cfg.rollout.sleep_level}: the {cfg.rollout.engine} "
                               "engine cannot sleep (no sleep/wake_up); set rollout.sleep_level=0")
+        if self.dist is not None and dc.rollout_tp > 1:  # envs on the group's first rank (tp_rollout.py)
+            from agentgym.trainer.tp_rollout import GroupEngine
+
+            engine = GroupEngine(engine, self.dist, mirror=bool(getattr(engine, "in_process", False)))
         self.engine = engine
         self.engine_asleep = False
-        self.sync_engine()
+        if not self._engine_synced:
+            self.sync_engine()
 
         tokenizer = self.tokenizer  # captured alone, so make_env pickles for Ray workers
 
@@ -130,12 +136,20 @@ class Setup:
             self.collector = self.eval_collector = RayCollector.from_config(cfg, make_env, self.model, self.pad_id)
         else:
             groups = self.dist.groups if self.dist is not None else 1  # this rank's engine's share
-            self.collector = Collector.from_factory(make_env, cfg.derived()["episodes_per_step"] // groups,
-                                                    self.engine, max_new_tokens=cfg.env.max_action_tokens,
-                                                    max_workers=cfg.rollout.max_workers)
-            self.eval_collector = Collector.from_factory(make_env, cfg.log.eval_episodes, self.engine,
-                                                         max_new_tokens=cfg.env.max_action_tokens,
-                                                         max_workers=cfg.rollout.max_workers)
+            n_train = cfg.derived()["episodes_per_step"] // groups
+
+            def collector(n: int) -> Any:
+                from agentgym.trainer.tp_rollout import GroupCollector, GroupEngine
+
+                if not isinstance(self.engine, GroupEngine):
+                    return Collector.from_factory(make_env, n, self.engine, max_new_tokens=cfg.env.max_action_tokens,
+                                                  max_workers=cfg.rollout.max_workers)
+                inner = Collector.from_factory(make_env, n, self.engine, max_new_tokens=cfg.env.max_action_tokens,
+                                               max_workers=cfg.rollout.max_workers) if self.engine.is_leader else None
+                return GroupCollector(inner, self.engine, n)
+
+            self.collector = collector(n_train)
+            self.eval_collector = collector(cfg.log.eval_episodes)
         from agentgym.trainer.config import config_to_dict
 
         self.config_dict = config_to_dict(cfg)
@@ -206,10 +220,15 @@ class Setup:
         if cfg.rollout.engine == "vllm":
             from agentgym.trainer.plan import check_engine_checkpoint
 
-            if "model" not in kw:  # vLLM starts from our bf16 weights, so names and dtypes match
-                kw["model"] = str(Path(cfg.log.run_dir) / "engine_init")
-                save_model(self.model, kw["model"], dtype=self.compute_dtype)
-            check_engine_checkpoint(str(kw["model"]))
+            if self.dist is not None:  # inside this torchrun job, one engine per rollout group
+                kw.setdefault("distributed_executor_backend", "external_launcher")
+                kw.setdefault("tensor_parallel_size", cfg.distributed.rollout_tp)
+                kw.setdefault("seed", cfg.seed)  # the ranks of one engine must sample alike
+            if "model" in kw:
+                check_engine_checkpoint(str(kw["model"]))
+            else:  # built from our config, filled from our weights in memory: names and dtypes match
+                kw["model"] = D.GatheredWeights(self.model, self.compute_dtype) if self.dist is not None else model
+                self._engine_synced = True
         return make_engine(cfg.rollout.engine, **kw)
 
     def engine_sleep(self) -> None:
@@ -219,7 +238,9 @@ class Setup:
             self.engine_asleep = True
 
     def sync_engine(self) -> None:
-        """Wake the engine if it sleeps, then push the current weights (in the compute dtype)."""
+        """Free the gradients (the update is over), wake the engine if it sleeps, then push the
+        current weights (in the compute dtype)."""
+        self.optimizer.zero_grad(set_to_none=True)
         if self.engine_asleep:
             self.engine.wake_up()
             self.engine_asleep = False
@@ -407,6 +428,9 @@ class Trainer:
         s.engine_sleep()
         metrics.update(ppo_update(s, cfg, batch, step, reward_std=norm))
         s.sync_engine()
+        sync = getattr(s.engine, "last_sync", None) or {}  # in-memory engines report what moved
+        if sync:
+            metrics.update(t_sync=sync["seconds"], sync_mb=sync["bytes"] / 2**20)
         metrics.update(t_rollout=t_rollout, t_update=time.perf_counter() - t0,
                        t_step=time.perf_counter() - t_start, lr=s.scheduler.get_last_lr()[0])
         return metrics
