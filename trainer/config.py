@@ -265,6 +265,10 @@ class LogConfig:
     """Checkpoint every N PPO steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = 2
     """How many step checkpoints to keep (oldest are deleted)."""
+    export_dtype: str = "bfloat16"
+    """Under torchrun every checkpoint also exports the policy as one Hugging Face model folder
+    (``checkpoints/step-N/model``: safetensors, config, tokenizer) in this dtype: bfloat16 or
+    float32 (the master weights exactly)."""
     tensorboard: bool = True
     """Write TensorBoard event files to run_dir/tb."""
     wandb: bool = False
@@ -329,6 +333,7 @@ class TrainConfig:
             "ppo.kl_estimator": (self.ppo.kl_estimator, ("k1", "k3")),
             "ppo.kl_in": (self.ppo.kl_in, ("loss", "reward")),
             "model.dtype": (self.model.dtype, ("float32", "bfloat16")),
+            "log.export_dtype": (self.log.export_dtype, ("bfloat16", "float32")),
             "sft.schedule": (self.sft.schedule, ("cosine", "constant")),
             "sft.teacher": (self.sft.teacher, ("oracle", "guesser", "blind-guesser", "sign-flipper")),
             "distributed.backend": (self.distributed.backend, ("auto", "nccl", "gloo")),

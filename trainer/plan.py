@@ -105,7 +105,7 @@ def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -
     tokens = max(cfg.ppo.micro_batch_tokens or cfg.env.max_tokens + 1, cfg.env.max_tokens + 1)
     per_layer = tokens * (10 * H + 3 * k * inter) * c  # one layer's forward working set
     act = (tokens * H * c * L + 2 * per_layer) if cfg.model.gradient_checkpointing else L * per_layer
-    from agentgym.trainer.logprobs import HEAD_CHUNK_ELEMENTS
+    from agentgym.trainer.logprobs import HEAD_CHUNK_BYTES
 
     mem = {
         "master weights fp32": 4 * P / world,
@@ -113,7 +113,7 @@ def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -
         "gradients fp32": 4 * P / world,
         "KL reference": (c * P / world) if cfg.ppo.kl_coef > 0 else 0.0,
         "gathered params": c * (2 * counts["layer"] + counts["root"]),
-        "activations": act + 3 * 4 * HEAD_CHUNK_ELEMENTS,
+        "activations": act + 3 * HEAD_CHUNK_BYTES,
     }
     if cfg.rollout.engine == "vllm":
         util = float(cfg.rollout.engine_kwargs.get("gpu_memory_utilization", 0.3))

@@ -159,11 +159,13 @@ class Setup:
         """(tokenizer, policy) in float32. Under torchrun the policy is built on the meta device
         (no memory; weights arrive after sharding, :meth:`_load_initial_weights`)."""
         from agentgym.tokenizers import ByteTokenizer, as_tokenizer
+        from agentgym.trainer.attention import set_attention
         from agentgym.trainer.model import (
             build_tiny_for,
             build_tiny_gptoss,
             is_tiny,
             load_policy,
+            resolve_attention,
             tiny_tokenizer,
         )
 
@@ -178,10 +180,10 @@ class Setup:
         if meta:
             model = D.policy_skeleton(m.name, tok.vocab_size, m.tiny, attn_implementation=m.attn_implementation,
                                       device=self.device)
-        elif m.name == "tiny":
-            model = build_tiny_gptoss(tok.vocab_size, seed=self.cfg.seed, **m.tiny).to(self.device)
-        elif is_tiny(m.name):  # tiny:TOKENIZER, sized for it (vocabulary and pad id)
-            model = build_tiny_for(tok, seed=self.cfg.seed, **m.tiny).to(self.device)
+        elif is_tiny(m.name):  # tiny: the byte tokenizer; tiny:TOKENIZER: sized for it (vocabulary, pad id)
+            model = (build_tiny_gptoss(tok.vocab_size, seed=self.cfg.seed, **m.tiny) if m.name == "tiny"
+                     else build_tiny_for(tok, seed=self.cfg.seed, **m.tiny)).to(self.device)
+            set_attention(model, resolve_attention(m.attn_implementation, self.device, model.config.head_dim))
         else:
             model = load_policy(m.name, device=self.device, dtype=torch.float32,
                                 attn_implementation=m.attn_implementation)
@@ -479,7 +481,8 @@ class Trainer:
                  "curriculum": self.curriculum.state_dict()}
         save_checkpoint(cfg.log.run_dir, self.step, model=s.model, optimizer=s.optimizer,
                         scheduler=s.scheduler, value_head=s.value_head, state=state,
-                        keep=cfg.log.keep_checkpoints)
+                        keep=cfg.log.keep_checkpoints, tokenizer=s.tokenizer,
+                        export_dtype=getattr(torch, cfg.log.export_dtype))
 
     def _resume(self) -> None:
         ckpt = latest_checkpoint(self.cfg.log.run_dir)

@@ -87,31 +87,44 @@ def write_safetensors(source: nn.Module | Any, path: str | Path, *, dtype: torch
                       skip: Iterable[str] = (), writer: bool = True) -> int:
     """Write ``source``'s tensors (cast to ``dtype``) to the safetensors file ``path``, one at a
     time; returns the bytes of tensor data. Sharded sources: every rank calls this (each
-    tensor is gathered collectively); only the rank with ``writer=True`` writes."""
+    tensor is gathered collectively); only the rank with ``writer=True`` writes. A write error
+    is raised once the stream has been consumed, so that no rank is left in a collective."""
     left_out = set(skip)
-    sd = _state(source)
+    from agentgym.trainer.distributed import GatheredWeights
+
+    # metadata only: a sharded module's state dict holds DTensors with their global shapes
+    shapes = (source.model if isinstance(source, GatheredWeights) else source).state_dict()
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
-    for name in sd:
+    for name in shapes:
         if name in left_out:
             continue
-        code, shape, n = _spec(sd[name], dtype)
+        code, shape, n = _spec(shapes[name], dtype)
         header[name] = {"dtype": code, "shape": shape, "data_offsets": [offset, offset + n]}
         offset += n
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned
-    f = open(path, "wb") if writer else None
+    error: OSError | None = None
+    f = None
     try:
-        if f is not None:
+        if writer:
+            f = open(path, "wb")
             f.write(struct.pack("<Q", len(raw)) + raw)
-        for name, t in named_tensors(source, dtype, left_out):
-            if f is not None:
-                data = t.contiguous().cpu()
-                expected = header[name]["data_offsets"]
-                if tensor_bytes(data) != expected[1] - expected[0]:
-                    raise ValueError(f"{name}: {tensor_bytes(data)} bytes, the header says {expected}")
-                f.write(data.reshape(-1).view(torch.uint8).numpy())  # the buffer, no copy
-    finally:
-        if f is not None:
-            f.close()
+    except OSError as e:
+        error = e
+    for name, t in named_tensors(source, dtype, left_out):
+        if f is None or error is not None:
+            continue
+        data = t.contiguous().cpu()
+        expected = header[name]["data_offsets"]
+        if tensor_bytes(data) != expected[1] - expected[0]:
+            raise ValueError(f"{name}: {tensor_bytes(data)} bytes, the header says {expected}")
+        try:
+            f.write(data.reshape(-1).view(torch.uint8).numpy())  # the buffer, no copy
+        except OSError as e:
+            error = e
+    if f is not None:
+        f.close()
+    if error is not None:
+        raise error
     return offset

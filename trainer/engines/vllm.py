@@ -48,7 +48,6 @@ steps (seen in PPO runs once a step's prompts exceeded its 4,096-token budget).
 
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 import tempfile
@@ -400,18 +399,13 @@ def _alive(pid: int) -> bool:
 
 def _write_config(model: Any, folder: Path) -> None:
     """The config (and generation config) of a module or of ``GatheredWeights`` to ``folder``."""
-    module = model if isinstance(model, torch.nn.Module) else getattr(model, "model", model)  # GatheredWeights
-    config = getattr(module, "config", None)
-    if config is None:
-        raise ConfigError(f"cannot start the 'vllm' engine from a {type(module).__name__}: expected a "
+    from agentgym.trainer.checkpoint import write_config
+
+    module = model if isinstance(model, torch.nn.Module) else getattr(model, "model", None)  # GatheredWeights
+    if getattr(module, "config", None) is None:
+        raise ConfigError(f"cannot start the 'vllm' engine from a {type(model).__name__}: expected a "
                           "transformers model (with .config) or a model folder")
-    config = copy.copy(config)
-    # set by save_pretrained of a model, not of a config; FSDP2 renames the class FSDP<name>
-    config.architectures = [type(module).__name__.removeprefix("FSDP")]
-    config.save_pretrained(folder)
-    generation = getattr(module, "generation_config", None)
-    if generation is not None:
-        generation.save_pretrained(folder)
+    write_config(module, folder)
 
 
 def _context_length(model_dir: str) -> int:
