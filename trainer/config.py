@@ -136,6 +136,11 @@ class RolloutConfig:
     """A colocated engine's memory during the learner update: 0 = keeps it; 1 = sleeps (vLLM:
     KV cache freed, weights offloaded to CPU); 2 = sleeps and drops its weights (the weight
     sync refills them). Woken before each sync. Needs engine_kwargs.enable_sleep_mode."""
+    routing_replay: bool = False
+    """Routing replay ("R3"): record the engine's MoE experts for every token of every episode
+    (one engine prefill of each finished episode; hf or vllm engine) and impose them in the
+    learner's old-log-prob, reference and training passes, so engine and learner score the same
+    expert paths. Not with rollout.backend=ray."""
     backend: str = "local"
     """``local`` (envs on threads of this process) or ``ray`` (rollout workers as Ray actors)."""
     ray: RayConfig = field(default_factory=RayConfig)
@@ -405,6 +410,9 @@ class TrainConfig:
                 raise ConfigError(f"{key}: expected a probability in [0, 1], got {v!r}")
         self.health.validate()
         self.curriculum.validate()
+        if self.rollout.routing_replay and self.rollout.backend == "ray":
+            raise ConfigError("rollout.routing_replay needs the engine's routing in this process; "
+                              "it is not supported with rollout.backend=ray (use rollout.backend=local)")
         if self.rollout.sleep_level > 2:
             raise ConfigError(f"rollout.sleep_level: expected 0, 1 or 2, got {self.rollout.sleep_level}")
         if len(self.correction.geo_band) != 2:

@@ -129,15 +129,16 @@ class FusedLinearLogprob(torch.autograd.Function):
         lse = torch.empty(n, dtype=torch.float32, device=h.device)
         lp = torch.empty_like(lse)
         ent = torch.zeros_like(lse)
-        for s in range(0, n, rows):
+        for s in range(0, n, rows):  # at most two (n, V) float32 arrays at a time: z and p
             z = F.linear(h[s : s + rows], weight).float()  # (n, V): one chunk at a time
             if temperature != 1.0:
                 z = z / temperature
             lse[s : s + rows] = torch.logsumexp(z, dim=-1)
             lp[s : s + rows] = z.gather(-1, targets[s : s + rows, None]).squeeze(-1) - lse[s : s + rows]
             if entropy != "none":
-                p = torch.exp(z - lse[s : s + rows, None])
-                ent[s : s + rows] = lse[s : s + rows] - (p * z).sum(-1)
+                p = (z - lse[s : s + rows, None]).exp_()
+                ent[s : s + rows] = lse[s : s + rows] - (p[:, None, :] @ z[:, :, None]).view(-1)  # sum p z
+                del p
         ctx.save_for_backward(h, weight, targets, lse, ent)
         ctx.temperature, ctx.rows, ctx.entropy = temperature, rows, entropy
         dev = h.device.type  # the backward recomputes the logits under the same autocast
@@ -158,24 +159,30 @@ class FusedLinearLogprob(torch.autograd.Function):
         use_ent = ctx.entropy == "grad" and g_ent is not None
         grad_h = torch.zeros_like(h) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
-        for s in range(0, h.shape[0], rows):
+        for s in range(0, h.shape[0], rows):  # in place: at most two (n, V) float32 arrays
             hc = h[s : s + rows]
             logits = F.linear(hc, weight)
-            z = logits.float()
+            dtype = logits.dtype
+            z = logits.float() if dtype != torch.float32 else logits
+            del logits
             if T != 1.0:
-                z = z / T
-            logp = z - lse[s : s + rows, None]  # (n, V)
-            p = torch.exp(logp)
-            # d logp_t / dz = onehot_t - p ; d H / dz = -p (log p + H)
+                z.div_(T)
+            z.sub_(lse[s : s + rows, None])  # log p
             coef = torch.zeros_like(lse[s : s + rows]) if g_lp is None else g_lp[s : s + rows]
-            gz = p * -coef[:, None]
+            # d logp_t / dz = onehot_t - p ; d H / dz = -p (log p + H):
+            # dL/dz = onehot_t * g_lp - p * (g_lp + g_ent * (log p + H))
             if use_ent:
                 assert g_ent is not None
-                gz -= p * (logp + ent[s : s + rows, None]) * g_ent[s : s + rows, None]
+                gz = z.exp()
+                z.add_(ent[s : s + rows, None]).mul_(g_ent[s : s + rows, None]).add_(coef[:, None])
+                gz.mul_(z).neg_()
+            else:
+                gz = z.exp_().mul_(-coef[:, None])
+            del z
             gz.scatter_add_(-1, targets[s : s + rows, None], coef[:, None])
             if T != 1.0:
-                gz = gz / T
-            gz = gz.to(logits.dtype)
+                gz.div_(T)
+            gz = gz.to(dtype)
             if grad_h is not None:
                 grad_h[s : s + rows] = (gz @ weight.to(gz.dtype)).to(h.dtype)
             if grad_w is not None:

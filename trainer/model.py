@@ -109,7 +109,7 @@ def memory_efficient_experts(device: str | torch.device) -> str:
     return register_experts() if torch.device(device).type == "cuda" else "eager"
 
 
-def tiny_gptoss_config(vocab_size: int, **overrides: Any) -> Any:
+def tiny_gptoss_config(vocab_size: int, /, **overrides: Any) -> Any:
     """A ~1M-parameter GPT-OSS config with the real model's shape of computation.
 
     MoE (4 experts, top-2, clamped SwiGLU), attention sinks, layers alternating sliding
@@ -239,7 +239,7 @@ def use_memory_efficient_experts(model: nn.Module) -> nn.Module:
     return model
 
 
-def build_tiny_gptoss(vocab_size: int, seed: int = 0, **overrides: Any) -> nn.Module:
+def build_tiny_gptoss(vocab_size: int, /, seed: int = 0, **overrides: Any) -> nn.Module:
     """A freshly initialised tiny GPT-OSS causal LM (offline, deterministic given ``seed``).
 
     Uses eager (sink-aware) attention and the per-hit-expert MoE loop. ``overrides`` go to

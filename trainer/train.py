@@ -404,6 +404,7 @@ class Trainer:
             trajs, rstats = s.collector.collect(seeds, temperature=cfg.rollout.temperature,
                                                 sample_seed=cfg.seed * 7919 + step * 131 + 7 * mine.start,
                                                 options=options)
+        routes = self._routes(trajs) if cfg.rollout.routing_replay else None
         keep = D.tp_rows(len(trajs), s.dist)  # ranks of one engine split its episodes
         trajs, groups = trajs[keep.start:keep.stop], [mine.start + g for g in groups[keep.start:keep.stop]]
         levels = ([o[cfg.curriculum.option] for o, t in zip(options[keep.start:keep.stop], trajs)
@@ -414,7 +415,12 @@ class Trainer:
             from agentgym.trajectory import write_jsonl
 
             write_jsonl(f"{cfg.log.run_dir}/trajectories.jsonl", everyone, append=True)
-        batch = make_batch(trajs, groups, pad_id=s.pad_id).to(s.device)
+        batch = make_batch(trajs, groups, pad_id=s.pad_id)
+        if routes is not None:  # R3: the engine's experts, aligned with the batch
+            from agentgym.trainer.routing import batch_routes
+
+            batch.routes = batch_routes([routes[id(t)] for t in trajs], batch.input_ids.shape[1])
+        batch = batch.to(s.device)
         t_rollout = time.perf_counter() - t_start
         metrics: dict[str, Any] = episode_stats(everyone)
         metrics.update(gen_s=rstats.gen_seconds, env_s=rstats.env_seconds,
@@ -436,6 +442,16 @@ class Trainer:
         metrics.update(t_rollout=t_rollout, t_update=time.perf_counter() - t0,
                        t_step=time.perf_counter() - t_start, lr=s.scheduler.get_last_lr()[0])
         return metrics
+
+    def _routes(self, trajs: list[Any]) -> dict[int, Any]:
+        """The engine's experts for every token of ``trajs`` (all of this rollout group's episodes:
+        a tensor-parallel engine needs the same call on each of its ranks), by episode."""
+        from agentgym.trainer.routing import engine_routing
+
+        engine = getattr(self.s.engine, "inner", self.s.engine)  # every rank of a group calls it alike
+        with self.s.compute():
+            found = engine_routing(engine, [t.tokens for t in trajs])
+        return {id(t): r for t, r in zip(trajs, found, strict=True)}
 
     def _update_score_stats(self, scores: torch.Tensor) -> float:
         n, mean, m2 = self.score_stats  # Welford over every score seen so far (all ranks')
