@@ -63,8 +63,9 @@ class Batch:
         return Batch(**out)
 
     def to(self, device: str | torch.device) -> Batch:
-        return Batch(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name).to(device)
-                        for f in fields(self)})
+        moved: dict[str, Any] = {f.name: None if getattr(self, f.name) is None else getattr(self, f.name).to(device)
+                                 for f in fields(self)}
+        return Batch(**moved)
 
     @property
     def num_policy_tokens(self) -> int:

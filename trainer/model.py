@@ -282,7 +282,7 @@ def load_policy(
     attn = default_attention(device) if attn_implementation == "auto" else attn_implementation
     if is_tiny(path):
         model = build_tiny_for(tiny_tokenizer(path))
-        check_attention(attn, device, head_dim=model.config.head_dim)
+        check_attention(attn, device, head_dim=getattr(model.config, "head_dim", None))
         set_attention(model, attn)
         model.to(device=device, dtype=dtype or torch.float32)
         return model

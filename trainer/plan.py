@@ -180,7 +180,7 @@ def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -
     head = rows * V * per_logit
     root = tokens * H * (residual + 4 * 3)  # embeddings' output, the final norm's tensors
     if world > 1:
-        weights_in_use = c * (2 * counts["layer"] + counts["root"])
+        weights_in_use = float(c * (2 * counts["layer"] + counts["root"]))
     else:
         weights_in_use = c * P if bf16 else 0.0  # autocast's bf16 copies (cached until the backward)
     adam_temp = 4 * (P / world if on_gpu else counts["largest"])

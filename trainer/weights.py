@@ -120,7 +120,8 @@ def write_safetensors(source: nn.Module | Any, path: str | Path, *, dtype: torch
         if tensor_bytes(data) != expected[1] - expected[0]:
             raise ValueError(f"{name}: {tensor_bytes(data)} bytes, the header says {expected}")
         try:
-            f.write(data.reshape(-1).view(torch.uint8).numpy())  # the buffer, no copy
+            buf: Any = data.reshape(-1).view(torch.uint8).numpy()
+            f.write(buf)  # the buffer itself, no copy
         except OSError as e:
             error = e
     if f is not None:

