@@ -176,3 +176,20 @@ def _check_export(ckpt: Path, tmp: Path) -> None:
     lines = [json.loads(x) for x in (tmp / "sub.jsonl.gz.partial").read_text().splitlines()]
     assert str(export) in json.dumps(lines[0])  # the run line names the exported model it evaluated
     assert sum(x.get("kind") == "episode" for x in lines) == 2
+
+
+def test_a_separate_servers_checkpoint_is_streamed_and_written_once_per_node(tmp_path: Path) -> None:
+    """openai-http under torchrun: the weights for a separate server are gathered one tensor at a
+    time by both ranks and written once, by the node's first rank, in bf16 with their config."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    from agentgym.trainer.model import build_tiny_gptoss
+
+    torchrun(2, str(Path(__file__).parent / "_sync_worker.py"), str(tmp_path))
+    written = sorted(p.name for p in (tmp_path / "v000001").iterdir())
+    assert written == ["config.json", "generation_config.json", "model.safetensors"]
+    sd = load_file(tmp_path / "v000001" / "model.safetensors")
+    ref = build_tiny_gptoss(264, seed=3).state_dict()
+    assert set(sd) == set(ref) and all(torch.equal(sd[k], ref[k].to(torch.bfloat16)) for k in ref)
+    assert AutoConfig.from_pretrained(tmp_path / "v000001").architectures == ["GptOssForCausalLM"]
