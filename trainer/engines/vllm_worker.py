@@ -61,8 +61,8 @@ class AgentgymWorkerExtension:
         model._do_torchao_reload = False
         with torch.no_grad():
             for layer in model.modules():
-                if DIRECT_PARAMETERS & set(layer._parameters):
-                    continue  # stays live: load_weights copies into it directly
+                if not layer._parameters or DIRECT_PARAMETERS & set(layer._parameters):
+                    continue  # nothing to load (rotary caches), or stays live: load_weights copies into it
                 info = lw.get_layerwise_info(layer)
                 if info.can_load():
                     continue
@@ -101,8 +101,14 @@ class AgentgymWorkerExtension:
 
         import torch
 
-        shm = SharedMemory(name=segment)
-        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]  # the trainer owns it
+        # the trainer owns the segment: opening it must not register it with the resource tracker,
+        # which vLLM's processes may share with the trainer (Python 3.11 has no track=False)
+        register = resource_tracker.register
+        resource_tracker.register = lambda *args, **kwargs: None
+        try:
+            shm = SharedMemory(name=segment)
+        finally:
+            resource_tracker.register = register
         try:
             items = []
             for name, dtype, shape, offset, n in specs:
