@@ -8,10 +8,11 @@ checked against the rules the trainer enforces at run time:
 
 * ``distributed.nproc`` ranks, ``distributed.rollout_tp`` of them per rollout engine: the
   engines split ``rollout.tasks_per_step``, the ranks of one engine split its episodes;
-* a vLLM engine is started from the trainer's own bf16 weights (``RUN_DIR/engine_init``), never
-  from an MXFP4 checkpoint (its expert parameters are ``*_blocks``/``*_scales``, the trainer's
-  ``gate_up_proj``/``down_proj``: a sync by name cannot update them); its tensor-parallel size
-  is ``rollout_tp`` and its dtype the trainer's compute dtype; sleeping needs sleep mode on;
+* a vLLM engine is built from the trainer's own config and filled with its bf16 weights in
+  memory, never started from an MXFP4 checkpoint (its expert parameters are ``*_blocks``/
+  ``*_scales``, the trainer's ``gate_up_proj``/``down_proj``: a sync by name cannot update
+  them); its tensor-parallel size is ``rollout_tp`` and its dtype the trainer's compute dtype;
+  sleeping needs sleep mode on;
 * memory per GPU in both phases (estimates, see :func:`estimate_memory`): rollout (learner
   state resident + the engine's share of the GPU) and update (learner state + gradients +
   gathered parameters + activations + the sleeping engine's residue).
@@ -223,8 +224,8 @@ def check_engine_checkpoint(name: str) -> None:
         raise ConfigError(
             f"rollout.engine_kwargs.model={name!r} is an MXFP4 checkpoint: the engine would hold its "
             "experts as *_blocks/*_scales while the trainer syncs bf16 gate_up_proj/down_proj by name, "
-            "so the sync could not update them. Leave engine_kwargs.model unset: the trainer starts "
-            "the engine from its own bf16 weights (RUN_DIR/engine_init)")
+            "so the sync could not update them. Leave engine_kwargs.model unset: the trainer builds "
+            "the engine from its own config and fills it with its bf16 weights in memory")
 
 
 def make_plan(cfg: Any) -> Plan:
@@ -243,7 +244,8 @@ def make_plan(cfg: Any) -> Plan:
         "episodes per step": f"{episodes} = {r.tasks_per_step} tasks x {r.samples_per_task}",
         "per engine / per rank": (f"{episodes // groups} / {episodes // world} episodes"
                                   if groups and r.tasks_per_step % groups == 0 else "?"),
-        "weight sync": f"{cfg.model.dtype} (gathered one parameter at a time)",
+        "weight sync": f"{cfg.model.dtype}, in memory (gathered one parameter at a time)"
+                       if r.engine == "vllm" else f"{cfg.model.dtype} (gathered one parameter at a time)",
         "engine sleep level": r.sleep_level,
     }
     if world % d.rollout_tp:
