@@ -1,7 +1,16 @@
-"""Peak memory (RSS) of one PPO step as the batch grows: the bar is < 4 GiB up to 1,024 episodes.
+"""Peak memory of PPO steps: RSS as the batch grows (the bar is < 4 GiB up to 1,024 episodes), and
+the dry run's memory plan against a measured learner step.
 
     python bench/trainer_memory.py                            # both reports below, one subprocess each
     python bench/trainer_memory.py --mode step --episodes 16 64 --budget 0    # the single-batch "before"
+    python bench/trainer_memory.py --mode plan                # plan vs measured, shapes x precisions
+
+* ``--mode plan``: for each shape (GPT-OSS layers of several widths, float32 and bf16 autocast, with
+  and without gradient checkpointing) a real ``ppo_update`` on one micro-batch of rows of the
+  planned length, its second call (AdamW's state exists, as in every step after the first) measured
+  with :class:`~agentgym.trainer.memtrack.LiveBytes` (live tensor bytes), against
+  ``plan.estimate_memory``'s "peak during update" for the same config (one process, CPU: eager
+  attention and experts).
 
 * ``--mode step`` (the quickstart model, agentgym's 264-token byte vocabulary): a real
   ``Trainer.train_step`` of ``cpu-quickstart`` without warm start (the untrained policy writes
@@ -122,7 +131,101 @@ def measure_update(episodes: int, vocab: int, budget: int | None) -> dict[str, A
             "params_m": sum(p.numel() for p in params) / 1e6}
 
 
+PLAN_SHAPES = [  # model.tiny overrides, rows length T, micro-batch tokens N
+    ({"num_hidden_layers": 2, "hidden_size": 256, "intermediate_size": 256}, 256, 1024),
+    ({"num_hidden_layers": 3, "hidden_size": 512, "intermediate_size": 384, "num_attention_heads": 8,
+      "num_key_value_heads": 2, "head_dim": 64}, 512, 2048),
+    ({"num_hidden_layers": 2, "hidden_size": 384, "intermediate_size": 768, "num_local_experts": 8,
+      "num_experts_per_tok": 4}, 128, 2048),
+    ({"num_hidden_layers": 2, "hidden_size": 256, "intermediate_size": 256, "vocab_size": 32768}, 256, 2048),
+]
+
+
+def measure_plan(tiny: dict[str, Any], seq: int, tokens: int, dtype: str, ckpt: bool) -> dict[str, Any]:
+    """(plan bytes, measured bytes) of one learner update on ``tokens // seq`` rows of ``seq`` tokens."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import torch
+
+    from agentgym.trainer.batch import make_batch
+    from agentgym.trainer.config import load_config
+    from agentgym.trainer.memtrack import LiveBytes
+    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.plan import _config, _count, estimate_memory
+    from agentgym.trainer.update import ppo_update
+    from agentgym.trajectory import Trajectory, Turn
+
+    torch.set_num_threads(1)
+    rows = tokens // seq
+    over = ["sft.steps=0", f"model.tiny={json.dumps(tiny)}", f"model.dtype={dtype}",
+            f"model.gradient_checkpointing={str(ckpt).lower()}", f"env.max_tokens={seq - 1}",
+            f"ppo.micro_batch_tokens={tokens}", "rollout.tasks_per_step=1", f"rollout.samples_per_task={rows}",
+            "ppo.kl_coef=0", "ppo.advantage=group"]
+    cfg = load_config("cpu-quickstart", over)
+    config = _config("tiny", cfg)
+    plan = estimate_memory(_count(config), config, cfg, world=1)
+    vocab = config.vocab_size
+    model = build_tiny_gptoss(vocab, seed=0, **tiny)
+    if ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    bf16 = dtype == "bfloat16"
+    s = SimpleNamespace(model=model, value_head=None, ref_model=None, dist=None, params=params, optimizer=opt,
+                        scheduler=torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0),
+                        compute=lambda: torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext())
+    g = torch.Generator().manual_seed(0)
+    trajs = []
+    for i in range(rows):  # seq - 1 tokens (the batch adds a pad column): one prompt token, then
+        t = Trajectory("agentgym/Synthetic-v0", i, str(i), "random")  # policy tokens (the plan's worst case)
+        n = seq - 1
+        t.append(torch.randint(0, min(vocab, 264) - 1, (1,), generator=g).tolist(), policy=False)
+        t.prompt_len = 1
+        t.append(torch.randint(0, min(vocab, 264) - 1, (n - 1,), generator=g).tolist(), policy=True)
+        t.turns.append(Turn(1, n, n, float(i % 3)))
+        t.logprobs = [-1.0 if m else None for m in t.policy_mask]
+        t.terminated = True
+        trajs.append(t)
+    batch = make_batch(trajs, [0] * rows, pad_id=vocab - 1)
+    ppo_update(s, cfg, batch, 0)  # the first step allocates AdamW's state
+    opt.zero_grad(set_to_none=True)
+    with LiveBytes() as live:
+        live.track(params)
+        live.track(v for st in opt.state.values() for v in st.values() if torch.is_tensor(v))
+        m = ppo_update(s, cfg, batch, 1)
+    return {"plan": plan["peak during update"], "measured": live.peak, "micro_batches": int(m["micro_batches"]),
+            "params": sum(p.numel() for p in params), "activations_plan": plan["activations"]}
+
+
+def plan_table() -> None:
+    print("| shape | T x rows | precision | grad ckpt | plan MiB | measured MiB | plan / measured |")
+    print("|---|---|---|---|---|---|---|")
+    worst = 0.0
+    for tiny, seq, tokens in PLAN_SHAPES:
+        for dtype in ("float32", "bfloat16"):
+            for ckpt in (False, True):
+                cmd = [sys.executable, __file__, "--child", "--mode", "plan", "--plan-case",
+                       json.dumps([tiny, seq, tokens, dtype, ckpt])]
+                out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                if out.returncode:
+                    print(f"| {tiny} | failed: {out.stderr.strip().splitlines()[-1:]} |", flush=True)
+                    continue
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                ratio = r["plan"] / r["measured"]
+                worst = max(worst, abs(ratio - 1))
+                shape = ", ".join(f"{k.replace('num_', '').replace('_size', '')}={v}" for k, v in tiny.items())
+                print(f"| {shape} | {seq} x {tokens // seq} | {'bf16 autocast' if dtype == 'bfloat16' else 'fp32'} | "
+                      f"{'yes' if ckpt else 'no'} | {r['plan'] / 2**20:.1f} | {r['measured'] / 2**20:.1f} | "
+                      f"{ratio:.3f} |", flush=True)
+    print(f"\nlargest |plan / measured - 1|: {worst:.3f}")
+
+
 def child(args: argparse.Namespace) -> None:
+    if args.mode == "plan":
+        print(json.dumps(measure_plan(*json.loads(args.plan_case))))
+        return
     n = args.episodes[0]
     res = measure_step(n, args.budget) if args.mode == "step" else measure_update(n, args.vocab, args.budget)
     res.update(episodes=n, peak_rss_gib=_peak())
@@ -131,7 +234,8 @@ def child(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", choices=["step", "update", "both"], default="both")
+    ap.add_argument("--mode", choices=["step", "update", "both", "plan"], default="both")
+    ap.add_argument("--plan-case", help=argparse.SUPPRESS)
     ap.add_argument("--episodes", type=int, nargs="+", default=[16, 64, 256, 1024])
     ap.add_argument("--vocab", type=int, default=201088, help="vocabulary of --mode update")
     ap.add_argument("--budget", type=int, default=None, help="ppo.micro_batch_tokens (default: the config's)")
@@ -140,8 +244,12 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    modes = ["step", "update"] if args.mode == "both" else [args.mode]
     print(f"load average {os.getloadavg()}", flush=True)
+    if args.mode == "plan":
+        plan_table()
+        print(f"\nload average {os.getloadavg()}")
+        return
+    modes = ["step", "update"] if args.mode == "both" else [args.mode]
     for mode in modes:
         label = "quickstart model, full PPO step" if mode == "step" else f"vocab {args.vocab}, learner update"
         print(f"\n{label}  (ppo.micro_batch_tokens={args.budget if args.budget is not None else 'default'})")

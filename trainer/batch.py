@@ -14,6 +14,8 @@ truncated episode bootstraps from):
 * ``group_ids``      (B,)   long   samples of the same task share an id (group baseline)
 * ``lengths``        (B,)   long   real tokens per row
 * ``truncated``      (B,)   bool   hit a budget (bootstrap with the value head)
+* ``routes``   (B, T, L, k) long   the engine's experts per token and layer, with routing
+                                   replay (``rollout.routing_replay``), else None
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Batch:
     group_ids: torch.Tensor
     lengths: torch.Tensor
     truncated: torch.Tensor
+    routes: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -52,12 +55,17 @@ class Batch:
         width = int(self.lengths[idx].max()) + 1
         out = {}
         for f in fields(self):
-            v = getattr(self, f.name)[idx]
-            out[f.name] = v[:, :width] if v.dim() == 2 else v
+            v = getattr(self, f.name)
+            if v is not None:
+                v = v[idx]
+                v = v[:, :width] if v.dim() >= 2 else v
+            out[f.name] = v
         return Batch(**out)
 
     def to(self, device: str | torch.device) -> Batch:
-        return Batch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+        moved: dict[str, Any] = {f.name: None if getattr(self, f.name) is None else getattr(self, f.name).to(device)
+                                 for f in fields(self)}
+        return Batch(**moved)
 
     @property
     def num_policy_tokens(self) -> int:
@@ -142,7 +150,8 @@ def prefix_forward(model: Any, b: Batch, *, temperature: float = 1.0,
     """
     from agentgym.trainer.logprobs import policy_forward
 
-    P = shared_prefix_len(b.input_ids, b.policy_mask, b.lengths)
+    # replayed routes are laid out row by row: the shared-prefix pass would order the tokens otherwise
+    P = 0 if b.routes is not None else shared_prefix_len(b.input_ids, b.policy_mask, b.lengths)
     return policy_forward(model, b.input_ids, b.attention_mask, temperature=temperature,
                           value_head=value_head, with_entropy=with_entropy, entropy_grad=entropy_grad,
                           shared_prefix=P if P >= min_prefix else 0, score_mask=b.policy_mask)

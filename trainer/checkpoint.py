@@ -14,10 +14,14 @@ atomic on one filesystem), then ``RUN_DIR/checkpoints/LATEST`` is replaced atomi
 crash mid-write leaves at most a stray ``.tmp-*`` directory, never a half checkpoint that
 ``--resume`` would pick up.
 
-Under torchrun (a sharded policy) ``model/``, ``value_head`` and ``optimizer.pt`` are replaced
-by ``sharded/``: one torch.distributed.checkpoint (DCP) holding the policy, value head and
-AdamW state by parameter name, each rank writing its shards. DCP reshards on load, so a run
-resumes on a different number of processes (also a plain single process).
+Under torchrun (a sharded policy) ``value_head`` and ``optimizer.pt`` are replaced by
+``sharded/``: one torch.distributed.checkpoint (DCP) holding the policy, value head and AdamW
+state by parameter name, each rank writing its shards. DCP reshards on load, so a run resumes
+on a different number of processes (also a plain single process). ``model/`` is then the
+*export*: a consolidated Hugging Face model in ``log.export_dtype`` (bfloat16 by default) with
+its config and tokenizer, streamed by :func:`export_model` one gathered parameter at a time
+(rank 0 writes; no rank holds the whole model), which ``transformers``, vLLM,
+``agentgym-eval`` and ``model.init_from`` load like any other model folder.
 
 The KL reference is saved once per run as ``RUN_DIR/reference/`` (``save_pretrained``
 layout, in the compute dtype): the policy as PPO starts, after the warm start if any.
@@ -37,8 +41,9 @@ import torch
 
 from agentgym.errors import CheckpointError
 
-__all__ = ["RESUME_IDENTITY", "check_resume_identity", "latest_checkpoint", "load_checkpoint", "load_weights",
-           "model_weights_file", "rng_state", "save_checkpoint", "save_model", "set_rng_state"]
+__all__ = ["RESUME_IDENTITY", "check_resume_identity", "export_model", "latest_checkpoint", "load_checkpoint",
+           "load_weights", "model_weights_file", "rng_state", "save_checkpoint", "save_model", "save_tokenizer",
+           "set_rng_state", "write_config"]
 
 SHARDED = "sharded"  # DCP folder of a checkpoint written by a sharded (torchrun) run
 
@@ -85,31 +90,85 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
+def write_config(model: Any, folder: str | Path, *, dtype: torch.dtype | None = None) -> None:
+    """``config.json`` (and ``generation_config.json``) of a transformers model to ``folder``,
+    with its class as the architecture (FSDP2 renames it ``FSDP<name>``) and ``dtype``."""
+    import copy
+
+    config = copy.copy(model.config)
+    config.architectures = [type(model).__name__.removeprefix("FSDP")]
+    if dtype is not None:
+        config.dtype = dtype
+    config.save_pretrained(folder)
+    generation = getattr(model, "generation_config", None)
+    if generation is not None:
+        generation.save_pretrained(folder)
+
+
+def save_tokenizer(tokenizer: Any, folder: str | Path) -> bool:
+    """The tokenizer's files to ``folder`` when it has any (Hugging Face and GPT-OSS's
+    ``o200k_harmony``); agentgym's byte tokenizer has none (``agentgym-eval`` recognises it by
+    the vocabulary size). Returns whether files were written."""
+    if hasattr(tokenizer, "save_pretrained"):
+        tokenizer.save_pretrained(str(folder))
+        return True
+    if hasattr(getattr(tokenizer, "hf", None), "save_pretrained"):
+        tokenizer.hf.save_pretrained(str(folder))
+        return True
+    return False
+
+
+def export_model(model: torch.nn.Module, path: str | Path, *, dtype: torch.dtype | None = torch.bfloat16,
+                 tokenizer: Any = None) -> Path:
+    """A Hugging Face model folder of a plain or sharded policy: ``model.safetensors`` (in
+    ``dtype``), ``config.json``, ``generation_config.json`` and the tokenizer's files. Streamed
+    one tensor at a time; under torchrun every rank calls it (each parameter is gathered
+    collectively) and rank 0 writes. Returns ``path``."""
+    from agentgym.trainer.distributed import GatheredWeights, barrier, is_sharded
+    from agentgym.trainer.weights import write_safetensors
+
+    path, main = Path(path), _rank() == 0
+    if main:
+        path.mkdir(parents=True, exist_ok=True)
+    tied = {"lm_head.weight"} if getattr(getattr(model, "config", None), "tie_word_embeddings", False) else set()
+    source = GatheredWeights(model, dtype or torch.float32) if is_sharded(model) else model
+    try:
+        write_safetensors(source, path / "model.safetensors", dtype=dtype, skip=tied, writer=main)
+        if main:
+            write_config(model, path, dtype=dtype)
+            if tokenizer is not None:
+                save_tokenizer(tokenizer, path)
+    finally:
+        barrier()  # also when rank 0 failed to write: the others must not wait in another collective
+    return path
+
+
 def save_model(model: torch.nn.Module, path: str | Path, *, dtype: torch.dtype | None = None) -> None:
     """``save_pretrained`` (config.json + model.safetensors) without transformers' per-save
     "Writing model shards" progress bar, which would break the trainer's own live bar.
 
-    A sharded model is gathered to rank 0, which alone writes. ``dtype`` casts the saved
-    floating-point tensors (and the config's dtype)."""
+    A sharded model is streamed to rank 0, which alone writes (:func:`export_model`, in
+    ``dtype`` or float32). ``dtype`` casts the saved floating-point tensors (and the config's dtype)."""
     from transformers.utils import logging as hf_logging
 
     from agentgym.trainer.distributed import barrier, full_state_dict, is_sharded
 
-    sharded = is_sharded(model)
-    sd = full_state_dict(model, dtype=dtype) if sharded or dtype is not None else None
-    if not sharded or _rank() == 0:
-        was_enabled = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()
-        try:
-            model.save_pretrained(path, safe_serialization=True, state_dict=sd)  # type: ignore[operator]
-            if dtype is not None:
-                cfg_file = Path(path) / "config.json"
-                cfg = json.loads(cfg_file.read_text())
-                cfg["dtype"] = str(dtype).removeprefix("torch.")
-                cfg_file.write_text(json.dumps(cfg, indent=2))
-        finally:
-            if was_enabled:
-                hf_logging.enable_progress_bar()
+    if is_sharded(model):
+        export_model(model, path, dtype=dtype or torch.float32)
+        return
+    sd = full_state_dict(model, dtype=dtype) if dtype is not None else None
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(path, safe_serialization=True, state_dict=sd)  # type: ignore[operator]
+        if dtype is not None:
+            cfg_file = Path(path) / "config.json"
+            cfg = json.loads(cfg_file.read_text())
+            cfg["dtype"] = str(dtype).removeprefix("torch.")
+            cfg_file.write_text(json.dumps(cfg, indent=2))
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
     barrier()
 
 
@@ -129,9 +188,11 @@ def _learner(model: torch.nn.Module, value_head: torch.nn.Module | None) -> torc
 
 def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer, scheduler: Any,
-                    value_head: torch.nn.Module | None, state: dict[str, Any], keep: int = 2) -> Path:
+                    value_head: torch.nn.Module | None, state: dict[str, Any], keep: int = 2,
+                    tokenizer: Any = None, export_dtype: torch.dtype = torch.bfloat16) -> Path:
     """Write checkpoint ``step`` atomically; keep the newest ``keep`` (0 = all). Returns its path.
-    With a sharded model every rank must call it (each writes its shards; rank 0 the rest)."""
+    With a sharded model every rank must call it (each writes its shards and takes part in the
+    export in ``export_dtype``; rank 0 writes the rest). ``tokenizer``: its files go to ``model/``."""
     from safetensors.torch import save_file
 
     from agentgym.trainer.distributed import all_gather_objects, barrier, is_sharded
@@ -152,9 +213,12 @@ def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module,
 
             msd, osd = get_state_dict(_learner(model, value_head), optimizer)
             dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp / SHARDED))
+            export_model(model, tmp / "model", dtype=export_dtype, tokenizer=tokenizer)
         elif main:
             tmp.mkdir()
             save_model(model, tmp / "model")
+            if tokenizer is not None:
+                save_tokenizer(tokenizer, tmp / "model")
             if value_head is not None:
                 save_file({k: v.contiguous() for k, v in value_head.state_dict().items()},
                           str(tmp / "value_head.safetensors"))

@@ -164,6 +164,11 @@ class RolloutConfig:
     (correction.mode) weighs them; needs an engine with its own weights (engine_weights=copy,
     vllm, openai-http). Evaluations sync first (a stale engine would evaluate an old policy):
     keep log.eval_every a multiple of N so that the staleness pattern does not change."""
+    routing_replay: bool = False
+    """Routing replay ("R3"): record the engine's MoE experts for every token of every episode
+    (one engine prefill of each finished episode; hf or vllm engine) and impose them in the
+    learner's old-log-prob, reference and training passes, so engine and learner score the same
+    expert paths. Not with rollout.backend=ray."""
     backend: str = "local"
     """``local`` (envs on threads of this process) or ``ray`` (rollout workers as Ray actors)."""
     ray: RayConfig = field(default_factory=RayConfig)
@@ -342,6 +347,10 @@ class LogConfig:
     """Checkpoint every N PPO steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = 2
     """How many step checkpoints to keep (oldest are deleted)."""
+    export_dtype: str = "bfloat16"
+    """Under torchrun every checkpoint also exports the policy as one Hugging Face model folder
+    (``checkpoints/step-N/model``: safetensors, config, tokenizer) in this dtype: bfloat16 or
+    float32 (the master weights exactly)."""
     tensorboard: bool = True
     """Write TensorBoard event files to run_dir/tb."""
     wandb: bool = False
@@ -426,6 +435,7 @@ class TrainConfig:
             "rollout.engine_dtype": (self.rollout.engine_dtype, ("auto", "float32", "bfloat16")),
             "ppo.kl_in": (self.ppo.kl_in, ("loss", "reward")),
             "model.dtype": (self.model.dtype, ("float32", "bfloat16")),
+            "log.export_dtype": (self.log.export_dtype, ("bfloat16", "float32")),
             "sft.schedule": (self.sft.schedule, ("cosine", "constant")),
             "sft.teacher": (self.sft.teacher, TEACHERS),
             "distributed.backend": (self.distributed.backend, ("auto", "nccl", "gloo")),
@@ -507,6 +517,9 @@ class TrainConfig:
         self._validate_evidence()
         self.health.validate()
         self.curriculum.validate()
+        if self.rollout.routing_replay and self.rollout.backend == "ray":
+            raise ConfigError("rollout.routing_replay needs the engine's routing in this process; "
+                              "it is not supported with rollout.backend=ray (use rollout.backend=local)")
         if self.rollout.sleep_level > 2:
             raise ConfigError(f"rollout.sleep_level: expected 0, 1 or 2, got {self.rollout.sleep_level}")
         if len(self.correction.geo_band) != 2:

@@ -138,20 +138,19 @@ def policy_skeleton(name: str, vocab_size: int, tiny: dict[str, Any], *, attn_im
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from agentgym.trainer.attention import set_attention
-    from agentgym.trainer.model import check_attention, default_attention, tiny_gptoss_config
+    from agentgym.trainer.model import memory_efficient_experts, resolve_attention, tiny_gptoss_config
 
-    attn = default_attention(device) if attn_implementation == "auto" else attn_implementation
-    check_attention(attn, device)
     if name == "tiny":
         config = tiny_gptoss_config(vocab_size, **dict(tiny))
     else:
         config = AutoConfig.from_pretrained(name)
         if hasattr(config, "quantization_config"):
             del config.quantization_config
+    attn = resolve_attention(attn_implementation, device, head_dim=getattr(config, "head_dim", None))
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     set_attention(model, attn)
-    config._experts_implementation = "grouped_mm" if torch.device(device).type == "cuda" else "eager"
+    config._experts_implementation = memory_efficient_experts(device)
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.pad_token_id = config.pad_token_id
     return model  # type: ignore[no-any-return]

@@ -42,7 +42,13 @@ from agentgym.trainer.model import (
     load_policy,
     tiny_tokenizer,
 )
-from agentgym.trainer.routing import capture_routing, replay_routing, routers, routing_agreement
+from agentgym.trainer.routing import (
+    capture_routing,
+    engine_routing,
+    replay_routing,
+    routers,
+    routing_agreement,
+)
 
 __all__ = ["DoctorReport", "THRESHOLDS", "doctor_main", "run_doctor", "verdict"]
 
@@ -260,17 +266,11 @@ def _right_pad(rows: list[tuple[list[int], list[int], list[float]]], pad: int
 
 def _engine_routing(eng: Engine, engine_model: nn.Module | None,
                     rows: list[tuple[list[int], list[int], list[float]]]) -> list[Any] | None:
-    """The engine's experts for every token of every episode, ``(L, len, k)`` each, or None."""
-    if hasattr(eng, "routing"):  # vLLM: hooks on its routers during a prefill of each episode
-        return list(eng.routing([r[0] for r in rows]))
-    if engine_model is None:  # a server: its routing is not observable
+    """The engine's experts for every token of every episode, ``(L, len, k)`` each, or None (a
+    server: its routing is not observable)."""
+    if not hasattr(eng, "routing") and engine_model is None:
         return None
-    out = []
-    for toks, _, _ in rows:  # the hf engine's own model, one episode at a time
-        with torch.no_grad(), capture_routing(engine_model) as chosen:
-            engine_model(torch.tensor([toks], device=next(engine_model.parameters()).device))
-        out.append(torch.stack(chosen).numpy())
-    return out
+    return engine_routing(eng, [r[0] for r in rows])
 
 
 def _print(report: DoctorReport) -> None:

@@ -18,12 +18,23 @@ attend to them through the KV cache; gradients flow back through the cache into 
 pass. It is the same function of the weights as ``P = 0`` (same values up to float rounding,
 same gradients): only how the backbone is called differs, the head below is shared.
 
-**Memory.** The output head runs only where log-probs are asked for (``score_mask``: the
-policy tokens, for the trainer), over chunks of at most ``head_chunk`` float32 logits, each
-chunk under activation checkpointing when gradients are needed: the (N, V) logits of N
-scored tokens are never held at once (with the 201,088-token vocabulary one 4k-token episode
-alone would need 3.3 GB). Entropy is computed without gradient unless ``entropy_grad`` (an
-entropy bonus in the loss). The MoE layers are switched to a path that loops over (or
+**The output head** runs only where log-probs are asked for (``score_mask``: the policy
+tokens, for the trainer), over chunks of rows whose float32 logits take at most
+``head_chunk_bytes`` (1 GiB: 1,335 rows at GPT-OSS's 201,088-token vocabulary; the (N, V)
+logits of N scored tokens are never held at once: one 4k-token episode alone would need 3.3 GB).
+Two implementations, the same function (checked against each other, values and gradients):
+
+* ``chunked``: ``log_softmax`` + ``gather`` per chunk under activation checkpointing (autograd
+  materialises each chunk's (n, V) gradient of the log-softmax and of the gather);
+* ``fused`` (:class:`FusedLinearLogprob`): a custom autograd function that keeps per row only the
+  log-sum-exp, and in the backward recomputes each chunk's logits and forms the gradient of the
+  logits directly (``p - onehot``, and ``-p (log p + H)`` for the entropy) before the two matrix
+  products: no (n, V) log-softmax, gather or their gradients.
+
+``head="auto"`` takes ``fused`` on CUDA (the profile of the H100 learner put ~30% of its time in
+the chunked head's log-softmax and gather) and ``chunked`` on CPU (where it is what the CPU
+results were measured with). Entropy is computed without gradient unless ``entropy_grad``
+(an entropy bonus in the loss). The MoE layers are switched to a path that loops over (or
 groups by) the experts actually hit (see ``model.py``).
 
 Sharded models (FSDP2): :func:`agentgym.trainer.distributed.shard_policy` registers this
@@ -44,11 +55,19 @@ from torch.utils.checkpoint import checkpoint
 from agentgym.errors import ConfigError
 from agentgym.trainer.model import use_memory_efficient_experts
 
-__all__ = ["HEAD_CHUNK_ELEMENTS", "ForwardOut", "forward_tuple", "policy_forward", "token_logprobs"]
+__all__ = ["HEAD_CHUNK_BYTES", "HEAD_IMPLEMENTATIONS", "ForwardOut", "FusedLinearLogprob", "forward_tuple",
+           "head_rows", "policy_forward", "token_logprobs"]
 
-# Float32 logits per head chunk (64 MiB): 83 rows at V = 201,088, 63k rows at the byte vocab.
-HEAD_CHUNK_ELEMENTS = 1 << 24
+# Float32 logits per head chunk: 1 GiB = 1,335 rows at V = 201,088 (1M rows at the byte vocab).
+# 2^24 elements (64 MiB) made the H100 learner 2.2x slower (each chunk re-reads the whole head).
+HEAD_CHUNK_BYTES = 1 << 30
+HEAD_IMPLEMENTATIONS = ("auto", "fused", "chunked")
 FORWARD_METHOD = "agentgym_forward"  # name of the FSDP-registered forward on sharded models
+
+
+def head_rows(chunk_bytes: int, vocab: int) -> int:
+    """Rows of float32 logits per head chunk."""
+    return max(1, int(chunk_bytes) // (4 * int(vocab)))
 
 
 @dataclass
@@ -94,6 +113,102 @@ def _head_chunk(head: nn.Module, h: torch.Tensor, targets: torch.Tensor, tempera
     return lp, ent
 
 
+class FusedLinearLogprob(torch.autograd.Function):
+    """log p(target) and entropy of ``softmax(h W^T / T)`` per row, chunk by chunk, without
+    keeping (n, V) logits for the backward (module doc).
+
+    h (N, H), weight (V, H), targets (N,) -> logp (N,), entropy (N,) in float32. ``entropy``:
+    ``none`` (zeros), ``value`` (no gradient) or ``grad``. The logits are ``F.linear(h, W)`` in
+    whatever dtype autocast or the inputs give, then float32, as in the chunked head.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float,
+                rows: int, entropy: str) -> tuple[torch.Tensor, torch.Tensor]:
+        n = h.shape[0]
+        lse = torch.empty(n, dtype=torch.float32, device=h.device)
+        lp = torch.empty_like(lse)
+        ent = torch.zeros_like(lse)
+        for s in range(0, n, rows):  # at most two (n, V) float32 arrays at a time: z and p
+            z = F.linear(h[s : s + rows], weight).float()  # (n, V): one chunk at a time
+            if temperature != 1.0:
+                z = z / temperature
+            lse[s : s + rows] = torch.logsumexp(z, dim=-1)
+            lp[s : s + rows] = z.gather(-1, targets[s : s + rows, None]).squeeze(-1) - lse[s : s + rows]
+            if entropy != "none":
+                p = (z - lse[s : s + rows, None]).exp_()
+                ent[s : s + rows] = lse[s : s + rows] - (p[:, None, :] @ z[:, :, None]).view(-1)  # sum p z
+                del p
+        ctx.save_for_backward(h, weight, targets, lse, ent)
+        ctx.temperature, ctx.rows, ctx.entropy = temperature, rows, entropy
+        dev = h.device.type  # the backward recomputes the logits under the same autocast
+        ctx.autocast = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))
+        ctx.mark_non_differentiable(*(() if entropy == "grad" else (ent,)))
+        return lp, ent
+
+    @staticmethod
+    def backward(ctx: Any, g_lp: torch.Tensor | None, g_ent: torch.Tensor | None) -> tuple[Any, ...]:
+        dev, enabled, dtype = ctx.autocast
+        with torch.autocast(dev, dtype=dtype, enabled=enabled):
+            return FusedLinearLogprob._backward(ctx, g_lp, g_ent)
+
+    @staticmethod
+    def _backward(ctx: Any, g_lp: torch.Tensor | None, g_ent: torch.Tensor | None) -> tuple[Any, ...]:
+        h, weight, targets, lse, ent = ctx.saved_tensors
+        T, rows = ctx.temperature, ctx.rows
+        use_ent = ctx.entropy == "grad" and g_ent is not None
+        grad_h = torch.zeros_like(h) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+        for s in range(0, h.shape[0], rows):  # in place: at most two (n, V) float32 arrays
+            hc = h[s : s + rows]
+            logits = F.linear(hc, weight)
+            dtype = logits.dtype
+            z = logits.float() if dtype != torch.float32 else logits
+            del logits
+            if T != 1.0:
+                z.div_(T)
+            z.sub_(lse[s : s + rows, None])  # log p
+            coef = torch.zeros_like(lse[s : s + rows]) if g_lp is None else g_lp[s : s + rows]
+            # d logp_t / dz = onehot_t - p ; d H / dz = -p (log p + H):
+            # dL/dz = onehot_t * g_lp - p * (g_lp + g_ent * (log p + H))
+            if use_ent:
+                assert g_ent is not None
+                gz = z.exp()
+                z.add_(ent[s : s + rows, None]).mul_(g_ent[s : s + rows, None]).add_(coef[:, None])
+                gz.mul_(z).neg_()
+            else:
+                gz = z.exp_().mul_(-coef[:, None])
+            del z
+            gz.scatter_add_(-1, targets[s : s + rows, None], coef[:, None])
+            if T != 1.0:
+                gz.div_(T)
+            gz = gz.to(dtype)
+            if grad_h is not None:
+                grad_h[s : s + rows] = (gz @ weight.to(gz.dtype)).to(h.dtype)
+            if grad_w is not None:
+                grad_w += (gz.t() @ hc.to(gz.dtype)).to(weight.dtype)
+        return grad_h, grad_w, None, None, None, None
+
+
+def _fused_head(head: nn.Module, h: torch.Tensor, targets: torch.Tensor, temperature: float, rows: int,
+                entropy: str) -> tuple[torch.Tensor, torch.Tensor]:
+    lp, ent = FusedLinearLogprob.apply(h, head.weight, targets, temperature, rows, entropy)
+    return lp, ent
+
+
+def _chunked_head(head: nn.Module, h: torch.Tensor, targets: torch.Tensor, temperature: float, rows: int,
+                  entropy: str) -> tuple[torch.Tensor, torch.Tensor]:
+    ckpt = torch.is_grad_enabled() and h.requires_grad and h.shape[0] > rows
+    lps, ents = [], []
+    for s in range(0, h.shape[0], rows):
+        args = (head, h[s : s + rows], targets[s : s + rows], temperature, entropy)
+        lp, ent = checkpoint(_head_chunk, *args, use_reentrant=False) if ckpt else _head_chunk(*args)
+        lps.append(lp)
+        ents.append(ent)
+    flat_lp = torch.cat(lps) if lps else h.new_zeros(0, dtype=torch.float32)
+    return flat_lp, (torch.cat(ents) if ents else flat_lp)
+
+
 def _backbone(model: nn.Module) -> nn.Module:
     base = getattr(model, "base_model_prefix", "model")
     inner = getattr(model, base, None)
@@ -133,29 +248,25 @@ def _predicting_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask
 
 def forward_tuple(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
                   temperature: float, value_head: nn.Module | None, entropy: str, shared_prefix: int,
-                  score_mask: torch.Tensor | None, head_chunk: int) -> tuple[torch.Tensor, ...]:
+                  score_mask: torch.Tensor | None, head_chunk_bytes: int, head: str) -> tuple[torch.Tensor, ...]:
     """The body of :func:`policy_forward` (arguments checked) -> (logprobs, entropy, values or
     None): a tuple, so that FSDP finds the output tensors to hook its backward on."""
     B, T = input_ids.shape
     h = _predicting_hidden(model, input_ids, attention_mask, shared_prefix)  # (B, T-1, H)
-    head: Any = model.get_output_embeddings()  # type: ignore[operator]
-    vocab = int(head.weight.shape[0])
+    out_head: Any = model.get_output_embeddings()  # type: ignore[operator]
+    vocab = int(out_head.weight.shape[0])
     if score_mask is None:
         sel = None
         h_sel, targets = h.reshape(-1, h.shape[-1]), input_ids[:, 1:].reshape(-1)  # views
     else:
         sel = score_mask[:, 1:].to(torch.bool)  # (B, T-1)
         h_sel, targets = h[sel], input_ids[:, 1:][sel]  # (N, H), (N,)
-    rows = max(1, head_chunk // vocab)
-    ckpt = torch.is_grad_enabled() and h_sel.requires_grad and h_sel.shape[0] > rows
-    lps, ents = [], []
-    for s in range(0, h_sel.shape[0], rows):
-        args = (head, h_sel[s : s + rows], targets[s : s + rows], temperature, entropy)
-        lp, ent = checkpoint(_head_chunk, *args, use_reentrant=False) if ckpt else _head_chunk(*args)
-        lps.append(lp)
-        ents.append(ent)
-    flat_lp = torch.cat(lps) if lps else h_sel.new_zeros(0, dtype=torch.float32)
-    flat_ent = torch.cat(ents) if ents else flat_lp
+    if head == "auto":
+        head = "fused" if h_sel.is_cuda else "chunked"
+    if head == "fused" and getattr(out_head, "bias", None) is not None:
+        head = "chunked"  # the fused head covers bias-free heads (GPT-OSS's)
+    run = _fused_head if head == "fused" else _chunked_head
+    flat_lp, flat_ent = run(out_head, h_sel, targets, temperature, head_rows(head_chunk_bytes, vocab), entropy)
     if sel is None:
         lp_pred, ent_pred = flat_lp.view(B, T - 1), flat_ent.view(B, T - 1)
     else:
@@ -179,15 +290,19 @@ def policy_forward(
     entropy_grad: bool = False,
     shared_prefix: int = 0,
     score_mask: torch.Tensor | None = None,
-    head_chunk: int = HEAD_CHUNK_ELEMENTS,
+    head_chunk_bytes: int = HEAD_CHUNK_BYTES,
+    head: str = "auto",
 ) -> ForwardOut:
     """Log-probs (after ``temperature``) of ``input_ids`` (B, T) under ``model``; see module doc.
 
     ``score_mask`` (B, T): positions whose log-prob and entropy are computed (others are 0);
     default all. ``with_entropy=False`` skips the entropy; ``entropy_grad=True`` keeps its
     gradient (only for an entropy term in the loss). ``shared_prefix``: number of leading
-    tokens every row shares (computed once). ``head_chunk``: float32 logits per head chunk.
+    tokens every row shares (computed once). ``head_chunk_bytes``: float32 logits per head
+    chunk; ``head``: ``auto``, ``fused`` or ``chunked`` (module doc).
     """
+    if head not in HEAD_IMPLEMENTATIONS:
+        raise ConfigError(f"head must be one of {HEAD_IMPLEMENTATIONS}, got {head!r}")
     if temperature <= 0:
         raise ConfigError(
             f"temperature must be > 0 for log-probs, got {temperature}; greedy decoding is "
@@ -207,7 +322,8 @@ def policy_forward(
     entropy = ("grad" if entropy_grad else "value") if with_entropy else "none"
     body = getattr(model, FORWARD_METHOD, None)  # the FSDP-registered wrapper of forward_tuple
     kw: dict[str, Any] = dict(temperature=temperature, value_head=value_head, entropy=entropy,
-                              shared_prefix=shared_prefix, score_mask=score_mask, head_chunk=head_chunk)
+                              shared_prefix=shared_prefix, score_mask=score_mask,
+                              head_chunk_bytes=head_chunk_bytes, head=head)
     out = body(input_ids, attention_mask, **kw) if body is not None else forward_tuple(
         model, input_ids, attention_mask, **kw)
     return ForwardOut(logprobs=out[0], entropy=out[1], values=out[2])

@@ -16,7 +16,11 @@ sampled, and both are pinned here:
   runs one grouped GEMM (memory-efficient too), while ``batched_mm`` gathers one weight
   matrix *per token and chosen expert* (``gate_up_proj[expert_ids]``: S x H x 2I floats),
   the same blow-up as the old transformers eval path that repeated the hidden states for
-  every expert. :func:`use_memory_efficient_experts` forces a safe path.
+  every expert. :func:`use_memory_efficient_experts` forces a safe path: on CUDA
+  ``agentgym_grouped_mm`` (:func:`autocast_grouped_mm`), transformers' grouped GEMM in the
+  autocast dtype: ``grouped_mm`` is not covered by autocast, and transformers casts its input to
+  the float32 master weights, so under bf16 autocast the experts (most of GPT-OSS's FLOPs) ran
+  in float32.
 """
 
 from __future__ import annotations
@@ -33,12 +37,16 @@ __all__ = [
     "SINK_AWARE_ATTENTION",
     "SINK_DROPPING_ATTENTION",
     "ValueHead",
+    "autocast_grouped_mm",
     "build_tiny_for",
     "build_tiny_gptoss",
     "check_attention",
     "is_tiny",
     "default_attention",
     "load_policy",
+    "memory_efficient_experts",
+    "register_experts",
+    "resolve_attention",
     "tiny_gptoss_config",
     "tiny_tokenizer",
     "use_memory_efficient_experts",
@@ -61,10 +69,47 @@ SINK_DROPPING_ATTENTION: dict[str, str] = {
     "paged|flash_attention_2": "FlashAttention-2 has no sink term",
 }
 # Expert implementations that never materialise per-token copies of expert weights.
-_SAFE_EXPERTS = ("eager", "grouped_mm")
+EXPERTS_NAME = "agentgym_grouped_mm"
+_SAFE_EXPERTS = ("eager", "grouped_mm", EXPERTS_NAME)
+# flex attention's Triton kernel: "NYI: embedding dimension of the query, key, and value must be
+# at least 16" (seen on an H100 with head_dim 8)
+FLEX_MIN_HEAD_DIM = 16
 
 
-def tiny_gptoss_config(vocab_size: int, **overrides: Any) -> Any:
+def autocast_grouped_mm(self: nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                        top_k_weights: torch.Tensor) -> torch.Tensor:
+    """transformers' grouped-GEMM experts, in the autocast dtype when autocast is on: the expert
+    weights (float32 master copies) are cast for this call, as autocast casts a linear layer's,
+    so that the GEMMs run in bf16 and gradients flow back to the float32 weights. Without
+    autocast (float32, or FSDP2 mixed precision with bf16 parameters) it is transformers' own."""
+    from transformers.integrations.moe import grouped_mm_experts_forward
+
+    dev = hidden_states.device.type
+    dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
+    cast = {n: p.to(dtype) for n, p in self.named_parameters(recurse=False)
+            if dtype is not None and p.is_floating_point() and p.dtype != dtype}
+    if not cast:
+        return grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)  # type: ignore[no-any-return]
+    # functional_call runs this function again with the cast weights: then nothing is left to cast
+    return torch.func.functional_call(self, cast, (hidden_states.to(dtype), top_k_index, top_k_weights),  # type: ignore[no-any-return]
+                                      strict=False)
+
+
+def register_experts() -> str:
+    """Register :func:`autocast_grouped_mm` with transformers' experts interface; returns its name."""
+    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+    ALL_EXPERTS_FUNCTIONS.register(EXPERTS_NAME, autocast_grouped_mm)
+    return EXPERTS_NAME
+
+
+def memory_efficient_experts(device: str | torch.device) -> str:
+    """The expert implementation for a device: the autocast-aware grouped GEMM on CUDA, the loop
+    over hit experts elsewhere (bitwise reproducible on CPU)."""
+    return register_experts() if torch.device(device).type == "cuda" else "eager"
+
+
+def tiny_gptoss_config(vocab_size: int, /, **overrides: Any) -> Any:
     """A ~1M-parameter GPT-OSS config with the real model's shape of computation.
 
     MoE (4 experts, top-2, clamped SwiGLU), attention sinks, layers alternating sliding
@@ -134,9 +179,18 @@ def default_attention(device: str | torch.device = "cpu") -> str:
     return "agentgym_flex" if torch.device(device).type == "cuda" else "eager"
 
 
-def check_attention(attn_implementation: str, device: str | torch.device | None = None) -> None:
+def resolve_attention(attn_implementation: str, device: str | torch.device, head_dim: int | None = None) -> str:
+    """``auto`` -> the device's sink-aware default; any name is then checked (:func:`check_attention`)."""
+    attn = default_attention(device) if attn_implementation == "auto" else attn_implementation
+    check_attention(attn, device, head_dim=head_dim)
+    return attn
+
+
+def check_attention(attn_implementation: str, device: str | torch.device | None = None,
+                    head_dim: int | None = None) -> None:
     """Raise :class:`ConfigError` if ``attn_implementation`` would drop the attention sinks
-    (or, when ``device`` is given, cannot run there with gradients)."""
+    (or, when ``device`` is given, cannot run there with gradients, e.g. flex on CUDA with a
+    ``head_dim`` under 16)."""
     if attn_implementation in SINK_DROPPING_ATTENTION:
         raise ConfigError(
             f"attn_implementation={attn_implementation!r} drops GPT-OSS attention sinks "
@@ -158,26 +212,34 @@ def check_attention(attn_implementation: str, device: str | torch.device | None 
             f"attn_implementation={attn_implementation!r} needs a CUDA device, got {dev!r}; "
             "use 'eager' (or 'auto') on CPU."
         )
+    if dev == "cuda" and attn_implementation in ("agentgym_flex", "flex_attention") and head_dim is not None \
+            and head_dim < FLEX_MIN_HEAD_DIM:
+        raise ConfigError(
+            f"attn_implementation={attn_implementation!r} on CUDA needs head_dim >= {FLEX_MIN_HEAD_DIM} (flex "
+            f"attention's kernel refuses smaller ones), this model has head_dim={head_dim}; use 'eager' or a "
+            f"model with head_dim >= {FLEX_MIN_HEAD_DIM} (e.g. model.tiny={{head_dim: 16}})."
+        )
 
 
 def use_memory_efficient_experts(model: nn.Module) -> nn.Module:
     """Make every MoE layer loop over (or group by) the experts actually hit.
 
-    ``grouped_mm`` on CUDA (one grouped GEMM), ``eager`` elsewhere (a loop over hit experts,
-    bitwise reproducible on CPU). Never ``batched_mm``, which gathers a weight copy per token.
+    ``agentgym_grouped_mm`` on CUDA (one grouped GEMM, in the autocast dtype), ``eager`` elsewhere
+    (a loop over hit experts, bitwise reproducible on CPU). Never ``batched_mm``, which gathers
+    a weight copy per token.
     """
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "num_local_experts"):
         return model
     current = getattr(config, "_experts_implementation", None)
-    if current not in _SAFE_EXPERTS:
-        params = list(model.parameters())
-        on_cuda = bool(params) and params[0].device.type == "cuda"
-        config._experts_implementation = "grouped_mm" if on_cuda else "eager"
+    params = list(model.parameters())
+    on_cuda = bool(params) and params[0].device.type == "cuda"
+    if current not in _SAFE_EXPERTS or (on_cuda and current != EXPERTS_NAME):
+        config._experts_implementation = memory_efficient_experts("cuda" if on_cuda else "cpu")
     return model
 
 
-def build_tiny_gptoss(vocab_size: int, seed: int = 0, **overrides: Any) -> nn.Module:
+def build_tiny_gptoss(vocab_size: int, /, seed: int = 0, **overrides: Any) -> nn.Module:
     """A freshly initialised tiny GPT-OSS causal LM (offline, deterministic given ``seed``).
 
     Uses eager (sink-aware) attention and the per-hit-expert MoE loop. ``overrides`` go to
@@ -223,8 +285,8 @@ def load_policy(
         raise ConfigError(f"transformers is required to load a policy: {_INSTALL_HINT}") from e
     attn = default_attention(device) if attn_implementation == "auto" else attn_implementation
     if is_tiny(path):
-        check_attention(attn, device)
         model = build_tiny_for(tiny_tokenizer(path))
+        check_attention(attn, device, head_dim=getattr(model.config, "head_dim", None))
         set_attention(model, attn)
         model.to(device=device, dtype=dtype or torch.float32)
         return model
@@ -237,7 +299,7 @@ def load_policy(
         ) from e
     is_gptoss = getattr(config, "model_type", "") == "gpt_oss"
     if is_gptoss:
-        check_attention(attn, device)
+        check_attention(attn, device, head_dim=getattr(config, "head_dim", None))
     load_attn = "eager" if attn == "agentgym_flex" else attn
     from agentgym.trainer.mxfp4 import forget_quantization, load_kwargs  # MXFP4 experts: dequantized
 

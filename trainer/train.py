@@ -123,14 +123,20 @@ class Setup:
                                   "supported; set ppo.carry_sft_optimizer=false")
             load_moments(Path(cfg.sft.load) / "sft_optimizer.pt", self.model, self.optimizer)
         self.ref_model: torch.nn.Module | None = None
+        self._engine_synced = False  # True when the engine was just filled with these weights
         if engine is None:
             engine = self._make_engine(self._engine_model())
         if cfg.rollout.sleep_level and not (hasattr(engine, "sleep") and hasattr(engine, "wake_up")):
             raise ConfigError(f"rollout.sleep_level={cfg.rollout.sleep_level}: the {cfg.rollout.engine} "
                               "engine cannot sleep (no sleep/wake_up); set rollout.sleep_level=0")
+        if self.dist is not None and dc.rollout_tp > 1:  # envs on the group's first rank (tp_rollout.py)
+            from agentgym.trainer.tp_rollout import GroupEngine
+
+            engine = GroupEngine(engine, self.dist, mirror=bool(getattr(engine, "in_process", False)))
         self.engine = engine
         self.engine_asleep = False
-        self.sync_engine()
+        if not self._engine_synced:
+            self.sync_engine()
 
         tokenizer = self.tokenizer  # captured alone, so make_env pickles for Ray workers
         env_cfg = cfg.env
@@ -159,12 +165,20 @@ class Setup:
             self.collector = self.eval_collector = RayCollector.from_config(cfg, make_env, self.model, self.pad_id)
         else:
             groups = self.dist.groups if self.dist is not None else 1  # this rank's engine's share
-            self.collector = Collector.from_factory(make_env, cfg.derived()["episodes_per_step"] // groups,
-                                                    self.engine, max_new_tokens=cfg.env.max_action_tokens,
-                                                    max_workers=cfg.rollout.max_workers)
-            self.eval_collector = Collector.from_factory(make_eval_env, cfg.log.eval_episodes, self.engine,
-                                                         max_new_tokens=cfg.env.max_action_tokens,
-                                                         max_workers=cfg.rollout.max_workers)
+            n_train = cfg.derived()["episodes_per_step"] // groups
+
+            def collector(factory: Any, n: int) -> Any:
+                from agentgym.trainer.tp_rollout import GroupCollector, GroupEngine
+
+                if not isinstance(self.engine, GroupEngine):
+                    return Collector.from_factory(factory, n, self.engine, max_new_tokens=cfg.env.max_action_tokens,
+                                                  max_workers=cfg.rollout.max_workers)
+                inner = Collector.from_factory(factory, n, self.engine, max_new_tokens=cfg.env.max_action_tokens,
+                                               max_workers=cfg.rollout.max_workers) if self.engine.is_leader else None
+                return GroupCollector(inner, self.engine, n)
+
+            self.collector = collector(make_env, n_train)
+            self.eval_collector = collector(make_eval_env, cfg.log.eval_episodes)
         from agentgym.trainer.config import config_to_dict
 
         self.config_dict = config_to_dict(cfg)
@@ -184,11 +198,13 @@ class Setup:
         """(tokenizer, policy) in float32. Under torchrun the policy is built on the meta device
         (no memory; weights arrive after sharding, :meth:`_load_initial_weights`)."""
         from agentgym.tokenizers import ByteTokenizer, as_tokenizer
+        from agentgym.trainer.attention import set_attention
         from agentgym.trainer.model import (
             build_tiny_for,
             build_tiny_gptoss,
             is_tiny,
             load_policy,
+            resolve_attention,
             tiny_tokenizer,
         )
 
@@ -203,10 +219,10 @@ class Setup:
         if meta:
             model = D.policy_skeleton(m.name, tok.vocab_size, m.tiny, attn_implementation=m.attn_implementation,
                                       device=self.device)
-        elif m.name == "tiny":
-            model = build_tiny_gptoss(tok.vocab_size, seed=self.cfg.seed, **m.tiny).to(self.device)
-        elif is_tiny(m.name):  # tiny:TOKENIZER, sized for it (vocabulary and pad id)
-            model = build_tiny_for(tok, seed=self.cfg.seed, **m.tiny).to(self.device)
+        elif is_tiny(m.name):  # tiny: the byte tokenizer; tiny:TOKENIZER: sized for it (vocabulary, pad id)
+            model = (build_tiny_gptoss(tok.vocab_size, seed=self.cfg.seed, **m.tiny) if m.name == "tiny"
+                     else build_tiny_for(tok, seed=self.cfg.seed, **m.tiny)).to(self.device)
+            set_attention(model, resolve_attention(m.attn_implementation, self.device, model.config.head_dim))
         else:
             model = load_policy(m.name, device=self.device, dtype=torch.float32,
                                 attn_implementation=m.attn_implementation)
@@ -256,10 +272,15 @@ class Setup:
         if cfg.rollout.engine == "vllm":
             from agentgym.trainer.plan import check_engine_checkpoint
 
-            if "model" not in kw:  # vLLM starts from our bf16 weights, so names and dtypes match
-                kw["model"] = str(Path(cfg.log.run_dir) / "engine_init")
-                save_model(self.model, kw["model"], dtype=self.compute_dtype)
-            check_engine_checkpoint(str(kw["model"]))
+            if self.dist is not None:  # inside this torchrun job, one engine per rollout group
+                kw.setdefault("distributed_executor_backend", "external_launcher")
+                kw.setdefault("tensor_parallel_size", cfg.distributed.rollout_tp)
+                kw.setdefault("seed", cfg.seed)  # the ranks of one engine must sample alike
+            if "model" in kw:
+                check_engine_checkpoint(str(kw["model"]))
+            else:  # built from our config, filled from our weights in memory: names and dtypes match
+                kw["model"] = D.GatheredWeights(self.model, self.compute_dtype) if self.dist is not None else model
+                self._engine_synced = True
         return make_engine(cfg.rollout.engine, **kw)
 
     def engine_sleep(self) -> None:
@@ -269,7 +290,9 @@ class Setup:
             self.engine_asleep = True
 
     def sync_engine(self) -> None:
-        """Wake the engine if it sleeps, then push the current weights (in the compute dtype)."""
+        """Free the gradients (the update is over), wake the engine if it sleeps, then push the
+        current weights (in the compute dtype)."""
+        self.optimizer.zero_grad(set_to_none=True)
         if self.engine_asleep:
             self.engine.wake_up()
             self.engine_asleep = False
@@ -368,6 +391,7 @@ class Trainer:
         self.curriculum = CurriculumSampler(cfg.curriculum, seed=cfg.seed)
         self.held = HeldOut.build(cfg, self.s.make_env)
         self._demo_env: Any = None  # algo=sft: the oracle's train-split env
+        self._step_routes: dict[int, Any] | None = None  # R3: this step's engine experts, by episode
         self.sft_resume: tuple[int, Any, Any] | None = None  # (step, optimizer, scheduler) of a killed warm start
         self.sft_summary: dict[str, Any] = {}  # the warm start's steps and stop reason (for its verdict)
         if resume:
@@ -550,6 +574,9 @@ class Trainer:
         if (step + 1) % cfg.rollout.sync_every == 0:
             s.sync_engine()
             self.engine_version = step + 1
+            sync = getattr(s.engine, "last_sync", None) or {}  # in-memory engines report what moved
+            if sync:
+                metrics.update(t_sync=sync["seconds"], sync_mb=sync["bytes"] / 2**20)
         metrics.update(t_rollout=t_rollout, t_update=time.perf_counter() - t0, engine_staleness=staleness,
                        t_step=time.perf_counter() - t_start, lr=s.scheduler.get_last_lr()[0])
         return metrics
@@ -570,6 +597,8 @@ class Trainer:
             trajs, rstats = s.collector.collect(seeds, temperature=cfg.rollout.temperature,
                                                 sample_seed=cfg.seed * 7919 + step * 131 + 7 * mine.start,
                                                 options=options)
+        # R3: the experts the engine chose for every token (before any later sync changes it)
+        self._step_routes = self._routes(trajs) if cfg.rollout.routing_replay else None
         keep = D.tp_rows(len(trajs), s.dist)  # ranks of one engine split its episodes
         trajs, groups = trajs[keep.start:keep.stop], [mine.start + g for g in groups[keep.start:keep.stop]]
         levels = ([o[cfg.curriculum.option] for o, t in zip(options[keep.start:keep.stop], trajs)
@@ -609,6 +638,10 @@ class Trainer:
                 return {**out, "update_skipped": 1.0}
             trajs, groups = [trajs[i] for i in keep], [groups[i] for i in keep]
         batch = make_batch(trajs, groups, pad_id=s.pad_id)
+        if self._step_routes is not None:  # R3: the engine's experts, aligned with the batch
+            from agentgym.trainer.routing import batch_routes
+
+            batch.routes = batch_routes([self._step_routes[id(t)] for t in trajs], batch.input_ids.shape[1])
         if cfg.ppo.mask_overlong:
             cut = torch.tensor([self._cut(t) for t in trajs])
             batch.policy_mask[cut] = 0.0  # no policy loss; the score still counts in the baseline
@@ -634,6 +667,16 @@ class Trainer:
         trajs = demonstrations(self._demo_env, find_oracle(cfg.env.id), seeds, s.train_options(), self.held)
         self.held.overlap(trajs, f"step {step + 1}")
         return trajs
+
+    def _routes(self, trajs: list[Any]) -> dict[int, Any]:
+        """The engine's experts for every token of ``trajs`` (all of this rollout group's episodes:
+        a tensor-parallel engine needs the same call on each of its ranks), by episode."""
+        from agentgym.trainer.routing import engine_routing
+
+        engine = getattr(self.s.engine, "inner", self.s.engine)  # every rank of a group calls it alike
+        with self.s.compute():
+            found = engine_routing(engine, [t.tokens for t in trajs])
+        return {id(t): r for t, r in zip(trajs, found, strict=True)}
 
     def _update_score_stats(self, scores: torch.Tensor) -> float:
         n, mean, m2 = self.score_stats  # Welford over every score seen so far (all ranks')
@@ -692,7 +735,8 @@ class Trainer:
                  "curriculum": self.curriculum.state_dict()}
         save_checkpoint(cfg.log.run_dir, self.step, model=s.model, optimizer=s.optimizer,
                         scheduler=s.scheduler, value_head=s.value_head, state=state,
-                        keep=cfg.log.keep_checkpoints)
+                        keep=cfg.log.keep_checkpoints, tokenizer=s.tokenizer,
+                        export_dtype=getattr(torch, cfg.log.export_dtype))
 
     def _checkpoint_sft(self, sft_step: int, optimizer: Any, scheduler: Any) -> None:
         """A checkpoint inside the warm start: the policy with the warm start's own optimizer."""

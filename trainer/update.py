@@ -85,7 +85,9 @@ class _Stats:
 
 def _forward(s: Any, model: torch.nn.Module, b: Batch, *, temperature: float, values: bool,
              entropy: bool = True, entropy_grad: bool = False) -> Any:
-    with s.compute():
+    from agentgym.trainer.routing import replay_batch
+
+    with s.compute(), replay_batch(model, b.routes):  # routing replay (R3) when the batch has routes
         return prefix_forward(model, b, temperature=temperature, value_head=s.value_head if values else None,
                               with_entropy=entropy, entropy_grad=entropy_grad)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 from agentgym.trainer.attention import apply_sinks, dense_sink_attention, flex_sink_attention, set_attention
 from agentgym.trainer.model import build_tiny_gptoss
 
-B, HQ, HKV, T, D, WINDOW = 2, 4, 2, 24, 8, 6
+B, HQ, HKV, T, D, WINDOW = 2, 4, 2, 24, 16, 6  # flex's CUDA kernel needs D >= 16 (D=8 failed on an H100)
 
 
 class _Heads(nn.Module):
@@ -113,6 +114,33 @@ def test_kernel_without_mask_is_causal_with_window() -> None:
         out, _ = sink_attention_forward(heads, q, k, v, None, scaling=D**-0.5, sliding_window=WINDOW)
     ref = dense_sink_attention(q, k, v, s, _allowed(WINDOW, pad_row1=0), scale=D**-0.5).transpose(1, 2)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_flex_with_a_head_dim_under_16_on_cuda_is_a_clear_error() -> None:
+    from agentgym.errors import ConfigError
+    from agentgym.trainer.model import check_attention, resolve_attention
+
+    with pytest.raises(ConfigError, match="head_dim >= 16.*head_dim=8"):
+        check_attention("agentgym_flex", "cuda", head_dim=8)
+    with pytest.raises(ConfigError, match="head_dim >= 16"):
+        resolve_attention("auto", "cuda", head_dim=8)  # auto is agentgym_flex on CUDA
+    check_attention("agentgym_flex", "cuda", head_dim=16)
+    check_attention("eager", "cuda", head_dim=8)
+
+
+def test_tiny_uses_the_attention_the_config_asks_for(tmp_path: Path) -> None:
+    """model.attn_implementation reaches the tiny model (it used to be built eager whatever was asked)."""
+    from agentgym.errors import ConfigError
+    from agentgym.trainer.config import load_config
+    from agentgym.trainer.train import Setup
+
+    base = ["sft.steps=0", "log.tensorboard=false", f"log.run_dir={tmp_path}", "rollout.tasks_per_step=1",
+            "rollout.samples_per_task=2", "log.eval_episodes=1", "model.tiny={num_hidden_layers: 2}"]
+    s = Setup(load_config("cpu-quickstart", [*base, "model.attn_implementation=eager"]))
+    assert s.model.config._attn_implementation == "eager"
+    s.close()
+    with pytest.raises(ConfigError, match="needs a CUDA device"):  # flex trains only on CUDA (no CPU backward)
+        Setup(load_config("cpu-quickstart", [*base, "model.attn_implementation=agentgym_flex"]))
 
 
 def test_sdpa_really_drops_the_sinks() -> None:

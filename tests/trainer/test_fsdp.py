@@ -136,6 +136,7 @@ def test_sharded_checkpoint_resumes_on_another_process_count(tmp_path: Path) -> 
     assert json.loads((ckpt / "state.json").read_text())["world_size"] == 2
     assert (run / "reference" / "model.safetensors").exists() and (run / "warm_start").is_dir()
     assert [r["stage"] for r in read_metrics(run, "eval")] == ["init", "warm_start", "ppo"]
+    _check_export(ckpt, tmp_path)
     plain = tmp_path / "plain"
     shutil.copytree(run, plain)
     torchrun(1, "-m", "agentgym.trainer.cli", "--resume", str(run), "ppo.steps=3")
@@ -148,3 +149,50 @@ def test_sharded_checkpoint_resumes_on_another_process_count(tmp_path: Path) -> 
     for key in ("reward_mean", "loss", "kl_ref", "grad_norm", "entropy"):
         assert a[2][key] == pytest.approx(b[2][key], rel=1e-5, abs=1e-7), key
     assert a[2]["kl_ref"] > 0
+
+
+def _check_export(ckpt: Path, tmp: Path) -> None:
+    """A sharded checkpoint's ``model/``: one Hugging Face model in bfloat16, equal to the DCP
+    policy rounded to bfloat16, loaded by transformers and evaluated by agentgym-eval."""
+    import json
+
+    from safetensors.torch import load_file
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    from transformers import AutoModelForCausalLM
+
+    from agentgym.leaderboards.cli import eval_main
+
+    export = ckpt / "model"
+    assert json.loads((export / "config.json").read_text())["dtype"] == "bfloat16"
+    dcp_to_torch_save(ckpt / "sharded", tmp / "full.pt")
+    policy = {k.removeprefix("policy."): v for k, v in torch.load(tmp / "full.pt")["model"].items()}
+    exported = load_file(export / "model.safetensors")
+    assert set(exported) == set(policy)
+    for name, w in policy.items():
+        assert exported[name].dtype == torch.bfloat16 and torch.equal(exported[name], w.to(torch.bfloat16)), name
+    hf = AutoModelForCausalLM.from_pretrained(export)
+    assert type(hf).__name__ == "GptOssForCausalLM" and hf.dtype == torch.bfloat16
+    out = tmp / "sub.jsonl.gz"
+    run_dir = ckpt.parent.parent
+    assert eval_main(["--suite", "calc", "--policy", "hf", "--policy-arg", f"model={run_dir}", "--max-episodes", "2",
+                      "--out", str(out), "--no-progress", "--workers", "1"]) == 0
+    lines = [json.loads(x) for x in (tmp / "sub.jsonl.gz.partial").read_text().splitlines()]
+    assert str(export) in json.dumps(lines[0])  # the run line names the exported model it evaluated
+    assert sum(x.get("kind") == "episode" for x in lines) == 2
+
+
+def test_a_separate_servers_checkpoint_is_streamed_and_written_once_per_node(tmp_path: Path) -> None:
+    """openai-http under torchrun: the weights for a separate server are gathered one tensor at a
+    time by both ranks and written once, by the node's first rank, in bf16 with their config."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    from agentgym.trainer.model import build_tiny_gptoss
+
+    torchrun(2, str(Path(__file__).parent / "_sync_worker.py"), str(tmp_path))
+    written = sorted(p.name for p in (tmp_path / "v000001").iterdir())
+    assert written == ["config.json", "generation_config.json", "model.safetensors"]
+    sd = load_file(tmp_path / "v000001" / "model.safetensors")
+    ref = build_tiny_gptoss(264, seed=3).state_dict()
+    assert set(sd) == set(ref) and all(torch.equal(sd[k], ref[k].to(torch.bfloat16)) for k in ref)
+    assert AutoConfig.from_pretrained(tmp_path / "v000001").architectures == ["GptOssForCausalLM"]

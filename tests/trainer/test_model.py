@@ -136,13 +136,53 @@ def test_chunked_head_gives_same_logprobs_and_grads(tiny: torch.nn.Module) -> No
     rows: list[int] = []
     hook = tiny.lm_head.register_forward_hook(lambda _m, inp, _o: rows.append(inp[0].shape[0]))
     try:
-        chunked = policy_forward(tiny, ids, head_chunk=VOCAB * 5)  # chunks of 5 rows
+        chunked = policy_forward(tiny, ids, head_chunk_bytes=4 * VOCAB * 5, head="chunked")  # chunks of 5 rows
         chunked.logprobs.sum().backward()
     finally:
         hook.remove()
     assert max(rows) == 5  # the head never saw more than 5 rows of logits at once (fwd + recompute)
     torch.testing.assert_close(chunked.logprobs, full.logprobs, rtol=0, atol=1e-6)
     torch.testing.assert_close(tiny.lm_head.weight.grad, g_full, rtol=1e-5, atol=1e-6)
+    tiny.zero_grad()
+
+
+@pytest.mark.parametrize("entropy", ["none", "value", "grad"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_head_matches_the_chunked_one_values_and_gradients(tiny: torch.nn.Module, entropy: str,
+                                                                 dtype: torch.dtype) -> None:
+    """The fused head (no (n, V) log-softmax, gather or their gradients) against the chunked one:
+    log-probs, entropy and the gradients of every parameter, at a temperature, on the scored rows
+    only, in chunks of 7 rows; float32 and bfloat16 autocast."""
+    ids = torch.randint(0, 263, (3, 40), generator=torch.Generator().manual_seed(8))
+    mask = (torch.rand(3, 40, generator=torch.Generator().manual_seed(9)) < 0.6).long()
+    coef = torch.randn(3, 40, generator=torch.Generator().manual_seed(10))
+    results = []
+    for head in ("chunked", "fused"):
+        tiny.zero_grad()
+        rows: list[int] = []
+        hook = tiny.lm_head.register_forward_hook(lambda _m, inp, _o, rows=rows: rows.append(inp[0].shape[0]))
+        try:
+            with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+                out = policy_forward(tiny, ids, temperature=0.7, score_mask=mask, head=head,
+                                     with_entropy=entropy != "none", entropy_grad=entropy == "grad",
+                                     head_chunk_bytes=4 * VOCAB * 7)
+            loss = (out.logprobs * coef).sum() + (0.3 * out.entropy.sum() if entropy == "grad" else 0)
+            loss.backward()
+        finally:
+            hook.remove()
+        if head == "chunked":
+            assert max(rows) == 7  # checkpointed chunks (forward + recompute)
+        results.append((out, {n: p.grad.clone() for n, p in tiny.named_parameters() if p.grad is not None}))
+    (ref, g_ref), (got, g_got) = results
+    tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=0, atol=2e-2)
+    torch.testing.assert_close(got.logprobs, ref.logprobs, **tol)
+    torch.testing.assert_close(got.entropy, ref.entropy, **tol)
+    assert got.entropy.requires_grad == (entropy == "grad")
+    assert set(g_got) == set(g_ref)
+    for name, g in g_ref.items():
+        scale = float(g.abs().max()) + 1e-12
+        err = float((g_got[name] - g).abs().max()) / scale
+        assert err < (1e-5 if dtype == torch.float32 else 2e-2), (name, err)
     tiny.zero_grad()
 
 
@@ -228,3 +268,41 @@ def test_mxfp4_checkpoint_loads_dequantized_for_training(tmp_path: Path) -> None
     save_model(loaded, tmp_path / "again")
     assert not is_mxfp4(tmp_path / "again")
     assert "model.layers.0.mlp.experts.gate_up_proj" in load_file(str(tmp_path / "again" / "model.safetensors"))
+
+
+def test_grouped_experts_run_in_the_autocast_dtype(tiny: torch.nn.Module) -> None:
+    """transformers' grouped_mm experts cast their input to the (float32 master) weights, so under
+    bf16 autocast they ran in float32; agentgym_grouped_mm runs them in bf16 and still trains the
+    float32 weights."""
+    import copy
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from agentgym.trainer.model import register_experts
+
+    class GroupedDtypes(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[torch.dtype] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if "grouped_mm" in str(func):
+                self.seen.append(args[0].dtype)
+            return func(*args, **(kwargs or {}))
+
+    ids = torch.randint(0, 263, (2, 24), generator=torch.Generator().manual_seed(11))
+    with torch.no_grad():
+        ref = policy_forward(tiny, ids).logprobs  # float32, eager expert loop
+    seen = {}
+    for name in ("grouped_mm", register_experts()):
+        model = copy.deepcopy(tiny)
+        model.config._experts_implementation = name
+        mode = GroupedDtypes()
+        with mode, torch.autocast("cpu", dtype=torch.bfloat16):
+            out = policy_forward(model, ids)
+        seen[name] = set(mode.seen)
+        out.logprobs.sum().backward()
+        experts = model.model.layers[0].mlp.experts
+        assert experts.gate_up_proj.dtype == torch.float32 and experts.gate_up_proj.grad is not None
+        assert float((out.logprobs.detach() - ref).abs().max()) < 0.1  # bf16 rounding, not another function
+    assert seen == {"grouped_mm": {torch.float32}, "agentgym_grouped_mm": {torch.bfloat16}}

@@ -62,3 +62,21 @@ def test_a_local_mxfp4_checkpoint_is_refused_as_engine_weights(tmp_path: Path) -
 def test_the_cpu_quickstart_plans_too() -> None:
     plan = make_plan(load_config("cpu-quickstart"))
     assert plan.problems == [] and plan.model["parameters"] == "0.00 B"
+
+
+@pytest.mark.parametrize("dtype, ckpt", [("float32", False), ("bfloat16", True)])
+def test_the_memory_plan_is_within_10_percent_of_a_measured_step(dtype: str, ckpt: bool) -> None:
+    """The dry run's "peak during update" against a real learner update on CPU, measured as live
+    tensor bytes (bench/trainer_memory.py --mode plan: the full table is in bench/RESULTS.md)."""
+    import json
+    import subprocess
+    import sys
+
+    bench = Path(__file__).parents[2] / "bench" / "trainer_memory.py"
+    case = [{"num_hidden_layers": 2, "hidden_size": 256, "intermediate_size": 384, "num_local_experts": 4}, 192, 768,
+            dtype, ckpt]
+    out = subprocess.run([sys.executable, str(bench), "--child", "--mode", "plan", "--plan-case", json.dumps(case)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert 0.9 < r["plan"] / r["measured"] < 1.1, r

@@ -267,6 +267,14 @@ def test_kl_in_reward_uses_the_configured_estimator(tmp_path: Path) -> None:
     assert out["k1"]["pg_loss"] != out["k3"]["pg_loss"]
 
 
+def _grads_at_step(t: Trainer) -> list[list[torch.Tensor | None]]:
+    """The gradients each optimizer step of ``t`` uses (the trainer frees them before the sync)."""
+    seen: list[list[torch.Tensor | None]] = []
+    t.s.optimizer.register_step_pre_hook(lambda _opt, _a, _k: seen.append(
+        [None if p.grad is None else p.grad.detach().clone() for p in t.s.params]))
+    return seen
+
+
 def test_carried_warm_start_optimizer_is_measured(tmp_path: Path) -> None:
     """A fresh AdamW's first step is g / (|g| + eps) per weight (sign g, in units of lr);
     carried warm-start moments change it. ``adam_step_rms`` reports it every step, and it
@@ -282,10 +290,11 @@ def test_carried_warm_start_optimizer_is_measured(tmp_path: Path) -> None:
 
         run_sft(cfg, t.s, t.log)
         before = [p.detach().clone() for p in t.s.params]
+        seen = _grads_at_step(t)
         m = t.train_step(0)
         moved = torch.cat([(p.detach() - b).flatten() for p, b in zip(t.s.params, before)]) / cfg.ppo.lr
-        grads = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten()
-                           for p in t.s.params])
+        grads = torch.cat([(g if g is not None else torch.zeros_like(p)).flatten()
+                           for p, g in zip(t.s.params, seen[-1])])
         hit = grads != 0
         measured = float(moved[hit].pow(2).mean().sqrt())
         assert m["adam_step_rms"] == pytest.approx(measured, rel=1e-3)
@@ -322,8 +331,10 @@ def test_micro_batched_update_equals_the_single_batch_update(tmp_path: Path, adv
                                              f"ppo.advantage={advantage}", f"ppo.micro_batch_tokens={budget}",
                                              "ppo.kl_coef=0.1", "rollout.samples_per_task=3"])
         t = Trainer(cfg)
+        seen = _grads_at_step(t)
         stats[budget] = t.train_step(0)
-        grads[budget] = torch.cat([p.grad.flatten() for p in t.s.params])
+        assert all(p.grad is None for p in t.s.params)  # freed before the engine sync
+        grads[budget] = torch.cat([g.flatten() for g in seen[-1]])
         t.s.close()
     assert stats[400]["reward_mean"] == stats[0]["reward_mean"]  # same episodes
     for key in ("loss", "pg_loss", "entropy", "kl_ref", "grad_norm", "mismatch_k3"):

@@ -17,6 +17,12 @@ server (``reload=``, :data:`RELOADERS`):
   ``POST /reset_prefix_cache``. Start it with ``--logprobs-mode processed_logprobs`` (else vLLM
   reports log-probs before temperature). :func:`vllm_serve_command` builds the command line.
 
+Under torchrun the trainer passes :class:`~agentgym.trainer.distributed.GatheredWeights`: the
+checkpoint is streamed one gathered parameter at a time (every rank takes part in the gathers)
+and written once per node, by its first rank (``LOCAL_RANK`` 0), which also asks the server to
+reload; the other ranks wait for it. One server per node, reading the node's ``checkpoint_dir``.
+A separate server needs the weights on disk; the in-process ``vllm`` engine never does.
+
 Every request has a timeout, so a hung sync fails loudly instead of stalling the run.
 """
 
@@ -30,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import torch
 
 from agentgym.errors import ConfigError, ServiceError, ServiceLost
 from agentgym.trainer.engines.base import Sample
@@ -39,8 +44,32 @@ from agentgym.trainer.engines.wire import COMPLETIONS_PATH, RELOAD_PATH, complet
 __all__ = ["RELOADERS", "OpenAIHTTPEngine", "vllm_serve_command", "write_checkpoint"]
 
 
-def write_checkpoint(model: torch.nn.Module, directory: Path) -> Path:
-    """Save ``model`` under ``directory`` with safetensors; returns the directory."""
+def _node_writer() -> bool:
+    """Whether this process writes the node's checkpoint (not under torchrun: always)."""
+    import os
+
+    return int(os.environ.get("LOCAL_RANK", "0")) == 0
+
+
+def write_checkpoint(model: Any, directory: Path) -> Path:
+    """Save ``model`` (a module, or ``GatheredWeights`` under torchrun: streamed, written by the
+    node's first rank, all ranks gathering) under ``directory`` with safetensors; returns it."""
+    from agentgym.trainer.distributed import GatheredWeights, barrier
+
+    if isinstance(model, GatheredWeights):
+        from agentgym.trainer.checkpoint import write_config
+        from agentgym.trainer.weights import write_safetensors
+
+        writer = _node_writer()
+        if writer:
+            directory.mkdir(parents=True, exist_ok=True)
+        try:
+            write_safetensors(model, directory / "model.safetensors", dtype=model.dtype, writer=writer)
+            if writer:
+                write_config(model.model, directory, dtype=model.dtype)
+        finally:
+            barrier()
+        return directory
     directory.mkdir(parents=True, exist_ok=True)
     if hasattr(model, "save_pretrained"):
         from agentgym.trainer.checkpoint import save_model
@@ -128,14 +157,21 @@ class OpenAIHTTPEngine:
             parts = list(pool.map(lambda i: ask([prompts[i]], seed + i), range(len(prompts))))
         return [s for part in parts for s in part]
 
-    def sync_weights(self, model: torch.nn.Module) -> None:
-        """Write a safetensors checkpoint and ask the server to load it."""
+    def sync_weights(self, model: Any) -> None:
+        """Write a safetensors checkpoint and ask the server to load it (module doc: under
+        torchrun once per node)."""
+        from agentgym.trainer.distributed import barrier
+
         self._version += 1
         target = write_checkpoint(model, self.checkpoint_dir / f"v{self._version:06d}")
-        RELOADERS[self.reload](self, target)
-        previous = self.checkpoint_dir / f"v{self._version - 1:06d}"
-        if previous.exists():
-            shutil.rmtree(previous, ignore_errors=True)
+        try:
+            if _node_writer():
+                RELOADERS[self.reload](self, target)
+                previous = self.checkpoint_dir / f"v{self._version - 1:06d}"
+                if previous.exists():
+                    shutil.rmtree(previous, ignore_errors=True)
+        finally:
+            barrier()  # no rank samples before its node's server holds the new weights
 
     def close(self) -> None:
         if self._closed:

@@ -10,14 +10,28 @@ make its log-probs comparable with the trainer's ``policy_forward``:
   sampled token's log-prob only), one seed per prompt;
 * token-id prompts with ``skip_tokenizer_init=True``: vLLM never tokenizes or detokenizes.
 
-vLLM runs its engine core and worker in child processes (guard scripts with
-``if __name__ == "__main__":``). :meth:`VLLMEngine.sync_weights` writes the trainer's
-weights as a safetensors checkpoint and has the worker load it with vLLM's own loader and copy
-it into the live model (``agentgym_reload`` in ``vllm_worker.py``, mixed into the worker with
-``worker_extension_cls``; vLLM 0.32's ``reload_weights`` left CPU-packed weights stale); every
-engine parameter must receive a weight or the sync raises.
-The prefix cache is reset after a sync (its KV entries came from the old weights).
-:meth:`close` shuts the child processes down and waits for them.
+Two ways to run, one code path:
+
+* **alone** (one trainer process): vLLM runs its engine core and worker in child processes
+  (guard scripts with ``if __name__ == "__main__":``);
+* **inside a torchrun job** (``distributed_executor_backend="external_launcher"``, set by the
+  trainer under torchrun): every rank builds its engine in its own process, vLLM joins the
+  job's process group and the ranks ``2g .. 2g+tp-1`` form tensor-parallel engine ``g``. The
+  ranks of one engine must make the same calls with the same inputs (the trainer steps the
+  environments on the engine's first rank and broadcasts the prompts, ``tp_rollout.py``), and
+  they all use the same seed.
+
+**Weight sync in memory** (:meth:`VLLMEngine.sync_weights`): the trainer's weights (a module, or
+:class:`~agentgym.trainer.distributed.GatheredWeights` of a sharded one: one parameter
+all-gathered at a time) go in buckets of ``sync_bucket_mb`` to the worker's streaming loader
+(``vllm_worker.py``: vLLM's own ``load_weights`` and post-processing); nothing is written to
+disk and no second copy of the model is built. Inside torchrun the worker is in the trainer's
+process and gets the tensors by reference; alone they travel through vLLM's RPC. Every engine
+parameter must receive a weight or the sync raises. ``last_sync`` holds the bytes, tensors,
+buckets and seconds of the latest sync. The prefix cache is reset after a sync (its KV
+entries came from the old weights). Started from a module, the engine is built from its
+config alone (``load_format="dummy"``) and filled by the same sync. :meth:`close` shuts the
+engine down and waits for its processes.
 
 :meth:`VLLMEngine.routing` reports the experts vLLM routes each token to (hooks on its
 routers, CPU or GPU), for routing agreement and routing replay (``agentgym.trainer.routing``).
@@ -88,21 +102,22 @@ def vllm_platform() -> str:
 
 
 class VLLMEngine:
-    """Sample with vLLM's ``LLM`` in child processes of the trainer.
+    """Sample with vLLM's ``LLM``: in child processes, or in this process under torchrun.
 
-    ``model``: a local checkpoint folder (``save_pretrained`` layout; vLLM reads its
-    config and weights; a tokenizer is not needed) or the trainer's model itself (saved to
-    ``sync_dir`` first). ``dtype``: the engine's dtype,
-    independent of the trainer's (``bfloat16`` vs a ``float32`` trainer is the real mismatch
-    rollout correction exists for). ``kv_cache_gib``: CPU KV cache size;
-    ``gpu_memory_utilization``: the GPU share (colocated with the learner, keep it low).
-    ``sync_dir``: where :meth:`sync_weights` writes (a temporary folder by default; the engine
-    processes must be able to read it). Extra keyword arguments go to ``vllm.LLM``.
+    ``model``: a local checkpoint folder (``save_pretrained`` layout; vLLM reads its config and
+    weights; a tokenizer is not needed), or the trainer's model itself (a module, or
+    ``GatheredWeights`` under torchrun): the engine is built from its config with dummy weights
+    and filled by :meth:`sync_weights`. ``dtype``: the engine's dtype, independent of the
+    trainer's (``bfloat16`` vs a ``float32`` trainer is the real mismatch rollout correction
+    exists for). ``kv_cache_gib``: CPU KV cache size; ``gpu_memory_utilization``: the GPU
+    share (colocated with the learner, keep it low). ``sync_bucket_mb``: tensors per weight-sync
+    call. ``distributed_executor_backend="external_launcher"`` (with ``tensor_parallel_size``)
+    runs it inside a torchrun job (module doc). Extra keyword arguments go to ``vllm.LLM``.
     """
 
     def __init__(
         self,
-        model: str | torch.nn.Module,
+        model: str | Any,
         *,
         dtype: str = "bfloat16",
         max_model_len: int | None = 4096,
@@ -111,29 +126,35 @@ class VLLMEngine:
         gpu_memory_utilization: float = 0.3,
         enforce_eager: bool | None = None,
         return_routed_experts: bool = False,
-        sync_dir: str | Path | None = None,
+        sync_bucket_mb: float = 256.0,
         **llm_kwargs: Any,
     ) -> None:
-        self._own_dir = sync_dir is None
-        self.sync_dir = Path(sync_dir or tempfile.mkdtemp(prefix="agentgym-vllm-sync-"))
-        # Our checkpoints go with the engine, also when nobody calls close() (a process exiting).
-        self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.sync_dir), True) if self._own_dir else None
-        if isinstance(model, torch.nn.Module):  # start from a checkpoint of the trainer's model
-            from agentgym.trainer.engines.openai_http import write_checkpoint
-
-            model = str(write_checkpoint(model, self.sync_dir / "initial"))
+        self.sync_bucket_bytes = int(sync_bucket_mb * (1 << 20))
+        self.last_sync: dict[str, float] = {}
+        self._config_dir: Path | None = None
+        self._cleanup: Any = None
+        initial = None
+        if not isinstance(model, (str, os.PathLike)):  # the trainer's weights: config now, weights by sync
+            initial = model
+            self._config_dir = Path(tempfile.mkdtemp(prefix="agentgym-vllm-config-"))
+            self._cleanup = weakref.finalize(self, shutil.rmtree, str(self._config_dir), True)
+            _write_config(model, self._config_dir)
+            model = str(self._config_dir)
+            llm_kwargs.setdefault("load_format", "dummy")
+        model = str(model)
         if not (Path(model) / "config.json").exists():
-            self._remove_sync_dir()
+            self._remove_config_dir()
             raise ConfigError(f"the 'vllm' engine needs a local model folder with config.json, got {model!r}; "
                               "save the policy first (model.save_pretrained(folder)) or pass the model")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
         try:
             vllm = _import_vllm()
         except ConfigError:
-            self._remove_sync_dir()
+            self._remove_config_dir()
             raise
         self._vllm = vllm
         on_cpu = vllm_platform() == "cpu"
+        self.in_process = llm_kwargs.get("distributed_executor_backend") == "external_launcher"
         kwargs: dict[str, Any] = dict(
             model=model, dtype=dtype, max_model_len=max_model_len, seed=seed,
             skip_tokenizer_init=True, logprobs_mode="processed_logprobs",
@@ -154,12 +175,21 @@ class VLLMEngine:
         try:
             self.llm = vllm.LLM(**{**kwargs, **llm_kwargs})
         except Exception:
-            self._remove_sync_dir()
+            self._remove_config_dir()
             raise
-        self._pids = sorted(_children() - before)  # vLLM's engine core and workers
+        self._pids = sorted(_children() - before)  # vLLM's engine core and workers (none in process)
+        self._shutdown = self.llm.llm_engine.engine_core.shutdown
+        if self.in_process:
+            # vLLM's in-process shutdown destroys torch.distributed's default process group, which
+            # is the trainer's: release the engine's executor and scheduler only (and never at
+            # interpreter exit after the trainer has left its process group)
+            client = self.llm.llm_engine.engine_core
+            client._finalizer.detach()
+            self._shutdown = weakref.finalize(self, _shutdown_in_process, client.engine_core)
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
-        self._version = 0
         self._closed = False
+        if initial is not None:
+            self.sync_weights(initial)
 
     # ------------------------------------------------------------------ sampling
     def generate(
@@ -211,27 +241,38 @@ class VLLMEngine:
         return samples
 
     # ------------------------------------------------------------------ weights
-    def sync_weights(self, model: torch.nn.Module) -> None:
-        """Write ``model`` as a checkpoint and reload it in the engine in place (module doc)."""
+    def sync_weights(self, model: Any) -> None:
+        """Stream ``model``'s weights into the engine in place, in memory (module doc)."""
+        from agentgym.trainer.weights import buckets, named_tensors, tensor_bytes
+
         if self._closed:
             raise ConfigError("VLLMEngine used after close(); build a new engine")
-        from agentgym.trainer.engines.openai_http import write_checkpoint
-
-        self._version += 1
-        target = write_checkpoint(model, self.sync_dir / f"v{self._version:06d}")
+        dtype = self.llm.llm_engine.model_config.dtype
+        t0 = time.perf_counter()
+        sent = tensors = calls = 0
+        self.llm.collective_rpc("agentgym_sync_begin")
         try:
-            reports = self.llm.collective_rpc("agentgym_reload", args=(str(target),))
-        except Exception as e:  # vLLM's loader refuses a checkpoint that misses parameters
+            for bucket in buckets(named_tensors(model, dtype), self.sync_bucket_bytes):
+                if self.in_process:  # the worker is in this process: tensors by reference
+                    self.llm.collective_rpc("agentgym_sync_bucket", args=(bucket,))
+                else:
+                    _send_shared(self.llm, bucket)
+                sent += sum(tensor_bytes(t) for _, t in bucket)
+                tensors += len(bucket)
+                calls += 1
+        except Exception as e:  # e.g. a tensor of another shape: the engine keeps its old weights there
+            self.llm.collective_rpc("agentgym_sync_finish")
             raise ConfigError(f"weight sync failed in the vLLM worker: {e}. Sync a model of the same "
                               "architecture and config as the one the engine was started with.") from e
-        finally:
-            shutil.rmtree(target, ignore_errors=True)
+        reports = self.llm.collective_rpc("agentgym_sync_finish")
+        self.llm.reset_prefix_cache()
+        self.last_sync = {"bytes": float(sent), "tensors": float(tensors), "buckets": float(calls),
+                          "seconds": time.perf_counter() - t0}
         missing = sorted({name for r in reports for name in r["missing"]})
         if missing:
             raise ConfigError(
                 f"weight sync left {len(missing)} engine tensor(s) without a matching weight, e.g. {missing[:5]}. "
                 "Sync a model of the same architecture and config as the one the engine was started with.")
-        self.llm.reset_prefix_cache()
 
     def routing(self, sequences: list[list[int]]) -> list[Any]:
         """The experts vLLM routes each token of each sequence to: one ``(layers, len, k)`` int
@@ -273,7 +314,7 @@ class VLLMEngine:
         self.llm.wake_up()
 
     # ------------------------------------------------------------------ lifecycle
-    def _remove_sync_dir(self) -> None:
+    def _remove_config_dir(self) -> None:
         if self._cleanup is not None:
             self._cleanup()
 
@@ -287,15 +328,49 @@ class VLLMEngine:
             return
         self._closed = True
         try:
-            self.llm.llm_engine.engine_core.shutdown()
+            self._shutdown()
         finally:
             del self.llm
-            self._remove_sync_dir()
+            self._remove_config_dir()
         deadline = time.monotonic() + timeout
         while self.child_pids() and time.monotonic() < deadline:
             time.sleep(0.1)
         if self.child_pids():
             raise ServiceError(f"vLLM engine processes {self.child_pids()} still alive {timeout:.0f} s after close()")
+
+
+def _send_shared(llm: Any, bucket: list[tuple[str, torch.Tensor]]) -> None:
+    """One bucket to vLLM's worker processes through a shared-memory segment (RAM, ``/dev/shm``;
+    vLLM's RPC cannot carry tensors to a worker process): the worker copies the tensors out,
+    then the segment is removed."""
+    from multiprocessing.shared_memory import SharedMemory
+
+    from agentgym.trainer.weights import tensor_bytes
+
+    shm = SharedMemory(create=True, size=max(1, sum(tensor_bytes(t) for _, t in bucket)))
+    try:
+        specs, offset = [], 0
+        for name, t in bucket:
+            n = tensor_bytes(t)
+            if n:
+                view = torch.frombuffer(shm.buf, dtype=torch.uint8, count=n, offset=offset)
+                view.copy_(t.detach().contiguous().cpu().reshape(-1).view(torch.uint8))
+                del view  # no export of the buffer may outlive close()
+            specs.append((name, str(t.dtype).removeprefix("torch."), list(t.shape), offset, n))
+            offset += n
+        llm.collective_rpc("agentgym_sync_shared", args=(shm.name, specs))
+    finally:
+        shm.close()
+        shm.unlink()
+
+
+def _shutdown_in_process(core: Any) -> None:
+    """EngineCore.shutdown without its distributed cleanup (see VLLMEngine.__init__)."""
+    core.structured_output_manager.clear_backend()
+    if core.model_executor:
+        core.model_executor.shutdown()
+    if core.scheduler:
+        core.scheduler.shutdown()
 
 
 def _children() -> set[int]:
@@ -320,6 +395,17 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def _write_config(model: Any, folder: Path) -> None:
+    """The config (and generation config) of a module or of ``GatheredWeights`` to ``folder``."""
+    from agentgym.trainer.checkpoint import write_config
+
+    module = model if isinstance(model, torch.nn.Module) else getattr(model, "model", None)  # GatheredWeights
+    if getattr(module, "config", None) is None:
+        raise ConfigError(f"cannot start the 'vllm' engine from a {type(model).__name__}: expected a "
+                          "transformers model (with .config) or a model folder")
+    write_config(module, folder)
 
 
 def _context_length(model_dir: str) -> int:

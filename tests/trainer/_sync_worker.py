@@ -1,0 +1,34 @@
+"""A sharded tiny policy written for a separate server under torchrun (``openai-http``'s sync).
+
+    torchrun --nproc_per_node 2 tests/trainer/_sync_worker.py OUT_DIR
+
+Every rank takes part in the gathers; the checkpoint appears once, written by LOCAL_RANK 0.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+
+def main(out: str) -> None:
+    from agentgym.trainer import distributed as D
+    from agentgym.trainer.engines.openai_http import write_checkpoint
+    from agentgym.trainer.model import build_tiny_gptoss
+
+    torch.set_num_threads(1)
+    info = D.init_distributed(backend="gloo", device="cpu", rollout_tp=1)
+    assert info is not None
+    model = D.policy_skeleton("tiny", 264, {}, attn_implementation="eager", device="cpu")
+    D.shard_policy(model, compute_dtype=torch.float32)
+    D.materialize(model, "cpu")
+    D.load_full_state(model, build_tiny_gptoss(264, seed=3).state_dict() if info.is_main else {})
+    target = write_checkpoint(D.GatheredWeights(model, torch.bfloat16), Path(out) / "v000001")
+    assert target.is_dir()
+    D.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
