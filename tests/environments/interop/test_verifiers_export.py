@@ -85,24 +85,24 @@ def test_taskset_holds_the_envs_tasks_and_tools_only_where_the_env_has_some() ->
             assert t.data.id == local.unwrapped.task.id
         assert [type(s).__name__ for s in type(tasks[0]).toolsets(tasks[0].config)] == tools
     with pytest.raises(ValueError, match="did you mean 'agentgym/Math-v1'"):
-        AgentGymTasksetConfig(env="agentgym/Math-v1")
+        AgentGymTasksetConfig(env="agentgym/Maths-v1")
 
 
 def test_replay_pays_what_agentgym_pays_and_counts_tool_results_the_model_was_not_shown() -> None:
-    (task,) = AgentGymTaskset(AgentGymTasksetConfig(env=MATHCALC_ID, num_tasks=1))  # 3 * 3 - 5
-    call = vf.ToolCall(id="c1", name="calculator", arguments='{"expression": "3 * 3 - 5"}')
+    (task,) = AgentGymTaskset(AgentGymTasksetConfig(env=MATHCALC_ID, num_tasks=1))  # 10 * 7 - 6
+    call = vf.ToolCall(id="c1", name="calculator", arguments='{"expression": "10 * 7 - 6"}')
 
     def convo(tool_result: str, answer: str) -> list[Any]:
         return [vf.SystemMessage(content=task.data.system_prompt), vf.UserMessage(content=task.data.prompt),
                 vf.AssistantMessage(tool_calls=[call]), vf.ToolMessage(tool_call_id="c1", content=tool_result),
                 vf.AssistantMessage(content=answer)]
 
-    ok = replay(task.data, convo("4", "4"))
+    ok = replay(task.data, convo("64", "64"))
     assert (ok.reward, ok.turns, ok.done, ok.tool_mismatch) == (1.0, 2, True, 0)
     assert ok.components["outcome"] == 1.0
-    wrong = replay(task.data, convo("5", "5"))  # a tool result the env never gave, then a wrong answer
+    wrong = replay(task.data, convo("65", "65"))  # a tool result the env never gave, then a wrong answer
     assert (wrong.reward, wrong.tool_mismatch) == (0.0, 1)
-    cut = replay(task.data, convo("4", "4")[:3])  # a call and no answer: the episode is not over
+    cut = replay(task.data, convo("64", "64")[:3])  # a call and no answer: the episode is not over
     assert (cut.reward, cut.done, cut.user_reply) == (0.0, False, None)
 
 
@@ -110,7 +110,7 @@ def test_replay_pays_what_agentgym_pays_and_counts_tool_results_the_model_was_no
 def test_math_runs_under_vf_eval_and_its_rewards_are_agentgyms_verdicts(memorized_server: str, offline_uv: dict,
                                                                          tmp_path: Path) -> None:
     """MathCalc-v1 seed 0: the memorizing model calls agentgym's calculator over verifiers' MCP,
-    reads 4 and answers 4 (reward 1). Math-v1 seeds 0 and 1, which it does not know: no tools, no
+    reads 64 and answers 64 (reward 1). Math-v1 seeds 0 and 1, which it does not know: no tools, no
     tool server, wrong answers (0)."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -120,7 +120,7 @@ def test_math_runs_under_vf_eval_and_its_rewards_are_agentgyms_verdicts(memorize
         traces = [t for run in runs for t in run.result()]
     calc = traces[0]
     assert [c.name for m in calc.assistant_messages for c in m.tool_calls or []] == ["calculator"]
-    assert [m.content for m in calc.messages if m.role == "tool"] == ["4"] and calc.last_reply == "4"
+    assert [m.content for m in calc.messages if m.role == "tool"] == ["64"] and calc.last_reply == "64"
     assert calc.metrics["agentgym/tool_mismatch"] == 0.0
     rewards = [t.reward for t in traces]
     assert rewards == [agentgym_verdict(t) for t in traces]
