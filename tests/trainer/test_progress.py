@@ -55,7 +55,7 @@ def test_a_training_run_on_a_pipe_is_never_silent_for_long(tmp_path: Path) -> No
          "log.tensorboard=false", f"log.run_dir={tmp_path}", "env.max_turns=2", "env.max_action_tokens=16",
          "rollout.tasks_per_step=2", "rollout.samples_per_task=2", "sft.steps=6", "sft.batch_size=2",
          "ppo.steps=2", "log.eval_every=1", "log.eval_episodes=4", "log.eval_episodes_final=8",
-         "log.eval_sampled=false"], every_s=every)
+         "log.eval_sampled=false", "controls=[]", "sft.min_wellformed=0"], every_s=every)
     assert rc == 0, lines
     text = "\n".join(t for _, t in lines)
     for phase in ("agentgym-train: starting", "warm start", "eval warm start", "ppo", "eval after PPO"):

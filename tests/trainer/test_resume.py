@@ -28,7 +28,7 @@ RUN = ["--config", "cpu-quickstart", "threads=1", "log.progress=false", "log.plo
        "log.eval_every=0", "env.max_turns=2", "env.max_action_tokens=16", "rollout.tasks_per_step=2",
        "rollout.samples_per_task=2", "log.eval_episodes=2", "log.eval_episodes_final=0", "log.eval_sampled=false",
        "sft.steps=24", "sft.oracle_steps=20", "sft.batch_size=2", "sft.checkpoint_every=4", "ppo.steps=3",
-       "log.checkpoint_every=1", "log.keep_checkpoints=0"]
+       "log.checkpoint_every=1", "log.keep_checkpoints=0", "controls=[]", "sft.min_wellformed=0"]
 TIMING = {"t_step", "t_rollout", "t_update", "gen_s", "env_s"}
 
 
