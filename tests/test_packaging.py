@@ -49,7 +49,8 @@ def test_the_wheel_carries_its_data_and_one_namespace(wheel: tuple[Path, str]) -
               "agentgym/leaderboards/site/board.js", "agentgym/trainer/recipes/cpu-quickstart.yaml",
               "agentgym/environments/codefix/data/tasks.jsonl.gz", "agentgym/py.typed"):
         assert f in names, f
-    assert {n.split("/")[0] for n in names if not n.startswith("agentgym_suite-")} == {"agentgym"}
+    # agentgym_verifiers: the verifiers plugin shim (verifiers finds plugins by top-level module name)
+    assert {n.split("/")[0] for n in names if not n.startswith("agentgym_suite-")} == {"agentgym", "agentgym_verifiers"}
 
 
 def test_an_installed_copy_runs_and_never_overwrites_its_packaged_board(wheel: tuple[Path, str],

@@ -29,7 +29,7 @@ from typing import Any
 from agentgym.trainer.health import LABELS, health_summary
 from agentgym.trainer.metrics import episode_stats, episode_success, read_metrics
 
-__all__ = ["STAGE_NAMES", "collect_fixed", "episode_wellformed", "eval_record", "gain", "pass_at_k",
+__all__ = ["ARM_NAMES", "STAGE_NAMES", "collect_fixed", "episode_wellformed", "eval_record", "gain", "pass_at_k",
            "per_problem", "report_lines", "wilson"]
 
 STAGE_NAMES = {"init": "untrained", "warm_start": "warm start", "ppo": "after {arm}"}

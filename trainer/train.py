@@ -50,7 +50,7 @@ from agentgym.trainer.checkpoint import (
 )
 from agentgym.trainer.config import TrainConfig
 from agentgym.trainer.curriculum import CurriculumSampler
-from agentgym.trainer.evaluation import STAGE_NAMES, collect_fixed, eval_record
+from agentgym.trainer.evaluation import ARM_NAMES, STAGE_NAMES, collect_fixed, eval_record
 from agentgym.trainer.health import HealthMonitor
 from agentgym.trainer.heldout import HeldOut
 from agentgym.trainer.metrics import (
@@ -708,7 +708,8 @@ class Trainer:
             runs.append(("sampled_", cfg.rollout.temperature, cfg.log.eval_samples if full else 1))
         m: dict[str, Any] = {"stage": stage}
         for prefix, temperature, samples in runs:
-            bar = Progress(len(mine) * samples, f"eval {STAGE_NAMES.get(stage, stage)} T={temperature:g}",
+            what = STAGE_NAMES.get(stage, stage).format(arm=ARM_NAMES.get(cfg.arm(), cfg.arm()))
+            bar = Progress(len(mine) * samples, f"eval {what} T={temperature:g}",
                            cfg.log.progress and self.main)
             try:
                 with s.compute():
