@@ -30,7 +30,8 @@ def test_reasoning_gym_trains_with_agentgym_train_and_its_eval_submission_verifi
          f"log.run_dir={run}", "seed=0", "threads=1", f"env.id={RG}", f"env.kwargs={KW}", "env.prompt=compact",
          "env.max_turns=1", "env.max_action_tokens=24", "sft.steps=0",
          "ppo.steps=3", "rollout.tasks_per_step=2", "rollout.samples_per_task=2", "log.eval_every=0",
-         "log.checkpoint_every=0", "log.progress=false", "log.tensorboard=false", "log.plots=false"],
+         "log.checkpoint_every=0", "log.progress=false", "log.tensorboard=false", "log.plots=false",
+         "controls=[]"],
         capture_output=True, text=True, timeout=800, env=env)
     assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
     from agentgym.trainer.metrics import read_metrics
