@@ -98,12 +98,12 @@ def _list(_: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
-    from agentgym.oracles import ORACLES, run_oracle
-    from agentgym.registration import check_env_id
+    from agentgym.oracles import run_oracle
+    from agentgym.registration import check_env_id, ids_with
 
-    ids = args.env_ids or [i for i in ("agentgym/Math-v1", "agentgym/MathCalc-v1") if i in ORACLES]
+    ids = args.env_ids or ["agentgym/Math-v1", "agentgym/MathCalc-v1"]
     for env_id in ids:
-        check_env_id(env_id, ORACLES, "an environment with a scripted policy")
+        check_env_id(env_id, ids_with("oracle"), "an environment with a scripted policy")
     for env_id in ids:
         env = gym.make(env_id)
         t0 = time.perf_counter()

@@ -9,19 +9,12 @@ import pytest
 import torch
 
 import agentgym  # noqa: F401
+from agentgym.environments.math.teachers import flip_sign, guess_answer
 from agentgym.errors import ConfigError
 from agentgym.trainer.batch import make_batch
 from agentgym.trainer.config import SFTConfig
 from agentgym.trainer.model import build_tiny_gptoss
-from agentgym.trainer.sft import (
-    _length_buckets,
-    demonstrations,
-    find_oracle,
-    flip_sign,
-    guess_answer,
-    make_teacher,
-    sft_step,
-)
+from agentgym.trainer.sft import _length_buckets, demonstrations, find_oracle, make_teacher, sft_step
 
 PAD = 263
 
