@@ -19,7 +19,7 @@ from agentgym.errors import ConfigError
 from agentgym.registration import capabilities, ids_with
 from agentgym.trajectory import Trajectory
 
-__all__ = ["get_oracle", "load_callable", "run_oracle"]
+__all__ = ["get_oracle", "load_callable", "play_episode", "run_oracle"]
 
 Policy = Callable[[Any], np.ndarray]
 
@@ -48,6 +48,19 @@ def get_oracle(env_id: str) -> Policy:
     return load_callable(spec)
 
 
+def play_episode(env: Any, policy: Policy, *, seed: int | None = None,
+                 options: dict[str, Any] | None = None) -> Trajectory:
+    """Reset ``env`` and step it with ``policy(env)`` until the episode ends; its record (the
+    env's own trajectory object: copy it before the next reset if you keep it)."""
+    env.reset(seed=seed, options=options)
+    done = False
+    while not done:
+        _, _, terminated, truncated, _ = env.step(policy(env))
+        done = terminated or truncated
+    traj: Trajectory = env.unwrapped.trajectory
+    return traj
+
+
 def run_oracle(env: Any, *, seed: int | None = None, options: dict[str, Any] | None = None,
                policy: Policy | None = None) -> Trajectory:
     """Play one episode with the env's oracle (or ``policy``) and return its record.
@@ -60,11 +73,4 @@ def run_oracle(env: Any, *, seed: int | None = None, options: dict[str, Any] | N
             f"run_oracle: {type(inner).__name__} has no task to read: an oracle reads the env's internal "
             "state (the task's answer), which a remote env keeps on its server. Run the oracle where the "
             f"env lives (run_oracle(gym.make({inner.env_id!r})), or `agentgym demo` there), or pass policy=")
-    policy = policy or get_oracle(inner.env_id)
-    env.reset(seed=seed, options=options)
-    done = False
-    while not done:
-        _, _, terminated, truncated, _ = env.step(policy(env))
-        done = terminated or truncated
-    traj: Trajectory = inner.trajectory
-    return traj
+    return play_episode(env, policy or get_oracle(inner.env_id), seed=seed, options=options)

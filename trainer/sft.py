@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from agentgym.errors import ConfigError
-from agentgym.oracles import get_oracle, load_callable
+from agentgym.oracles import get_oracle, load_callable, play_episode
 from agentgym.registration import capabilities, ids_with
 from agentgym.trainer.batch import make_batch, prefix_forward
 from agentgym.trajectory import Trajectory
@@ -77,12 +77,7 @@ def demonstrations(env: Any, oracle: Policy, seeds: list[int],
     for seed in seeds:
         if held is not None and held.exclude:
             seed = held.replace(seed, options)
-        env.reset(seed=seed, options=options)
-        done = False
-        while not done:
-            _, _, term, trunc, _ = env.step(oracle(env))
-            done = term or trunc
-        out.append(env.unwrapped.trajectory)
+        out.append(play_episode(env, oracle, seed=seed, options=options))
     return out
 
 
