@@ -154,9 +154,10 @@ def hf_policy(*, model: str = "tiny", tokenizer: str = "auto", device: str = "cp
     if torch_dtype is None:
         raise ConfigError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
     net = load_policy(model_dir, device=device, dtype=torch_dtype, attn_implementation=attn_implementation)
-    tok = _tokenizer_for(model_dir, tokenizer, int(net.config.vocab_size))
+    config: Any = net.config
+    tok = _tokenizer_for(model_dir, tokenizer, int(config.vocab_size))
     pad = getattr(tok, "pad_id", None)
-    engine = make_engine("hf", model=net, pad_id=pad if pad is not None else net.config.pad_token_id)
+    engine = make_engine("hf", model=net, pad_id=pad if pad is not None else config.pad_token_id)
     info = {"engine": "hf", "model": model, "model_dir": model_dir, "weights_sha256": weights_digest(model_dir),
             "device": device, "dtype": dtype, "threads": threads, "attn_implementation": attn_implementation}
     return EnginePolicy(engine, name=name or f"hf:{Path(model).name}", tokenizer=tok,

@@ -95,7 +95,7 @@ class CodeFixEnv(ToolEnv):
 
     # ---------------------------------------------------------------- ToolEnv hooks
     def sample_task(self, rng: np.random.Generator, options: dict[str, Any]) -> Task:
-        split = options.get("split", self.split)
+        split = str(options.get("split", self.split))  # ToolEnv.reset set and checked it (CodeFix has splits)
         tasks = self._by_split[split]
         if "task_id" in options:
             by_id = {t.id: t for t in tasks}
