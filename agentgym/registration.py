@@ -20,7 +20,6 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 import gymnasium as gym
@@ -56,7 +55,7 @@ class Capabilities:
     """Episodes run code in a sandbox (Docker by default: ``sandbox=`` picks the backend)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "teachers", MappingProxyType(dict(self.teachers)))
+        object.__setattr__(self, "teachers", dict(self.teachers))  # a copy: the caller's dict may change
 
     def replayable_with(self, kwargs: Mapping[str, Any]) -> bool:
         """``replayable`` for an env built with ``kwargs``."""
