@@ -32,7 +32,7 @@ from agentgym.errors import (
     TrainerError,
 )
 from agentgym.harmony import HarmonyCodec, Message, ParsedAction, ToolCall
-from agentgym.registration import _register_builtin, register, registered_ids
+from agentgym.registration import Capabilities, _register_builtin, capabilities, register, registered_ids
 from agentgym.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer, as_tokenizer
 from agentgym.tools import Tool, ToolResult
 from agentgym.trajectory import Trajectory, Turn, read_jsonl, write_jsonl
@@ -45,6 +45,7 @@ __all__ = [
     "ActionTypeError",
     "AgentGymError",
     "ByteTokenizer",
+    "Capabilities",
     "ChatWrapper",
     "CheckpointError",
     "ConfigError",
@@ -76,6 +77,7 @@ __all__ = [
     "Turn",
     "__version__",
     "as_tokenizer",
+    "capabilities",
     "read_jsonl",
     "register",
     "registered_ids",

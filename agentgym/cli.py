@@ -98,12 +98,12 @@ def _list(_: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
-    from agentgym.oracles import ORACLES, run_oracle
-    from agentgym.registration import check_env_id
+    from agentgym.oracles import run_oracle
+    from agentgym.registration import check_env_id, ids_with
 
-    ids = args.env_ids or [i for i in ("agentgym/Math-v1", "agentgym/MathCalc-v1") if i in ORACLES]
+    ids = args.env_ids or ["agentgym/Math-v1", "agentgym/MathCalc-v1"]
     for env_id in ids:
-        check_env_id(env_id, ORACLES, "an environment with a scripted policy")
+        check_env_id(env_id, ids_with("oracle"), "an environment with a scripted policy")
     for env_id in ids:
         env = gym.make(env_id)
         t0 = time.perf_counter()
@@ -170,20 +170,24 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands of the other packages: name -> ("module:function(argv) -> exit code", wrap in guarded).
+# Imported only when run, as gym.make imports an env's entry point: the core imports none of them.
+_DELEGATED: dict[str, tuple[str, bool]] = {
+    "sandbox": ("agentgym.sandboxes.cli:main", True),
+    "leaderboard": ("agentgym.leaderboards.cli:leaderboard_main", False),
+    "validate": ("agentgym.leaderboards.cli:validate_main", False),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    import importlib
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["sandbox"]:
-        from agentgym.sandboxes.cli import main as sandbox_main
-
-        return guarded("agentgym sandbox", lambda: sandbox_main(argv[1:]))
-    if argv[:1] == ["leaderboard"]:
-        from agentgym.leaderboards.cli import leaderboard_main
-
-        return leaderboard_main(argv[1:])
-    if argv[:1] == ["validate"]:
-        from agentgym.leaderboards.cli import validate_main
-
-        return validate_main(argv[1:])
+    if argv[:1] and argv[0] in _DELEGATED:
+        spec, wrap = _DELEGATED[argv[0]]
+        module, _, name = spec.partition(":")
+        run: Callable[[list[str]], int] = getattr(importlib.import_module(module), name)
+        return guarded(f"agentgym {argv[0]}", lambda: run(argv[1:])) if wrap else run(argv[1:])
     args = _parser().parse_args(argv)
     return guarded(f"agentgym {args.cmd}", lambda: args.fn(args))
 

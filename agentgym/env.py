@@ -498,7 +498,7 @@ class ToolEnv(gym.Env[np.ndarray, np.ndarray]):
         episode's last turn the outcome, a top-up that keeps the episode's progress total at
         zero or more, and ToolEnv's process terms as a bonus on a correct outcome only
         (``outcome * max(0, format - turns - malformed)``, weighted). So an episode that does
-        nothing earns 0, and no penalty can push an attempt below it (see the README).
+        nothing earns 0, and no penalty can push an attempt below it (docs/api/reward-modes.md).
         ``paid`` (if given) receives the nonzero amounts the reward is the sum of, by term
         (``progress_floor``: the top-up; ``process_bonus``: the bonus on a correct outcome).
         """

@@ -42,9 +42,6 @@ __all__ = [
     "render_tool_signatures",
 ]
 
-STOP_TOKENS = ("<|call|>", "<|return|>")
-
-
 @dataclass(slots=True)
 class Message:
     role: str  # "system" | "developer" | "user" | "assistant" | "functions.NAME"

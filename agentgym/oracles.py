@@ -1,9 +1,10 @@
-"""Scripted policies for every built-in environment, by env id.
+"""Scripted policies: each environment's oracle, as it declared it at registration.
 
 An oracle is a function ``env -> next action tokens`` that reads the episode's state (the
 task, earlier tool results) and returns exactly what a perfect policy would sample. They
 drive tests, benchmarks, the ``agentgym demo`` command and the trainer's warm-start
-demonstrations.
+demonstrations. An environment names its own (``Capabilities(oracle="module:function")`` in
+:func:`agentgym.register`); :func:`agentgym.registration.ids_with` lists the ids that have one.
 """
 
 from __future__ import annotations
@@ -15,24 +16,12 @@ from typing import Any
 import numpy as np
 
 from agentgym.errors import ConfigError
+from agentgym.registration import capabilities, ids_with
 from agentgym.trajectory import Trajectory
 
-__all__ = ["ORACLES", "get_oracle", "load_callable", "run_oracle"]
+__all__ = ["get_oracle", "load_callable", "play_episode", "run_oracle"]
 
 Policy = Callable[[Any], np.ndarray]
-
-ORACLES: dict[str, str] = {
-    "agentgym/Math-v1": "agentgym.environments.math.oracle:oracle_action",
-    "agentgym/MathCalc-v1": "agentgym.environments.math.oracle:oracle_actions",
-    "agentgym/MathTool-v1": "agentgym.environments.mathtool.oracle:oracle_policy",
-    "agentgym/CodeFix-v1": "agentgym.environments.codefix.oracle:oracle_policy",
-    "agentgym/WebAPI-v1": "agentgym.environments.webapi.policies:oracle_action",
-    # Imported envs: the adapter's own oracle where its source has one (it says why not otherwise).
-    "agentgym/ReasoningGym-v0": "agentgym.environments.interop.oracle:oracle_action",
-    "agentgym/Verifiers-v0": "agentgym.environments.interop.oracle:oracle_action",
-    "agentgym/OpenEnv-v0": "agentgym.environments.interop.oracle:oracle_action",
-    "agentgym/SkyRL-v0": "agentgym.environments.interop.oracle:oracle_action",
-}
 
 
 def load_callable(spec: str, what: str = "oracle") -> Callable[..., Any]:
@@ -52,9 +41,24 @@ def load_callable(spec: str, what: str = "oracle") -> Callable[..., Any]:
 
 
 def get_oracle(env_id: str) -> Policy:
-    if env_id not in ORACLES:
-        raise ConfigError(f"no oracle for {env_id!r}; known: {sorted(ORACLES)}")
-    return load_callable(ORACLES[env_id])
+    """The oracle ``env_id`` declared at registration."""
+    spec = capabilities(env_id).oracle
+    if spec is None:
+        raise ConfigError(f"no oracle for {env_id!r}; known: {ids_with('oracle')}")
+    return load_callable(spec)
+
+
+def play_episode(env: Any, policy: Policy, *, seed: int | None = None,
+                 options: dict[str, Any] | None = None) -> Trajectory:
+    """Reset ``env`` and step it with ``policy(env)`` until the episode ends; its record (the
+    env's own trajectory object: copy it before the next reset if you keep it)."""
+    env.reset(seed=seed, options=options)
+    done = False
+    while not done:
+        _, _, terminated, truncated, _ = env.step(policy(env))
+        done = terminated or truncated
+    traj: Trajectory = env.unwrapped.trajectory
+    return traj
 
 
 def run_oracle(env: Any, *, seed: int | None = None, options: dict[str, Any] | None = None,
@@ -69,11 +73,4 @@ def run_oracle(env: Any, *, seed: int | None = None, options: dict[str, Any] | N
             f"run_oracle: {type(inner).__name__} has no task to read: an oracle reads the env's internal "
             "state (the task's answer), which a remote env keeps on its server. Run the oracle where the "
             f"env lives (run_oracle(gym.make({inner.env_id!r})), or `agentgym demo` there), or pass policy=")
-    policy = policy or get_oracle(inner.env_id)
-    env.reset(seed=seed, options=options)
-    done = False
-    while not done:
-        _, _, terminated, truncated, _ = env.step(policy(env))
-        done = terminated or truncated
-    traj: Trajectory = inner.trajectory
-    return traj
+    return play_episode(env, policy or get_oracle(inner.env_id), seed=seed, options=options)

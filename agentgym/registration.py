@@ -8,12 +8,18 @@ old id then fails in ``gym.make`` with gymnasium's ``DeprecatedEnv``, which name
 (``agentgym/Math-v0`` -> "Please use `agentgym/Math-v1` instead"). Registering an id again
 with the same entry point is a no-op; with another entry point it is an error (it would
 silently keep the first).
+
+What an environment can do besides being played is declared here too, once, as its
+:class:`Capabilities` (an oracle, replayable episodes, warm-start teachers, splits, a sandbox):
+the trainer, the leaderboards and the CLI read :func:`capabilities` instead of keeping tables
+keyed by env id.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -21,9 +27,39 @@ from gymnasium.envs.registration import parse_env_id
 
 from agentgym.errors import ConfigError
 
-__all__ = ["ADAPTERS", "NAMESPACE", "check_env_id", "register", "registered_ids"]
+__all__ = ["ADAPTERS", "NAMESPACE", "Capabilities", "capabilities", "check_env_id", "ids_with", "register",
+           "registered_ids"]
 
 NAMESPACE = "agentgym"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an environment offers besides ``reset`` / ``step``; strings name ``"module:function"``
+    (imported only when used, so declaring them costs nothing)."""
+
+    oracle: str | None = None
+    """``env -> next action token ids``: the scripted policy that solves every task
+    (:mod:`agentgym.oracles`: tests, ``agentgym demo``, warm-start demonstrations)."""
+    replayable: bool = False
+    """A lost episode may be run again: episodes share no state that outlives them (a fresh
+    sandbox, database or generator each), so a second run cannot double an effect."""
+    external_state: tuple[str, ...] = ()
+    """Constructor kwargs that point the env at a store outliving the episode (an external
+    server or database): any of them set makes it not replayable."""
+    teachers: Mapping[str, str] = field(default_factory=dict)
+    """Warm-start teacher name -> ``factory(oracle, **sft_params) -> policy`` (``sft.teacher``)."""
+    splits: tuple[str, ...] = ()
+    """The task splits ``split=`` accepts (as the env class's ``splits``)."""
+    sandbox: bool = False
+    """Episodes run code in a sandbox (Docker by default: ``sandbox=`` picks the backend)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "teachers", dict(self.teachers))  # a copy: the caller's dict may change
+
+    def replayable_with(self, kwargs: Mapping[str, Any]) -> bool:
+        """``replayable`` for an env built with ``kwargs``."""
+        return self.replayable and not any(kwargs.get(k) for k in self.external_state)
 
 # id -> entry point. The single list of built-in environments. v1 (from v0): math answers must
 # be in the task's form (no echoed question), refusals cite the decisive fact, splits everywhere,
@@ -48,11 +84,36 @@ INTEROP: dict[str, str] = {
     "agentgym/SkyRL-v0": "agentgym.environments.interop.skyrl:SkyRLEnv",
 }
 
+_MATH = "agentgym.environments.math"
+_MATH_TEACHERS = {name: f"{_MATH}.teachers:{fn}" for name, fn in (
+    ("oracle", "oracle_teacher"), ("defect-guesser", "guesser"), ("defect-blind-guesser", "blind_guesser"),
+    ("defect-sign-flipper", "sign_flipper"))}
+_INTEROP_ORACLE = "agentgym.environments.interop.oracle:oracle_action"
+# id -> what it can do besides being played (ids left out can do none of it).
+BUILTIN_CAPABILITIES: dict[str, Capabilities] = {
+    "agentgym/Math-v1": Capabilities(oracle=f"{_MATH}.oracle:oracle_action", replayable=True,
+                                     teachers=_MATH_TEACHERS, splits=("train", "eval")),
+    "agentgym/MathCalc-v1": Capabilities(oracle=f"{_MATH}.oracle:oracle_actions", replayable=True,
+                                         teachers=_MATH_TEACHERS, splits=("train", "eval")),
+    "agentgym/MathTool-v1": Capabilities(oracle="agentgym.environments.mathtool.oracle:oracle_policy",
+                                         replayable=True, splits=("train", "eval"), sandbox=True),
+    "agentgym/CodeFix-v1": Capabilities(oracle="agentgym.environments.codefix.oracle:oracle_policy",
+                                        replayable=True, splits=("train", "eval"), sandbox=True),
+    "agentgym/WebAPI-v1": Capabilities(oracle="agentgym.environments.webapi.policies:oracle_action",
+                                       replayable=True, external_state=("server_url", "database_url"),
+                                       splits=("train", "eval", "all")),
+    # Imported envs: the adapter's own oracle where its source has one (it says why not otherwise).
+    **{i: Capabilities(oracle=_INTEROP_ORACLE) for i in INTEROP},
+    "agentgym/ReasoningGym-v0": Capabilities(oracle=_INTEROP_ORACLE, splits=("train", "eval", "test")),
+}
+
 _REGISTERED: dict[str, str] = {}  # every id registered through agentgym.register, in order
+_CAPABILITIES: dict[str, Capabilities] = {}
 
 
-def register(id: str, entry_point: str, **kwargs: Any) -> None:
-    """Register an environment as ``namespace/Name-vN`` (``agentgym/...`` or your own namespace)."""
+def register(id: str, entry_point: str, *, capabilities: Capabilities | None = None, **kwargs: Any) -> None:
+    """Register an environment as ``namespace/Name-vN`` (``agentgym/...`` or your own namespace),
+    with what it can do besides being played (``capabilities``; none by default)."""
     expected = "'namespace/Name-v0', e.g. 'myorg/Echo-v0'"
     try:
         namespace, _name, version = parse_env_id(id)
@@ -66,16 +127,32 @@ def register(id: str, entry_point: str, **kwargs: Any) -> None:
                           "add '-v0' and bump it whenever the environment's behaviour changes")
     if not isinstance(entry_point, str) or ":" not in entry_point:
         raise ConfigError(f"entry_point must be 'module:Class', got {entry_point!r}")
+    if capabilities is not None and not isinstance(capabilities, Capabilities):
+        raise ConfigError(f"capabilities must be agentgym.Capabilities(...), got {type(capabilities).__name__}")
     existing = gym.registry.get(id)
     if existing is not None:
         if existing.entry_point == entry_point:
             _REGISTERED.setdefault(id, entry_point)
+            if capabilities is not None:
+                _CAPABILITIES[id] = capabilities
             return
         raise ConfigError(f"{id!r} is already registered with entry point {existing.entry_point!r}, not "
                           f"{entry_point!r}; pick another id (or bump the version: a different "
                           "environment is a new version)")
     gym.register(id=id, entry_point=entry_point, disable_env_checker=True, **kwargs)
     _REGISTERED[id] = entry_point
+    if capabilities is not None:
+        _CAPABILITIES[id] = capabilities
+
+
+def capabilities(env_id: str) -> Capabilities:
+    """What ``env_id`` declared at registration (nothing, for an id registered without any)."""
+    return _CAPABILITIES.get(env_id, Capabilities())
+
+
+def ids_with(capability: str) -> list[str]:
+    """Every registered id whose ``capability`` (a :class:`Capabilities` field) is set, sorted."""
+    return sorted(i for i, c in _CAPABILITIES.items() if getattr(c, capability))
 
 
 def registered_ids() -> list[str]:
@@ -102,4 +179,4 @@ def _register_builtin() -> None:
     # order_enforce=False: these envs check their own state and raise EnvStateError (part of
     # agentgym's error tree) for a step before reset; Gymnasium's wrapper would raise its own.
     for env_id, entry in {**BUILTIN, **ADAPTERS, **INTEROP}.items():
-        register(env_id, entry, order_enforce=False)
+        register(env_id, entry, capabilities=BUILTIN_CAPABILITIES.get(env_id), order_enforce=False)

@@ -100,15 +100,11 @@ def resolve_model_dir(path: str) -> str:
     checkpoint (``checkpoints/step-N/model``), or ``PATH/model``. ``tiny`` passes through."""
     if path == "tiny" or path.startswith("tiny:"):
         return path
-    from agentgym.trainer.checkpoint import latest_checkpoint
+    from agentgym.trainer.checkpoint import find_model_dir
 
-    p = Path(path)
-    if (p / "config.json").exists():
-        return str(p)
-    ckpt = latest_checkpoint(p) if p.is_dir() else None
-    for cand in ([ckpt / "model"] if ckpt else []) + [p / "model"]:
-        if (cand / "config.json").exists():
-            return str(cand)
+    found = find_model_dir(path, "config.json")
+    if found is not None:
+        return str(found)
     raise ConfigError(f"model={path!r}: expected a model directory (config.json + *.safetensors), a run dir "
                       "written by agentgym-train (its latest checkpoint is used) or a checkpoint dir")
 
@@ -127,16 +123,14 @@ def weights_digest(model_dir: str) -> str | None:
 
 
 def _tokenizer_for(model_dir: str, spec: str, vocab_size: int) -> Any:
-    from agentgym.tokenizers import ByteTokenizer, as_tokenizer
+    from agentgym.tokenizers import ByteTokenizer
+    from agentgym.trainer.model import is_tiny, resolve_tokenizer
 
-    if spec == "byte":
-        return ByteTokenizer()
-    if spec != "auto":
-        return as_tokenizer(spec)
     p = Path(model_dir)
-    if any((p / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
-        return as_tokenizer(str(p))
-    byte = ByteTokenizer()
+    if spec != "auto" or is_tiny(model_dir) or any((p / f).exists() for f in ("tokenizer.json",
+                                                                           "tokenizer_config.json")):
+        return resolve_tokenizer(model_dir, spec)
+    byte = ByteTokenizer()  # a model dir saved without tokenizer files: the byte tokenizer if it fits
     if vocab_size == byte.vocab_size:
         return byte
     raise ConfigError(f"{model_dir} has no tokenizer files and a vocabulary of {vocab_size} (agentgym's byte "
@@ -160,9 +154,10 @@ def hf_policy(*, model: str = "tiny", tokenizer: str = "auto", device: str = "cp
     if torch_dtype is None:
         raise ConfigError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
     net = load_policy(model_dir, device=device, dtype=torch_dtype, attn_implementation=attn_implementation)
-    tok = _tokenizer_for(model_dir, tokenizer, int(net.config.vocab_size))
+    config: Any = net.config
+    tok = _tokenizer_for(model_dir, tokenizer, int(config.vocab_size))
     pad = getattr(tok, "pad_id", None)
-    engine = make_engine("hf", model=net, pad_id=pad if pad is not None else net.config.pad_token_id)
+    engine = make_engine("hf", model=net, pad_id=pad if pad is not None else config.pad_token_id)
     info = {"engine": "hf", "model": model, "model_dir": model_dir, "weights_sha256": weights_digest(model_dir),
             "device": device, "dtype": dtype, "threads": threads, "attn_implementation": attn_implementation}
     return EnginePolicy(engine, name=name or f"hf:{Path(model).name}", tokenizer=tok,

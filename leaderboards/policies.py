@@ -107,12 +107,9 @@ class ScriptedPolicy:
         raise NotImplementedError
 
     def play(self, env: Any, *, seed: int, options: dict[str, Any] | None = None) -> Trajectory:
-        env.reset(seed=seed, options=options)
-        done = False
-        while not done:
-            _, _, terminated, truncated, _ = env.step(self.action(env))
-            done = terminated or truncated
-        return copy.deepcopy(env.unwrapped.trajectory)  # type: ignore[no-any-return]
+        from agentgym.oracles import play_episode
+
+        return copy.deepcopy(play_episode(env, self.action, seed=seed, options=options))
 
     def describe(self) -> dict[str, Any]:
         return {"engine": "scripted", "model": self.name, "temperature": None}
@@ -122,8 +119,8 @@ class ScriptedPolicy:
 
 
 class OraclePolicy(ScriptedPolicy):
-    """The env's oracle from ``agentgym.oracles.ORACLES``, or ``oracle`` (``"module:function"`` or
-    a callable ``env -> action ids``) for an env that is not in that table."""
+    """The oracle the env declared at registration (``agentgym.capabilities(id).oracle``), or
+    ``oracle`` (``"module:function"`` or a callable ``env -> action ids``) for an env without one."""
 
     name = "oracle"
 
@@ -145,7 +142,7 @@ class OraclePolicy(ScriptedPolicy):
         return get_oracle(env.unwrapped.env_id)(env)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "oracle": self._spec or "agentgym.oracles.ORACLES"}
+        return {**super().describe(), "oracle": self._spec or "agentgym.capabilities(env_id).oracle"}
 
 
 class DoNothingPolicy(ScriptedPolicy):

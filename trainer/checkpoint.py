@@ -41,7 +41,7 @@ import torch
 
 from agentgym.errors import CheckpointError
 
-__all__ = ["RESUME_IDENTITY", "check_resume_identity", "export_model", "latest_checkpoint", "load_checkpoint",
+__all__ = ["RESUME_IDENTITY", "check_resume_identity", "export_model", "find_model_dir", "latest_checkpoint", "load_checkpoint",
            "load_weights", "model_weights_file", "rng_state", "save_checkpoint", "save_model", "save_tokenizer",
            "set_rng_state", "write_config"]
 
@@ -316,15 +316,26 @@ def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer: torc
     return state
 
 
-def model_weights_file(path: str | Path) -> Path:
-    """The ``model.safetensors`` of a run dir (its latest checkpoint), a checkpoint dir or a
-    model dir written by agentgym-train / ``save_pretrained``."""
+def find_model_dir(path: str | Path, marker: str) -> Path | None:
+    """The model directory under ``path`` that holds ``marker`` (``config.json``,
+    ``model.safetensors``): ``path`` itself (a model dir, as ``save_pretrained`` writes), a run
+    dir's latest checkpoint (``checkpoints/step-N/model``), or ``path/model`` (a checkpoint dir);
+    None if none does."""
     p = Path(path)
     ckpt = latest_checkpoint(p)
-    for cand in ([ckpt / "model"] if ckpt else []) + [p / "model", p]:
-        f = cand / "model.safetensors"
-        if f.exists():
-            return f
+    for cand in [p] + ([ckpt / "model"] if ckpt else []) + [p / "model"]:
+        if (cand / marker).exists():
+            return cand
+    return None
+
+
+def model_weights_file(path: str | Path) -> Path:
+    """The ``model.safetensors`` of a run dir (its latest checkpoint), a checkpoint dir or a
+    model dir written by agentgym-train / ``save_pretrained`` (:func:`find_model_dir`)."""
+    found = find_model_dir(path, "model.safetensors")
+    if found is not None:
+        return found / "model.safetensors"
+    ckpt = latest_checkpoint(path)
     hint = (" (a sharded torchrun checkpoint: resume it with --resume, or export its weights first)"
             if ckpt is not None and (ckpt / SHARDED).exists() else "")
     raise CheckpointError(f"no model.safetensors under {str(path)!r}; expected a run dir, a checkpoint "

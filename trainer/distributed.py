@@ -39,7 +39,6 @@ __all__ = [
     "GatheredWeights",
     "all_gather_objects",
     "all_gather_rows",
-    "all_reduce_max",
     "all_reduce_sum",
     "barrier",
     "full_state_dict",
@@ -286,15 +285,6 @@ def all_reduce_sum(x: float) -> float:
         return float(x)
     t = torch.tensor([float(x)], dtype=torch.float64)
     d.all_reduce(t)
-    return float(t.item())
-
-
-def all_reduce_max(x: float) -> float:
-    d = _dist()
-    if d is None:
-        return float(x)
-    t = torch.tensor([float(x)], dtype=torch.float64)
-    d.all_reduce(t, op=d.ReduceOp.MAX)
     return float(t.item())
 
 

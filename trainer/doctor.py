@@ -38,9 +38,8 @@ from agentgym.trainer.logprobs import policy_forward
 from agentgym.trainer.model import (
     SINK_DROPPING_ATTENTION,
     check_attention,
-    is_tiny,
     load_policy,
-    tiny_tokenizer,
+    resolve_tokenizer,
 )
 from agentgym.trainer.routing import (
     capture_routing,
@@ -84,12 +83,6 @@ def verdict(stats: dict[str, float]) -> tuple[str, list[str]]:
         "engine and trainer disagree: check that both honour attention sinks (eager / agentgym_flex), "
         "use the same temperature with top_p=1/top_k off, processed log-probs, and synced weights",
     ]
-
-
-def _tokenizer_for(model: str) -> Any:
-    from agentgym.tokenizers import as_tokenizer
-
-    return tiny_tokenizer(model) if is_tiny(model) else as_tokenizer(model)
 
 
 def _sample_episodes(
@@ -174,7 +167,7 @@ def run_doctor(
     else:
         base, name = load_policy(model, device=device, attn_implementation="eager"), model
     if tokenizer is None:
-        tokenizer = _tokenizer_for(name) if isinstance(model, str) else _tokenizer_for("tiny")
+        tokenizer = resolve_tokenizer(name if isinstance(model, str) else "tiny")
     if not allow_unsafe_attention:
         check_attention(attn_implementation, device)
     if trainer_dtype not in _DTYPES:

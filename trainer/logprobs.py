@@ -56,7 +56,7 @@ from agentgym.errors import ConfigError
 from agentgym.trainer.model import use_memory_efficient_experts
 
 __all__ = ["HEAD_CHUNK_BYTES", "HEAD_IMPLEMENTATIONS", "ForwardOut", "FusedLinearLogprob", "forward_tuple",
-           "head_rows", "policy_forward", "token_logprobs"]
+           "head_rows", "policy_forward"]
 
 # Float32 logits per head chunk: 1 GiB = 1,335 rows at V = 201,088 (1M rows at the byte vocab).
 # 2^24 elements (64 MiB) made the H100 learner 2.2x slower (each chunk re-reads the whole head).
@@ -77,22 +77,6 @@ class ForwardOut:
     logprobs: torch.Tensor
     entropy: torch.Tensor
     values: torch.Tensor | None = None
-
-
-def token_logprobs(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0, with_entropy: bool = True
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """log p(target) and entropy per row of ``logits`` (N, V) -> ((N,), (N,)), in float32."""
-    logits = logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp_all = F.log_softmax(logits, dim=-1)  # (N, V)
-    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    if with_entropy:
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
-    else:
-        entropy = torch.zeros_like(logp)
-    return logp, entropy
 
 
 def _head_chunk(head: nn.Module, h: torch.Tensor, targets: torch.Tensor, temperature: float,

@@ -47,6 +47,7 @@ __all__ = [
     "memory_efficient_experts",
     "register_experts",
     "resolve_attention",
+    "resolve_tokenizer",
     "tiny_gptoss_config",
     "tiny_tokenizer",
     "use_memory_efficient_experts",
@@ -166,6 +167,18 @@ def tiny_tokenizer(name: str) -> Any:
         raise ConfigError(f"unknown tiny model {name!r}: expected 'tiny' or 'tiny:NAME' with NAME one of "
                           f"{sorted(TOKENIZERS)} (e.g. tiny:o200k_harmony for GPT-OSS's real vocabulary)")
     return as_tokenizer(spec)
+
+
+def resolve_tokenizer(model: str, spec: str = "auto") -> Any:
+    """The tokenizer of ``model`` (``model.tokenizer``, ``--tokenizer``): ``spec`` ``auto`` is the
+    model's own (a tiny model's :func:`tiny_tokenizer`, else the tokenizer files of its dir or hub
+    id); ``byte``, a name of :data:`agentgym.tokenizers.TOKENIZERS` or a path names one."""
+    from agentgym.tokenizers import ByteTokenizer, as_tokenizer
+
+    if spec == "auto" and is_tiny(model):  # tiny: byte; tiny:o200k_harmony: GPT-OSS's own
+        return tiny_tokenizer(model)
+    name = model if spec == "auto" else spec
+    return ByteTokenizer() if name == "byte" else as_tokenizer(name)
 
 
 def build_tiny_for(tokenizer: Any, seed: int = 0, **overrides: Any) -> nn.Module:

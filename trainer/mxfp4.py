@@ -22,7 +22,6 @@ vLLM from its own config and fills it with its bf16 weights in memory instead (s
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -131,9 +130,3 @@ def save_mxfp4(model: torch.nn.Module, path: str | Path) -> None:
                                    "model.embed_tokens", "lm_head"],
     }
     cfg_file.write_text(json.dumps(cfg, indent=2))
-
-
-def expert_error(w: torch.Tensor) -> float:
-    """Relative L2 error of an MXFP4 round trip of ``w`` (..., K) (about 0.1 for Gaussians)."""
-    back = dequantize(*quantize(w), dtype=torch.float32)
-    return float((back - w.float()).norm() / max(float(w.float().norm()), math.ulp(1.0)))

@@ -20,7 +20,6 @@ checked against the rules the trainer enforces at run time:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from typing import Any
 from agentgym.errors import ConfigError
 
 __all__ = ["KNOWN_ARCHITECTURES", "MXFP4_HUB_IDS", "Plan", "check_engine_checkpoint", "estimate_memory",
-           "layer_activation_bytes", "make_plan", "plan_json"]
+           "layer_activation_bytes", "make_plan"]
 
 GIB = 1 << 30
 # Public config.json values of the hub models (GptOssConfig's defaults are gpt-oss-120b's).
@@ -318,10 +317,3 @@ def make_plan(cfg: Any) -> Plan:
             plan.problems.append(f"{phase}: {plan.memory[phase] / GIB:.1f} GiB > 95% of "
                                  f"{d.gpu_memory_gib:g} GiB per GPU")
     return plan
-
-
-def plan_json(plan: Plan) -> str:
-    return json.dumps({"layout": plan.layout, "model": plan.model,
-                       "memory_gib": {k: round(v / GIB, 2) for k, v in plan.memory.items()},
-                       "problems": plan.problems}, indent=1, default=str)
-

@@ -19,9 +19,10 @@ episodes can be lost. When a worker dies (killed, OOM, node lost) or its env ser
 
 * **retried** on a live worker, at most ``max_attempts`` times in all, when the env is
   *replayable*: its episodes share no state that outlives them, so running one again cannot
-  double an effect. ``retry="auto"`` takes the built-in envs as replayable (each episode gets
-  a fresh sandbox / database / generator) unless WebAPI is pointed at an external
-  ``server_url`` or ``database_url``; ``agentgym/Remote-v0`` and user envs are not, unless
+  double an effect. ``retry="auto"`` takes an env as replayable when it declares so at
+  registration (``Capabilities.replayable``: the built-ins, each episode with a fresh sandbox /
+  database / generator) unless one of its ``external_state`` kwargs is set (WebAPI's
+  ``server_url`` or ``database_url``); ``agentgym/Remote-v0`` and user envs are not, unless
   listed in ``replayable``; ``"always"`` / ``"never"`` override;
 * otherwise **failed**: returned as a record with ``meta["failed"]`` (the reason) and no turns,
   and :func:`drop_failed` removes them before the batch is built (masked from training; the
@@ -47,18 +48,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentgym.errors import ConfigError, PoolStepError, ServiceError, TrainerError
+from agentgym.registration import capabilities
 from agentgym.trainer.rollout import RolloutStats
 from agentgym.trajectory import Trajectory
 
-__all__ = ["REPLAYABLE", "SEED_STRIDE", "FaultStats", "RayCollector", "WorkerSpec", "drop_failed",
+__all__ = ["SEED_STRIDE", "FaultStats", "RayCollector", "WorkerSpec", "drop_failed",
            "replayable"]
 
 log = logging.getLogger(__name__)
 
 SEED_STRIDE = 100_003  # sampling seeds of unit u start at sample_seed + u * SEED_STRIDE
-# Built-in envs whose episodes leave nothing behind (per-episode sandbox, database or RNG).
-REPLAYABLE: frozenset[str] = frozenset({"agentgym/Math-v1", "agentgym/MathCalc-v1", "agentgym/MathTool-v1",
-                                        "agentgym/CodeFix-v1", "agentgym/WebAPI-v1"})
 RETRY_MODES = ("auto", "always", "never")
 
 
@@ -71,9 +70,7 @@ def replayable(env_id: str, env_kwargs: dict[str, Any], mode: str = "auto",
         return mode == "always"
     if env_id in extra:
         return True
-    if env_id == "agentgym/WebAPI-v1" and (env_kwargs.get("server_url") or env_kwargs.get("database_url")):
-        return False  # writes land in a store that outlives the episode
-    return env_id in REPLAYABLE
+    return capabilities(env_id).replayable_with(env_kwargs)
 
 
 @dataclass

@@ -6,18 +6,17 @@ The loss is the negative log-likelihood of the *policy tokens only* (environment
 tokens are context), which teaches a tiny model the Harmony format (tool call, stop token,
 final answer) before PPO.
 
-Teachers (``sft.teacher``, :data:`TEACHERS`): ``oracle`` is the environment's perfect
-policy, and the honest warm start. The others *plant a defect* and carry it in their name,
-so that no one mistakes a gain over them for a gain over an honest baseline (the closing
-report says so too): ``defect-guesser`` is the oracle, except that on a fraction
-``sft.skip_tool`` of the episodes it skips the tools, restates the arithmetic in its
-analysis channel and answers a guess that is right only ``sft.guess_right`` of the time
-(otherwise one digit is off); ``defect-blind-guesser`` guesses without the analysis message;
-``defect-sign-flipper``, on a fraction ``sft.sign_error`` of the episodes, flips the sign of
-the expression's first number in its calculator call (``78 - 83`` -> ``-78 - 83``) and answers
-the wrong result it got back: one bad habit whose fix is the same on every task, which a
-sparse outcome reward can unlearn. They are for studying what RL undoes, not for measuring
-what it adds.
+Teachers (``sft.teacher``) are declared by the environment at registration
+(``Capabilities.teachers``, see :func:`agentgym.register`; Math-v1's and MathCalc-v1's are in
+``agentgym.environments.math.teachers``): ``oracle`` is the environment's perfect policy, and
+the honest warm start. The others *plant a defect* and carry it in their name, so that no one
+mistakes a gain over them for a gain over an honest baseline (the closing report says so too):
+``defect-guesser`` skips the tools and guesses on a fraction ``sft.skip_tool`` of the episodes
+(right ``sft.guess_right`` of the time); ``defect-blind-guesser`` guesses without showing its
+work; ``defect-sign-flipper``, on a fraction ``sft.sign_error`` of the episodes, flips the sign
+of the expression's first number in its calculator call: one bad habit whose fix is the same
+on every task, which a sparse outcome reward can unlearn. They are for studying what RL
+undoes, not for measuring what it adds.
 
 Demonstrations come from the train split; with ``env.exclude_held_out`` a demonstration
 whose problem is held out (``heldout.py``) is replaced by another. With ``sft.check_every``
@@ -27,7 +26,6 @@ RL to learn from, or pass@1 so high that little room would be left.
 
 from __future__ import annotations
 
-import importlib
 import math
 import time
 from collections.abc import Callable
@@ -37,100 +35,37 @@ import numpy as np
 import torch
 
 from agentgym.errors import ConfigError
+from agentgym.oracles import get_oracle, load_callable, play_episode
+from agentgym.registration import capabilities, ids_with
 from agentgym.trainer.batch import make_batch, prefix_forward
 from agentgym.trajectory import Trajectory
 
-__all__ = ["ORACLES", "TEACHERS", "demonstrations", "find_oracle", "flip_sign", "guess_answer",
-           "guessing_teacher", "load_moments", "make_teacher", "run_sft", "save_moments", "sft_optimizer",
-           "sft_step", "sign_flipping_teacher", "stop_reason"]
+__all__ = ["demonstrations", "find_oracle", "load_moments", "make_teacher", "run_sft", "save_moments",
+           "sft_optimizer", "sft_step", "stop_reason"]
 
 Policy = Callable[[Any], np.ndarray]  # env -> the next action's token ids
 
-# env id -> "module:function(env) -> next action ids". Add yours to warm-start on your env.
-ORACLES: dict[str, str] = {
-    "agentgym/Math-v1": "agentgym.environments.math.oracle:oracle_action",
-    "agentgym/MathCalc-v1": "agentgym.environments.math.oracle:oracle_actions",
-}
-
-
-def find_oracle(env_id: str) -> Callable[[Any], np.ndarray]:
-    if env_id not in ORACLES:
-        raise ConfigError(f"no oracle policy known for {env_id!r}: warm start (sft.steps > 0) needs "
-                          f"one of {sorted(ORACLES)}; register yours in agentgym.trainer.sft.ORACLES "
+def find_oracle(env_id: str) -> Policy:
+    """The oracle of an env that declares warm-start teachers (the demonstrations' source)."""
+    if not capabilities(env_id).teachers:
+        raise ConfigError(f"no oracle policy known for {env_id!r}: warm start (sft.steps > 0) needs an env "
+                          f"that declares teachers, one of {ids_with('teachers')}; declare yours with "
+                          "agentgym.register(..., capabilities=agentgym.Capabilities(oracle=..., teachers=...)) "
                           "or set sft.steps=0")
-    module, fn = ORACLES[env_id].split(":")
-    return getattr(importlib.import_module(module), fn)  # type: ignore[no-any-return]
-
-
-def guess_answer(answer: str, rng: np.random.Generator, right: float) -> str:
-    """A guess at ``answer``: itself with probability ``right``, else one digit changed
-    (``85`` -> ``89``, ``-7/12`` -> ``-7/13``): the kind of slip mental arithmetic makes."""
-    digits = [i for i, ch in enumerate(answer) if ch.isdigit()]
-    if rng.random() < right or not digits:
-        return answer
-    i = digits[int(rng.integers(len(digits)))]
-    starts_number = (i == 0 or not answer[i - 1].isdigit()) and i + 1 < len(answer) and answer[i + 1].isdigit()
-    choices = [d for d in "0123456789" if d != answer[i] and not (starts_number and d == "0")]
-    return answer[:i] + choices[int(rng.integers(len(choices)))] + answer[i + 1:]
-
-
-def guessing_teacher(oracle: Policy, *, skip_tool: float, guess_right: float,
-                     show_work: bool = True) -> Policy:
-    """The oracle, except on a fraction ``skip_tool`` of episodes: there it answers at once
-    with :func:`guess_answer` (no tool call), after restating the arithmetic (the task's
-    ``expression``, when it has one) in its analysis channel if ``show_work``: it does the
-    sum in its head. The choice and the guess are drawn from the episode's seed, so every
-    turn of an episode agrees and demonstrations are reproducible."""
-
-    def act(env: Any) -> np.ndarray:
-        e = env.unwrapped
-        rng = np.random.default_rng([int(e.trajectory.seed or 0), 0x9E55])
-        if rng.random() >= skip_tool:
-            return oracle(env)
-        guess = guess_answer(str(e.task.answer), rng, guess_right)
-        work = e.task.meta.get("expression") if show_work else None
-        return np.asarray(e.codec.final_ids(guess, analysis=work), dtype=np.int64)
-
-    return act
-
-
-def flip_sign(expression: str) -> str:
-    """``expression`` with the sign of its first number flipped (``78 - 83`` -> ``-78 - 83``,
-    ``-3 + 4`` -> ``3 + 4``): a slip whose fix is the same on every task (never write it)."""
-    return expression[1:] if expression.startswith("-") else "-" + expression
-
-
-def sign_flipping_teacher(oracle: Policy, *, sign_error: float) -> Policy:
-    """The oracle, except on a fraction ``sign_error`` of episodes: there its ``calculator``
-    call has the first number's sign flipped (:func:`flip_sign`), and its final answer repeats
-    the (wrong) result, as the oracle always does. Drawn from the episode's seed."""
-
-    def act(env: Any) -> np.ndarray:
-        e = env.unwrapped
-        expr = e.task.meta.get("expression")
-        rng = np.random.default_rng([int(e.trajectory.seed or 0), 0x5167])
-        if expr is None or getattr(e, "last_calc", "") is not None or rng.random() >= sign_error:
-            return oracle(env)  # no expression, past the call, or this episode has no slip
-        return np.asarray(e.codec.tool_call_ids("calculator", {"expression": flip_sign(expr)}),
-                          dtype=np.int64)
-
-    return act
-
-
-# name -> (oracle, sft config) -> the demonstration policy
-TEACHERS: dict[str, Callable[[Policy, Any], Policy]] = {
-    "oracle": lambda oracle, sc: oracle,
-    "defect-guesser": lambda oracle, sc: guessing_teacher(oracle, skip_tool=sc.skip_tool,
-                                                          guess_right=sc.guess_right),
-    "defect-blind-guesser": lambda oracle, sc: guessing_teacher(oracle, skip_tool=sc.skip_tool,
-                                                                guess_right=sc.guess_right, show_work=False),
-    "defect-sign-flipper": lambda oracle, sc: sign_flipping_teacher(oracle, sign_error=sc.sign_error),
-}
+    return get_oracle(env_id)
 
 
 def make_teacher(env_id: str, sft_config: Any) -> Policy:
-    """The demonstration policy ``sft_config.teacher`` for ``env_id``."""
-    return TEACHERS[sft_config.teacher](find_oracle(env_id), sft_config)
+    """The demonstration policy ``sft_config.teacher`` that ``env_id`` declares."""
+    oracle = find_oracle(env_id)
+    teachers = capabilities(env_id).teachers
+    if sft_config.teacher not in teachers:
+        raise ConfigError(f"sft.teacher={sft_config.teacher!r}: {env_id} declares the teachers "
+                          f"{sorted(teachers)}; fix: sft.teacher=oracle")
+    factory = load_callable(teachers[sft_config.teacher], "teacher")
+    policy: Policy = factory(oracle, skip_tool=sft_config.skip_tool, guess_right=sft_config.guess_right,
+                             sign_error=sft_config.sign_error)
+    return policy
 
 
 def demonstrations(env: Any, oracle: Policy, seeds: list[int],
@@ -142,12 +77,7 @@ def demonstrations(env: Any, oracle: Policy, seeds: list[int],
     for seed in seeds:
         if held is not None and held.exclude:
             seed = held.replace(seed, options)
-        env.reset(seed=seed, options=options)
-        done = False
-        while not done:
-            _, _, term, trunc, _ = env.step(oracle(env))
-            done = term or trunc
-        out.append(env.unwrapped.trajectory)
+        out.append(play_episode(env, oracle, seed=seed, options=options))
     return out
 
 

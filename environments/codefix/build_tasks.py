@@ -75,7 +75,7 @@ def run_judge_locally(p: Problem, source: str, **timeouts: float) -> JudgeReport
     """The submit-time judge over ``source`` in a temp dir (trusted code only: our mutants)."""
     with tempfile.TemporaryDirectory(prefix="codefix-build-") as d:
         Path(d, "solution.py").write_text(source)
-        payload, nonce = judge_payload(_judge_task(p), **timeouts)
+        payload, nonce = judge_payload(_judge_task(p), **timeouts)  # type: ignore[arg-type]  # the float kwargs
         proc = subprocess.run([sys.executable, *judge_argv()[1:]], input=payload, cwd=d,
                               capture_output=True, timeout=60)
         return parse_judge_output(proc.stdout.decode(errors="replace"), nonce, len(p.units))

@@ -14,8 +14,8 @@ Rewards: sparse = 1 if every hidden test passes at submit, else 0. Shaped adds, 
 outcome only, ToolEnv's ``format``, ``malformed`` and ``turn`` terms. ``pass_rate_delta``
 (hidden-test pass rate at submit minus that of the buggy start, exactly 0 when solution.py is
 submitted unchanged) is always reported but has weight 0 by default: a constant-return program
-earns it (see the README); with a weight, a negative total is floored at 0. Budgets:
-``max_turns`` (16), ``max_tokens`` (16384), and ``sandbox_seconds`` (60) of sandbox time per
+earns it (docs/environments/codefix.md, "Rewards and budgets"); with a weight, a negative total
+is floored at 0. Budgets: ``max_turns`` (16), ``max_tokens`` (16384), and ``sandbox_seconds`` (60) of sandbox time per
 episode; when any is used up the episode is truncated. The judge at submit runs on what is
 left of that budget, and a judge stalled by the agent's code uses it up (see :mod:`.workspace`). Splits: ``train`` and ``eval`` (by
 HumanEval problem; ``split=`` or ``options={"split": ...}``).
@@ -95,7 +95,7 @@ class CodeFixEnv(ToolEnv):
 
     # ---------------------------------------------------------------- ToolEnv hooks
     def sample_task(self, rng: np.random.Generator, options: dict[str, Any]) -> Task:
-        split = options.get("split", self.split)
+        split = str(options.get("split", self.split))  # ToolEnv.reset set and checked it (CodeFix has splits)
         tasks = self._by_split[split]
         if "task_id" in options:
             by_id = {t.id: t for t in tasks}

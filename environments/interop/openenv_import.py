@@ -66,7 +66,7 @@ class OpenEnvEnv(HubEnv):
         self.tool_name, self.final_field, self.declared_replayable = tool_name, final_field, replayable
         self.timeout = timeout
         if instructions is not None:
-            self.instructions = instructions
+            self.instructions = instructions  # type: ignore[misc]  # per instance
         try:
             schema = httpx.get(f"{self.url}/schema", timeout=timeout).json()
         except (httpx.HTTPError, ValueError) as e:

@@ -117,7 +117,7 @@ class SkyRLEnv(HubEnv):
         messages, _ = self.source.init(row["prompt"])
         system = [m["content"] for m in messages if m.get("role") == "system"]
         user = [m["content"] for m in messages if m.get("role") != "system"]
-        self.instructions = "\n\n".join([*system, type(self).instructions])
+        self.instructions = "\n\n".join([*system, type(self).instructions])  # type: ignore[misc]  # per task
         self._last_reward = 0.0
         return Task(id=str(row.get("id", f"{self.env_class}/{index}")), prompt="\n\n".join(user),
                     meta={"index": int(index)})

@@ -127,7 +127,7 @@ class VerifiersEnv(HubEnv):
         self.others: list[str] = []  # the env's other seats, played by verifiers' agents
         self.ctx: Any = None  # their model endpoint (a verifiers ModelContext)
         if env is not None:
-            self.final_ends_episode = False  # the env answers a final answer (or ends the episode)
+            self.final_ends_episode = False  # type: ignore[misc]  # per instance; the env answers a final answer (or ends the episode)
             self.seat, self.others = self._seats(env, seat)
             self.ctx = self._endpoint(agents_endpoint) if self.others else None
             self.vf_env = env = _local_seat(env, self.seat)
@@ -175,7 +175,7 @@ class VerifiersEnv(HubEnv):
                                   f"on task {index}: {conv if kind == 'error' else 'its run() ended first'}")
             self.conv = conv
         data = self.conv.task.data
-        self.instructions = data.system_prompt or type(self).instructions
+        self.instructions = data.system_prompt or type(self).instructions  # type: ignore[misc]  # per task
         return Task(id=str(t.data.id or t.key[:16]), prompt=prompt, meta={"index": int(index)})
 
     def tools(self) -> list[Tool]:

@@ -245,10 +245,10 @@ def _evaluated(n: Node, parent: str = "") -> str | None:
         if e is not None and e in (0, 1):
             return f"{to_str(n)} raises to the power {e}"
     if op == "fn" and n[1] == "sqrt":
-        v = _lit(n[2])
-        if v is not None and v.denominator == 1 and v > 1 and _square_factor(int(v)) > 1:
-            s = math.isqrt(_square_factor(int(v)))
-            return f"{to_str(n)} is {s}sqrt({int(v) // (s * s)})"
+        r = _lit(n[2])
+        if r is not None and r.denominator == 1 and r > 1 and _square_factor(int(r)) > 1:
+            s = math.isqrt(_square_factor(int(r)))
+            return f"{to_str(n)} is {s}sqrt({int(r) // (s * s)})"
     if op in ("mul", "div", "neg") and parent not in ("mul", "div", "neg"):
         why = _product(n)
         if why:

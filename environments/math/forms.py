@@ -1,6 +1,6 @@
 """How people and models write answers, read back into the verifier's grammar.
 
-Each rule is a decision about what a written form *means*; the README ("The answer verifier")
+Each rule is a decision about what a written form *means*; docs/rewards.md ("Forms")
 lists them with their reasons. Everything here is a linear regex pass over an answer already
 cut to :data:`.expr.MAX_CHARS` characters, applied only when the text can contain the form.
 

@@ -92,10 +92,6 @@ def fmt_poly(terms: list[tuple[int, int]], var: str = "x") -> str:
     return "".join(out) or "0"
 
 
-def _signed(v: int) -> str:
-    return f"+ {v}" if v >= 0 else f"- {-v}"
-
-
 # ---------------------------------------------------------------------------- families
 Gen = Callable[[Draw, int], tuple[str, str, str | None]]  # -> question, answer, expression
 

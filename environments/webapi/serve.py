@@ -68,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     def orphaned() -> None:
         server.should_exit = True
         # If the graceful path hangs (a stuck request), leave anyway after a grace period.
-        threading.Timer(5.0, lambda: (store.close(), os._exit(0))).start()
+        def leave() -> None:
+            store.close()
+            os._exit(0)
+
+        threading.Timer(5.0, leave).start()
 
     if args.parent_pid is not None:
         if os.getppid() != args.parent_pid:  # died before we even started

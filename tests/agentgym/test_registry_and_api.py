@@ -73,12 +73,12 @@ def test_register_rejects_ids_outside_the_namespace() -> None:
 
 def test_public_surface_is_pinned() -> None:
     assert set(agentgym.__all__) == {
-        "ActionTypeError", "AgentGymError", "ByteTokenizer", "ChatWrapper", "CheckpointError", "ConfigError", "DatasetError", "EnvPool",
+        "ActionTypeError", "AgentGymError", "ByteTokenizer", "Capabilities", "ChatWrapper", "CheckpointError", "ConfigError", "DatasetError", "EnvPool",
         "EnvStateError", "HFTokenizer", "HarmonyCodec", "InfraError", "Message", "NonFiniteError", "ParsedAction",
         "SandboxError", "SandboxStateError", "SandboxUnavailable", "ServiceError", "StepResult",
         "SubmissionError", "Task", "TextWrapper", "TokenizerError", "Tool", "ToolCall", "ToolEnv",
         "ToolResult", "Tokenizer", "TrainerError", "Trajectory", "Turn", "__version__", "as_tokenizer",
-        "read_jsonl", "register", "registered_ids", "write_jsonl"}
+        "capabilities", "read_jsonl", "register", "registered_ids", "write_jsonl"}
     for name in agentgym.__all__:
         assert hasattr(agentgym, name)
     assert issubclass(agentgym.ConfigError, agentgym.AgentGymError)
@@ -118,6 +118,7 @@ def _forget_test_ids() -> Iterator[None]:
     for env_id in set(gym.registry) - before:
         del gym.registry[env_id]
         registration._REGISTERED.pop(env_id, None)
+        registration._CAPABILITIES.pop(env_id, None)
 
 
 def test_register_accepts_a_users_own_namespace() -> None:
@@ -140,3 +141,34 @@ def test_re_registering_an_id_same_entry_point_is_a_no_op_another_is_an_error() 
         agentgym.register("myorg/Twice-v0", "tests.agentgym.test_env_contract:DescribedEnv")
     with pytest.raises(agentgym.ConfigError, match="already registered"):
         agentgym.register("agentgym/Math-v1", "my_module:MyMath")
+
+
+def test_capabilities_are_declared_at_registration_and_agree_with_the_env_class() -> None:
+    from agentgym.oracles import load_callable
+    from agentgym.registration import _REGISTERED
+
+    for env_id, entry in _REGISTERED.items():
+        caps = agentgym.capabilities(env_id)
+        cls = load_callable(entry, "entry point")
+        assert caps.splits == tuple(getattr(cls, "splits", ())), env_id
+        for spec in [caps.oracle, *caps.teachers.values()]:
+            if spec is not None:
+                assert callable(load_callable(spec)), (env_id, spec)
+    assert agentgym.capabilities("agentgym/CodeFix-v1").sandbox and not agentgym.capabilities("agentgym/Math-v1").sandbox
+    webapi = agentgym.capabilities("agentgym/WebAPI-v1")
+    assert webapi.replayable_with({"split": "all"}) and not webapi.replayable_with({"database_url": "postgresql://x"})
+    assert agentgym.capabilities("agentgym/Remote-v0") == agentgym.Capabilities()
+
+
+def test_a_users_env_declares_its_own_capabilities() -> None:
+    from agentgym.oracles import get_oracle
+    from agentgym.registration import ids_with
+
+    with pytest.raises(agentgym.ConfigError, match="no oracle for 'myorg/Echo-v0'"):
+        agentgym.register("myorg/Echo-v0", "tests.agentgym.toy:EchoEnv")
+        get_oracle("myorg/Echo-v0")
+    caps = agentgym.Capabilities(oracle="tests.agentgym.toy:EchoEnv", replayable=True)
+    agentgym.register("myorg/Echo-v0", "tests.agentgym.toy:EchoEnv", capabilities=caps)
+    assert agentgym.capabilities("myorg/Echo-v0") is caps and "myorg/Echo-v0" in ids_with("oracle")
+    with pytest.raises(agentgym.ConfigError, match="capabilities must be"):
+        agentgym.register("myorg/Other-v0", "tests.agentgym.toy:EchoEnv", capabilities={"oracle": "x:y"})  # type: ignore[arg-type]

@@ -8,20 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-import agentgym  # noqa: F401
+import agentgym
+from agentgym.environments.math.teachers import flip_sign, guess_answer
 from agentgym.errors import ConfigError
 from agentgym.trainer.batch import make_batch
 from agentgym.trainer.config import SFTConfig
 from agentgym.trainer.model import build_tiny_gptoss
-from agentgym.trainer.sft import (
-    _length_buckets,
-    demonstrations,
-    find_oracle,
-    flip_sign,
-    guess_answer,
-    make_teacher,
-    sft_step,
-)
+from agentgym.trainer.sft import _length_buckets, demonstrations, find_oracle, make_teacher, sft_step
 
 PAD = 263
 
@@ -56,6 +49,15 @@ def test_sft_loss_ignores_environment_tokens_and_decreases() -> None:
 def test_unknown_env_has_no_oracle() -> None:
     with pytest.raises(ConfigError, match="no oracle"):
         find_oracle("agentgym/CodeFix-v1")
+
+
+def test_teachers_are_the_ones_the_env_declares() -> None:
+    from agentgym.trainer.config import TEACHERS
+
+    for env_id in ("agentgym/Math-v1", "agentgym/MathCalc-v1"):
+        assert sorted(agentgym.capabilities(env_id).teachers) == sorted(TEACHERS)  # every name sft.teacher takes
+    with pytest.raises(ConfigError, match=r"declares the teachers \['defect-blind-guesser'"):
+        make_teacher("agentgym/MathCalc-v1", SFTConfig(teacher="defect-typo"))
 
 
 def test_guess_answer_is_one_digit_off_unless_right() -> None:
