@@ -598,6 +598,10 @@ class TrainConfig:
             why.append(("the hf engine shares the learner's module (it would sample from weights "
                         "being updated)", "rollout.engine_weights=copy (its own copy, synced after every "
                         "update), rollout.engine=openai-http (agentgym-train serve) or vllm"))
+        if r.backend == "ray" and r.engine != "hf":
+            why.append((f"rollout.backend=ray with rollout.engine={r.engine} (the workers share a server "
+                        "whose weights they cannot version)", "rollout.engine=hf (weights in each worker), "
+                        "or rollout.backend=local with the server"))
         if r.sync_every != 1:
             why.append((f"rollout.sync_every={r.sync_every} (async syncs after every update; "
                         "rollout.max_staleness bounds the lag)", "rollout.sync_every=1"))

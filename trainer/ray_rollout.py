@@ -119,10 +119,8 @@ class _Worker:
             import torch
 
             torch.set_num_threads(spec.threads)
-        from agentgym.trainer.async_rollout import VersionedEngine
-
         self.model = spec.model
-        self.engine = VersionedEngine(spec.make_engine(self.model))  # samples record their weights' version
+        self.engine = spec.make_engine(self.model)
         self.collector = Collector.from_factory(spec.make_env, episodes_per_call, self.engine,
                                                 max_new_tokens=spec.max_new_tokens,
                                                 max_workers=spec.max_env_threads)
@@ -133,14 +131,21 @@ class _Worker:
 
     def run(self, seeds: list[int], temperature: float, sample_seed: int | None,
             options: dict[str, Any] | None, weights: list[Any]) -> tuple[list[Trajectory], RolloutStats]:
-        # weights: [] or [(push id, policy version, ObjectRef of a state dict)] (a list, so Ray does
-        # not fetch it on every call: only when a new push arrived).
+        # weights: [] or [(push id, policy version or None, ObjectRef of a state dict)] (a list, so
+        # Ray does not fetch it on every call: only when a new push arrived).
         if weights and weights[0][0] != self.version:
             import ray
 
+            from agentgym.trainer.async_rollout import VersionedEngine
+
             push, version, ref = weights[0]
             self.model.load_state_dict(ray.get(ref))
-            self.engine.sync_weights(self.model, version=version)
+            if version is not None and not isinstance(self.engine, VersionedEngine):  # async from here on
+                self.engine = self.collector.engine = VersionedEngine(self.engine)
+            if isinstance(self.engine, VersionedEngine):  # its samples record the policy version
+                self.engine.sync_weights(self.model, version=version)
+            else:
+                self.engine.sync_weights(self.model)
             self.version = push
         return self.collector.collect(seeds, temperature=temperature, sample_seed=sample_seed, options=options)
 
@@ -259,7 +264,7 @@ class RayCollector:
         self._version += 1
         if version is not None:
             self.versioned = True
-        self._weights = [(self._version, self._version if version is None else version, self.ray.put(state))]
+        self._weights = [(self._version, version, self.ray.put(state))]
 
     def worker_pids(self, timeout: float = 120.0) -> list[int | None]:
         """Each worker's process id (waiting for restarting ones); None for retired workers."""

@@ -599,7 +599,7 @@ class Trainer:
                 metrics.update(t_sync=sync["seconds"], sync_mb=sync["bytes"] / 2**20)
         t_update, t_step = time.perf_counter() - t0, time.perf_counter() - t_start
         metrics.update(t_rollout=t_rollout, t_update=t_update, engine_staleness=staleness, t_step=t_step,
-                       learner_busy_frac=t_update / max(t_step, 1e-9), lr=s.scheduler.get_last_lr()[0])
+                       t_learner_busy=t_update / max(t_step, 1e-9), lr=s.scheduler.get_last_lr()[0])
         return metrics
 
     # ------------------------------------------------------------------ collection

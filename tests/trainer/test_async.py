@@ -214,7 +214,7 @@ def test_a_short_async_run_trains_within_the_bound(tmp_path: Path) -> None:
     for r in rows:
         assert r["staleness_max"] <= k and r["async_dropped_stale"] == 0
         assert abs(sum(r[f"staleness_frac_{j}"] for j in range(k + 1)) - 1) < 1e-9
-        assert r["episodes_used"] == 4 and 0 < r["learner_busy_frac"] <= 1
+        assert r["episodes_used"] == 4 and 0 < r["t_learner_busy"] <= 1
         assert "health_capped" in r  # the monitor watched the correction
     # the producer ran ahead: later batches were sampled by older weights, and the engine's
     # log-probs (from generation time) differ from the learner's by that drift
@@ -248,7 +248,7 @@ def test_async_on_ray_loses_no_episode_when_a_worker_is_killed(tmp_path: Path) -
                                          "rollout.mode=async", f"rollout.max_staleness={k}",
                                          "rollout.backend=ray", "rollout.ray.num_workers=2",
                                          "rollout.ray.episodes_per_call=1", "rollout.ray.max_restarts=2",
-                                         "rollout.ray.init={num_cpus: 2, include_dashboard: false}",
+                                         "rollout.ray.init={num_cpus: 2, object_store_memory: 314572800}",
                                          "ppo.lr=1e-2", "ppo.entropy_coef=0.5", "ppo.kl_coef=0"])
     t = Trainer(cfg)
     out = []
@@ -265,7 +265,7 @@ def test_async_on_ray_loses_no_episode_when_a_worker_is_killed(tmp_path: Path) -
         t.close_producer()
         t.s.close()
     for m in out:
-        assert m["staleness_max"] <= k
+        assert m["staleness_max"] <= k and abs(m["staleness_frac_0"] + m["staleness_frac_1"] - 1) < 1e-9
         # every episode of the step is trained on or counted as failed: none vanished
         assert m["episodes_used"] + m["episodes_failed"] == 4
     assert sum(m["episodes_failed"] for m in out) == 0  # MathCalc is replayable: retried elsewhere
