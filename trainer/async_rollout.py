@@ -147,12 +147,14 @@ class Producer:
         self._stop = False
         self._queue: queue.Queue[tuple[int, Any, BaseException | None]] = queue.Queue()
         self.waited_for_version = 0.0  # seconds the producer was held back by the bound
+        self._threads = torch.get_num_threads()  # OpenMP's thread count is per thread: carried over
         self._thread = threading.Thread(target=self._run, args=(start, end), name="agentgym-producer", daemon=True)
         self._thread.start()
 
     def _run(self, start: int, end: int) -> None:
         import time
 
+        torch.set_num_threads(self._threads)
         for n in range(start, end):
             t0 = time.perf_counter()
             with self._cond:

@@ -269,3 +269,37 @@ def test_async_on_ray_loses_no_episode_when_a_worker_is_killed(tmp_path: Path) -
         # every episode of the step is trained on or counted as failed: none vanished
         assert m["episodes_used"] + m["episodes_failed"] == 4
     assert sum(m["episodes_failed"] for m in out) == 0  # MathCalc is replayable: retried elsewhere
+
+
+@pytest.mark.slow
+def test_async_with_a_served_engine_in_its_own_server(tmp_path: Path) -> None:
+    """The hf engine behind agentgym's completion server (real HTTP, its own weights, synced
+    through a checkpoint after every update) produces under the bound; the first step's batch
+    comes from the learner's own weights (pushed when the producer starts)."""
+    from agentgym.tokenizers import ByteTokenizer
+    from agentgym.trainer.engines.hf import HFEngine
+    from agentgym.trainer.engines.server import CompletionServer
+    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.train import Trainer
+
+    served = HFEngine(build_tiny_gptoss(ByteTokenizer().vocab_size, seed=1), share=False)  # other weights
+    k, steps = 1, 3
+    with CompletionServer(served) as server:
+        cfg = load_config("cpu-quickstart", [
+            *SMALL, f"log.run_dir={tmp_path / 'run'}", f"ppo.steps={steps}", "rollout.mode=async",
+            f"rollout.max_staleness={k}", "rollout.engine=openai-http", "rollout.prefix_cache=false",
+            f"rollout.engine_kwargs={{base_url: '{server.url}', checkpoint_dir: '{tmp_path / 'sync'}'}}",
+            "ppo.lr=1e-2", "ppo.entropy_coef=0.5", "ppo.kl_coef=0"])
+        t = Trainer(cfg)
+        out = []
+        try:
+            for step in range(steps):
+                out.append(t.train_step(step))
+                t.step = step + 1
+        finally:
+            t.close_producer()
+            t.s.close()
+    assert out[0]["staleness_max"] == 0 and out[0]["mismatch_abs_dlogp_max"] < 1e-3  # synced at the start
+    for m in out:
+        assert m["staleness_max"] <= k and m["episodes_used"] == 4 and m["async_dropped_stale"] == 0
+    assert any(m["staleness_max"] == 1 and m["mismatch_abs_dlogp_mean"] > 1e-4 for m in out[1:])
