@@ -163,7 +163,7 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=2)
     ap.add_argument("--eval-every", type=int, default=5)
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE overrides for every run")
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()
     {"warm": warm, "throughput": throughput, "correction": correction}[args.what](args)
     return 0
 
