@@ -187,7 +187,7 @@ class Producer:
                                "rollout.mode=async trains the steps in order from where the producer started")
         return out
 
-    def close(self, timeout: float = 60.0) -> None:
+    def close(self, timeout: float = 30.0) -> None:
         """Stop producing; waits for a collection in progress to end (at most ``timeout`` s)."""
         with self._cond:
             self._stop = True
