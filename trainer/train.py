@@ -20,7 +20,9 @@ with its AdamW state and its evaluation (``RUN_DIR/warm_start``) so that the arm
 comparison (``algo``, ``ppo.placebo``, ``controls``) all start from it (``sft.load``); an engine
 with its own weights (``rollout.engine_weights=copy``, vLLM, a server) is synced every
 ``rollout.sync_every`` steps, and every training episode records the policy version that
-sampled it (``meta["policy_version"]``).
+sampled it (``meta["policy_version"]``; per token: ``meta["token_versions"]``). With
+``rollout.mode: async`` a producer thread collects the next steps while the learner updates, at
+most ``rollout.max_staleness`` policy versions behind (``async_rollout.py``).
 """
 
 from __future__ import annotations
