@@ -16,6 +16,8 @@ truncated episode bootstraps from):
 * ``truncated``      (B,)   bool   hit a budget (bootstrap with the value head)
 * ``routes``   (B, T, L, k) long   the engine's experts per token and layer, with routing
                                    replay (``rollout.routing_replay``), else None
+* ``versions``       (B, T) long   the policy version that sampled each token (-1 elsewhere),
+                                   when the trajectories record it (``meta["token_versions"]``)
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 import torch
 
 from agentgym.errors import NonFiniteError
+from agentgym.trainer.async_rollout import batch_versions
 from agentgym.trajectory import Trajectory
 
 __all__ = ["Batch", "make_batch", "micro_batches", "prefix_forward", "shared_prefix_len"]
@@ -45,6 +48,7 @@ class Batch:
     lengths: torch.Tensor
     truncated: torch.Tensor
     routes: torch.Tensor | None = None
+    versions: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -123,6 +127,7 @@ def make_batch(trajectories: Sequence[Trajectory], group_ids: Sequence[int], *, 
         group_ids=torch.tensor(list(group_ids), dtype=torch.long),
         lengths=torch.tensor(lengths, dtype=torch.long),
         truncated=torch.tensor([t.truncated and not t.terminated for t in trajectories]),
+        versions=batch_versions(trajectories, T),
     )
 
 

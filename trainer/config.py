@@ -171,6 +171,16 @@ class RolloutConfig:
     expert paths. Not with rollout.backend=ray."""
     backend: str = "local"
     """``local`` (envs on threads of this process) or ``ray`` (rollout workers as Ray actors)."""
+    mode: str = "sync"
+    """``sync`` (collect, then update, then sync: every batch comes from the current policy) or
+    ``async`` (a producer thread keeps generating the next steps' episodes while the learner
+    updates; weights go to the engine after every update; episodes in flight continue with the
+    new weights and every sampled token records its policy version). Needs an engine with its own
+    weights: engine_weights=copy, vllm, openai-http, or rollout.backend=ray. docs/async.md."""
+    max_staleness: int = 1
+    """``mode: async``: a step trains on tokens at most this many policy versions old. The
+    producer starts step n's episodes only once the engine holds version n - k, so older tokens
+    are never produced (a guard still drops and counts any: ``async_dropped_stale``)."""
     ray: RayConfig = field(default_factory=RayConfig)
     """Ray collection (rollout.backend=ray): workers, placement, fault handling."""
 
@@ -440,6 +450,7 @@ class TrainConfig:
             "sft.teacher": (self.sft.teacher, TEACHERS),
             "distributed.backend": (self.distributed.backend, ("auto", "nccl", "gloo")),
             "rollout.backend": (self.rollout.backend, ("local", "ray")),
+            "rollout.mode": (self.rollout.mode, ("sync", "async")),
             "rollout.ray.retry": (self.rollout.ray.retry, ("auto", "always", "never")),
         }
         clash = sorted(set(self.env.kwargs) & {"tokenizer", "reward_mode", "max_turns", "max_tokens",
@@ -476,7 +487,8 @@ class TrainConfig:
                     "rollout.ray.num_workers": self.rollout.ray.num_workers,
                     "rollout.ray.episodes_per_call": self.rollout.ray.episodes_per_call,
                     "rollout.ray.max_attempts": self.rollout.ray.max_attempts,
-                  "rollout.sync_every": self.rollout.sync_every, "log.eval_samples": self.log.eval_samples,
+                  "rollout.sync_every": self.rollout.sync_every, "rollout.max_staleness": self.rollout.max_staleness,
+                  "log.eval_samples": self.log.eval_samples,
                   "sft.check_problems": self.sft.check_problems, "sft.check_samples": self.sft.check_samples}
         for key, v in positive.items():
             if not v > 0:
@@ -563,6 +575,7 @@ class TrainConfig:
             raise ConfigError(f"rollout.engine_weights / engine_dtype are for the hf engine; the "
                               f"{r.engine} engine holds its own weights (its dtype goes in "
                               "rollout.engine_kwargs); fix: drop them")
+        self._validate_async()
         sc = self.sft
         for key, v in (("sft.stop_pass_at_k", sc.stop_pass_at_k), ("sft.stop_pass_at_1", sc.stop_pass_at_1),
                        ("sft.min_wellformed", sc.min_wellformed)):
@@ -574,6 +587,39 @@ class TrainConfig:
         if sc.load and sc.steps:
             raise ConfigError(f"sft.load={sc.load!r} starts from a saved warm start, and sft.steps={sc.steps} "
                               "asks for a new one; fix: sft.steps=0 with sft.load, or drop sft.load")
+
+    def _validate_async(self) -> None:
+        """``rollout.mode: async`` needs an engine that samples while the learner updates."""
+        r = self.rollout
+        if r.mode != "async":
+            return
+        why = []
+        if r.engine == "hf" and r.engine_weights == "shared" and r.backend == "local":
+            why.append(("the hf engine shares the learner's module (it would sample from weights "
+                        "being updated)", "rollout.engine_weights=copy (its own copy, synced after every "
+                        "update), rollout.engine=openai-http (agentgym-train serve) or vllm"))
+        if r.backend == "ray" and r.engine != "hf":
+            why.append((f"rollout.backend=ray with rollout.engine={r.engine} (the workers share a server "
+                        "whose weights they cannot version)", "rollout.engine=hf (weights in each worker), "
+                        "or rollout.backend=local with the server"))
+        if r.sync_every != 1:
+            why.append((f"rollout.sync_every={r.sync_every} (async syncs after every update; "
+                        "rollout.max_staleness bounds the lag)", "rollout.sync_every=1"))
+        if r.sleep_level:
+            why.append((f"rollout.sleep_level={r.sleep_level} (the engine keeps sampling during updates)",
+                        "rollout.sleep_level=0"))
+        if r.routing_replay:
+            why.append(("rollout.routing_replay (routes are read after collection, from weights that "
+                        "have moved on)", "rollout.routing_replay=false"))
+        if self.curriculum.levels:
+            why.append(("curriculum.levels (step n+k's levels depend on step n's outcomes)",
+                        "curriculum.levels=[]"))
+        if self.distributed.nproc > 1:
+            why.append((f"distributed.nproc={self.distributed.nproc} (torchrun)", "distributed.nproc=0"))
+        if why:
+            got, fix = why[0]
+            raise ConfigError(f"rollout.mode=async: expected an engine with its own weights sampling while "
+                              f"the learner updates; got {got}; fix: {fix}, or rollout.mode=sync")
 
     def arm(self) -> str:
         """This run's arm name (``ppo``, ``placebo``, ``rft``, ``sft``)."""

@@ -11,7 +11,10 @@ whose rows depend on their own prompt only gives bit-identical records on any nu
 
 Weights: for engines that live in the worker (``hf``), the driver puts the model's state dict
 in Ray's object store once per call and the workers load it when its version changed; a
-server engine (``openai-http``) is synced by the driver's own engine as before.
+server engine (``openai-http``) is synced by the driver's own engine as before. In
+``rollout.mode: async`` the trainer pushes each policy version after its update instead
+(``sync_weights(model, version=...)``), workers load the newest at the start of each unit while
+the learner trains, and every sampled token records the version that made it.
 
 **Faults.** A unit is *in flight* from dispatch until its records are back; only in-flight
 episodes can be lost. When a worker dies (killed, OOM, node lost) or its env server goes away
@@ -125,15 +128,22 @@ class _Worker:
 
     def run(self, seeds: list[int], temperature: float, sample_seed: int | None,
             options: dict[str, Any] | None, weights: list[Any]) -> tuple[list[Trajectory], RolloutStats]:
-        # weights: [] or [(version, ObjectRef of a state dict)] (a list, so Ray does not fetch it
-        # on every call: only when the version changed).
+        # weights: [] or [(push id, policy version or None, ObjectRef of a state dict)] (a list, so
+        # Ray does not fetch it on every call: only when a new push arrived).
         if weights and weights[0][0] != self.version:
             import ray
 
-            version, ref = weights[0]
+            from agentgym.trainer.async_rollout import VersionedEngine
+
+            push, version, ref = weights[0]
             self.model.load_state_dict(ray.get(ref))
-            self.engine.sync_weights(self.model)
-            self.version = version
+            if version is not None and not isinstance(self.engine, VersionedEngine):  # async from here on
+                self.engine = self.collector.engine = VersionedEngine(self.engine)
+            if isinstance(self.engine, VersionedEngine):  # its samples record the policy version
+                self.engine.sync_weights(self.model, version=version)
+            else:
+                self.engine.sync_weights(self.model)
+            self.version = push
         return self.collector.collect(seeds, temperature=temperature, sample_seed=sample_seed, options=options)
 
     def close(self) -> None:
@@ -196,7 +206,11 @@ class RayCollector:
         self.alive = [True] * num_workers
         self._recovering: set[int] = set()
         self._weights: list[Any] = []
-        self._version = 0
+        self._version = 0  # weight pushes so far
+        self.versioned = False  # rollout.mode=async: the trainer pushes each policy version itself
+        import threading
+
+        self._lock = threading.Lock()  # one collect at a time (async: the producer's and evaluations)
         self.total = FaultStats()
         self.last = FaultStats()
         self._closed = False
@@ -237,13 +251,17 @@ class RayCollector:
                    weights_from=model if spec.model is not None else None)
 
     # ------------------------------------------------------------------ weights
-    def sync_weights(self, model: Any) -> None:
-        """Send ``model``'s weights to the workers' engines (read at their next unit)."""
+    def sync_weights(self, model: Any, version: int | None = None) -> None:
+        """Send ``model``'s weights to the workers' engines (read at their next unit). With
+        ``version`` (``rollout.mode: async``) they are that policy version, which the samples
+        record, and from then on ``collect`` no longer pushes weights by itself."""
         if self.spec.model is None:
             return  # a server engine: the driver's engine syncs the server
         state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
         self._version += 1
-        self._weights = [(self._version, self.ray.put(state))]
+        if version is not None:
+            self.versioned = True
+        self._weights = [(self._version, version, self.ray.put(state))]
 
     def worker_pids(self, timeout: float = 120.0) -> list[int | None]:
         """Each worker's process id (waiting for restarting ones); None for retired workers."""
@@ -268,12 +286,17 @@ class RayCollector:
     def collect(self, seeds: Sequence[int], *, temperature: float, sample_seed: int | None,
                 options: dict[str, Any] | None = None) -> tuple[list[Trajectory], RolloutStats]:
         """One record per seed, in order; failed episodes carry ``meta["failed"]`` (see drop_failed)."""
+        with self._lock:
+            return self._collect(seeds, temperature=temperature, sample_seed=sample_seed, options=options)
+
+    def _collect(self, seeds: Sequence[int], *, temperature: float, sample_seed: int | None,
+                 options: dict[str, Any] | None = None) -> tuple[list[Trajectory], RolloutStats]:
         ray = self.ray
         from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
         if self._closed:
             raise TrainerError("this RayCollector is closed")
-        if self.weights_from is not None:
+        if self.weights_from is not None and not self.versioned:
             self.sync_weights(self.weights_from)
         n, per = len(seeds), self.episodes_per_call
         units = [list(range(i, min(i + per, n))) for i in range(0, n, per)]

@@ -3,7 +3,8 @@
 Each round, every episode still running contributes its full token stream as a prompt; the
 engine samples all of them in one batched ``generate`` call (stopping at Harmony's
 ``<|call|>`` / ``<|return|>``), the pool steps the environments concurrently with the exact
-sampled ids, and the engine's log-probs are attached to the trajectory of each env. The
+sampled ids, and the engine's log-probs are attached to the trajectory of each env (and, from a
+``VersionedEngine``, the policy version of every sampled token). The
 next prompt is the trajectory's token stream itself: nothing is decoded and re-encoded.
 
 Group sampling: ``seeds`` may repeat; the same seed gives the same task, so the samples of a
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 
 from agentgym.errors import InfraError, PoolStepError, TrainerError, infra_note
+from agentgym.trainer.async_rollout import NO_VERSION, record_turn_versions
 from agentgym.trajectory import Trajectory
 from agentgym.vector import EnvPool
 
@@ -170,6 +172,8 @@ class Collector:
                         raise TrainerError("the env stored different action tokens than were "
                                            "sampled; the trajectory must hold the exact samples")
                     traj.set_action_logprobs(turn, s.logprobs[:kept])
+                    if "policy_version" in s.meta:  # a VersionedEngine: which weights sampled it
+                        record_turn_versions(traj, t.action_start, t.action_end, int(s.meta["policy_version"]))
                 sampled += len(s.tokens)
                 if not results[i].done:
                     still.append(i)
@@ -182,6 +186,8 @@ class Collector:
                     if i in no_episode else copy.deepcopy(u.trajectory))
             if i in lost:
                 traj.meta["infra_error"] = lost[i]
+            if "token_versions" in traj.meta:  # env tokens after the last action
+                record_turn_versions(traj, 0, 0, NO_VERSION)
             trajs.append(traj)
         return trajs, RolloutStats(n, rounds, sampled, env_s, gen_s)
 

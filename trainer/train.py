@@ -20,7 +20,9 @@ with its AdamW state and its evaluation (``RUN_DIR/warm_start``) so that the arm
 comparison (``algo``, ``ppo.placebo``, ``controls``) all start from it (``sft.load``); an engine
 with its own weights (``rollout.engine_weights=copy``, vLLM, a server) is synced every
 ``rollout.sync_every`` steps, and every training episode records the policy version that
-sampled it (``meta["policy_version"]``).
+sampled it (``meta["policy_version"]``; per token: ``meta["token_versions"]``). With
+``rollout.mode: async`` a producer thread collects the next steps while the learner updates, at
+most ``rollout.max_staleness`` policy versions behind (``async_rollout.py``).
 """
 
 from __future__ import annotations
@@ -133,6 +135,13 @@ class Setup:
             from agentgym.trainer.tp_rollout import GroupEngine
 
             engine = GroupEngine(engine, self.dist, mirror=bool(getattr(engine, "in_process", False)))
+        if cfg.rollout.mode == "async":  # every sample says which weights made it (async_rollout.py)
+            from agentgym.trainer.async_rollout import VersionedEngine
+
+            if self.dist is not None:
+                raise ConfigError("rollout.mode=async under torchrun is not supported: expected one process; "
+                                  "fix: run without torchrun, or rollout.mode=sync")
+            engine = VersionedEngine(engine)
         self.engine = engine
         self.engine_asleep = False
         if not self._engine_synced:
@@ -289,14 +298,20 @@ class Setup:
             self.engine.sleep(level=self.cfg.rollout.sleep_level)
             self.engine_asleep = True
 
-    def sync_engine(self) -> None:
+    def sync_engine(self, version: int | None = None) -> None:
         """Free the gradients (the update is over), wake the engine if it sleeps, then push the
-        current weights (in the compute dtype)."""
+        current weights (in the compute dtype). ``rollout.mode: async``: they are policy
+        ``version`` (the updates done), which the samples made from them record; Ray workers
+        load them at their next unit."""
         self.optimizer.zero_grad(set_to_none=True)
         if self.engine_asleep:
             self.engine.wake_up()
             self.engine_asleep = False
-        if self.dist is None:
+        if self.cfg.rollout.mode == "async":
+            self.engine.sync_weights(self.model, version=version)
+            if self.cfg.rollout.backend == "ray" and version is not None:
+                self.collector.sync_weights(self.model, version=version)
+        elif self.dist is None:
             self.engine.sync_weights(self.model)
         else:
             self.engine.sync_weights(D.GatheredWeights(self.model, self.compute_dtype))
@@ -392,6 +407,7 @@ class Trainer:
         self.held = HeldOut.build(cfg, self.s.make_env)
         self._demo_env: Any = None  # algo=sft: the oracle's train-split env
         self._step_routes: dict[int, Any] | None = None  # R3: this step's engine experts, by episode
+        self.producer: Any = None  # rollout.mode=async: the thread collecting the next steps (async_rollout.py)
         self.sft_resume: tuple[int, Any, Any] | None = None  # (step, optimizer, scheduler) of a killed warm start
         self.sft_summary: dict[str, Any] = {}  # the warm start's steps and stop reason (for its verdict)
         if resume:
@@ -462,6 +478,7 @@ class Trainer:
                 if last or (cfg.log.checkpoint_every and self.step % cfg.log.checkpoint_every == 0):
                     self._checkpoint()
         finally:
+            self.close_producer()
             bar.close()
             self.log.close()
             self.held.close()
@@ -556,6 +573,9 @@ class Trainer:
         if cfg.algo == "sft":
             trajs, groups = self._demos(step), None
             metrics: dict[str, Any] = {"demo_episodes": len(trajs)}
+        elif cfg.rollout.mode == "async":
+            trajs, groups, metrics = self._finish(step, *self._producer(step).take(step))
+            staleness = int(metrics["staleness_max"])
         else:
             trajs, groups, metrics = self._collect(step)
         t_rollout = time.perf_counter() - t_start
@@ -572,18 +592,44 @@ class Trainer:
                 metrics["rft_kept_frac"] = len(chosen) / max(len(trajs), 1)
             metrics.update(imitation_update(s, cfg, chosen, step))
         if (step + 1) % cfg.rollout.sync_every == 0:
-            s.sync_engine()
+            s.sync_engine(version=step + 1)
             self.engine_version = step + 1
+            if self.producer is not None:
+                self.producer.notify()
             sync = getattr(s.engine, "last_sync", None) or {}  # in-memory engines report what moved
             if sync:
                 metrics.update(t_sync=sync["seconds"], sync_mb=sync["bytes"] / 2**20)
-        metrics.update(t_rollout=t_rollout, t_update=time.perf_counter() - t0, engine_staleness=staleness,
-                       t_step=time.perf_counter() - t_start, lr=s.scheduler.get_last_lr()[0])
+        t_update, t_step = time.perf_counter() - t0, time.perf_counter() - t_start
+        metrics.update(t_rollout=t_rollout, t_update=t_update, engine_staleness=staleness, t_step=t_step,
+                       t_learner_busy=t_update / max(t_step, 1e-9), lr=s.scheduler.get_last_lr()[0])
         return metrics
+
+    # ------------------------------------------------------------------ collection
+    def _producer(self, step: int) -> Any:
+        """``rollout.mode: async``: the producer thread, started at ``step`` on first use."""
+        if self.producer is None:
+            from agentgym.trainer.async_rollout import Producer
+
+            self.s.sync_engine(version=step)  # the learner's weights are version `step` (Ray workers too)
+            self.engine_version = step
+            self.producer = Producer(self._gather, version=lambda: self.engine_version, start=step,
+                                     end=self.cfg.ppo.steps, max_staleness=self.cfg.rollout.max_staleness)
+        return self.producer
+
+    def close_producer(self) -> None:
+        """Stop the async producer (after the collection it is in, if any)."""
+        if self.producer is not None:
+            self.producer.close()
+            self.producer = None
 
     def _collect(self, step: int) -> tuple[list[Any], list[int], dict[str, Any]]:
         """This step's episodes from the engine: tasks of the train split (held-out ones replaced
         with ``env.exclude_held_out``), ``samples_per_task`` each."""
+        return self._finish(step, *self._gather(step))
+
+    def _gather(self, step: int) -> tuple[list[Any], list[int], Any, Any]:
+        """Step ``step``'s raw collection: (episodes, group ids, rollout stats, reset options).
+        Runs on the producer thread in ``rollout.mode: async``."""
         cfg, s = self.cfg, self.s
         tasks, k = cfg.rollout.tasks_per_step, cfg.rollout.samples_per_task
         mine = D.group_tasks(tasks, s.dist)  # this rank's rollout group collects these tasks
@@ -599,14 +645,36 @@ class Trainer:
                                                 options=options)
         # R3: the experts the engine chose for every token (before any later sync changes it)
         self._step_routes = self._routes(trajs) if cfg.rollout.routing_replay else None
+        return trajs, groups, rstats, options
+
+    def _finish(self, step: int, trajs: list[Any], groups: list[int], rstats: Any,
+                options: Any) -> tuple[list[Any], list[int], dict[str, Any]]:
+        """The usable episodes of a collection (lost ones dropped and counted), each with its
+        policy version(s), saved; the step's rollout metrics."""
+        from agentgym.trainer.async_rollout import stale_episodes, staleness_metrics, stamp_versions
+
+        cfg, s = self.cfg, self.s
+        tasks = cfg.rollout.tasks_per_step
+        mine = D.group_tasks(tasks, s.dist)
         keep = D.tp_rows(len(trajs), s.dist)  # ranks of one engine split its episodes
         trajs, groups = trajs[keep.start:keep.stop], [mine.start + g for g in groups[keep.start:keep.stop]]
         levels = ([o[cfg.curriculum.option] for o, t in zip(options[keep.start:keep.stop], trajs)
                    if "failed" not in t.meta] if self.curriculum.enabled else [])
         trajs, groups, failed = drop_failed(trajs, groups)  # episodes lost with a Ray worker
         trajs, groups, infra = drop_infra(trajs, groups)  # lost to a dead sandbox / server / engine: no outcome
-        for t in trajs:
-            t.meta["policy_version"] = self.engine_version
+        k = cfg.rollout.max_staleness
+        stale: list[int] = []
+        if cfg.rollout.mode == "async":  # versions recorded per token at sampling (async_rollout.py)
+            stale = stale_episodes(trajs, step, k)  # never produced by construction: the guard
+            trajs = [t for i, t in enumerate(trajs) if i not in stale]
+            groups = [g for i, g in enumerate(groups) if i not in stale]
+            for t in trajs:  # the oldest weights that sampled a token of it
+                t.meta["policy_version"] = min((v for v in t.meta.get("token_versions", []) if v >= 0),
+                                               default=self.engine_version)
+        else:
+            for t in trajs:
+                t.meta["policy_version"] = self.engine_version
+                stamp_versions(t, self.engine_version)
         overlap = self.held.overlap(trajs, f"step {step + 1}")
         everyone = [t for part in D.all_gather_objects(trajs) for t in part]
         if cfg.log.save_trajectories and self.main:
@@ -614,7 +682,9 @@ class Trainer:
 
             write_jsonl(f"{cfg.log.run_dir}/trajectories.jsonl", everyone, append=True)
         metrics: dict[str, Any] = episode_stats(everyone)
-        metrics.update(gen_s=rstats.gen_seconds, env_s=rstats.env_seconds,
+        if cfg.rollout.mode == "async":
+            metrics.update(staleness_metrics(everyone, step, k), async_dropped_stale=len(stale))
+        metrics.update(episodes_used=float(len(everyone)), gen_s=rstats.gen_seconds, env_s=rstats.env_seconds,
                        episodes_failed=D.all_reduce_sum(failed), episodes_infra=D.all_reduce_sum(infra),
                        held_out_overlap=D.all_reduce_sum(overlap),
                        overlong_frac=sum(1 for t in everyone if self._cut(t)) / max(len(everyone), 1))

@@ -47,7 +47,7 @@ from agentgym.trainer.ppo import (
     value_loss,
 )
 
-__all__ = ["adam_step_rms", "check_finite", "placebo_permutation", "ppo_update"]
+__all__ = ["adam_step_rms", "check_finite", "mismatch_by_staleness", "placebo_permutation", "ppo_update"]
 
 
 def check_finite(name: str, x: torch.Tensor, step: int, hint: str) -> None:
@@ -277,7 +277,28 @@ def ppo_update(s: Any, cfg: Any, b: Batch, step: int,
     old_all, beh_all, mask_all, w_all = (all_gather_rows(x) for x in (old_full, b.behaviour_logp, mask, w_full))
     out_stats.update({f"mismatch_{k}": v for k, v in mismatch_stats(
         old_all, beh_all, mask_all, w_all, threshold=c.threshold, mode=c.mode).items()})
+    if cfg.rollout.mode == "async" and b.versions is not None and world == 1:
+        out_stats.update(mismatch_by_staleness(old_full, b.behaviour_logp, mask, w_full, b.versions, step,
+                                               cfg.rollout.max_staleness, threshold=c.threshold, mode=c.mode))
     return out_stats
+
+
+BY_STALENESS = ("k3", "abs_dlogp_mean", "ess", "capped_frac", "n_tokens")
+
+
+def mismatch_by_staleness(old: torch.Tensor, behaviour: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor,
+                          versions: torch.Tensor, step: int, max_staleness: int, *, threshold: float,
+                          mode: str) -> dict[str, float]:
+    """``mismatch_<key>_s<j>`` for the policy tokens sampled ``j`` versions before ``step``
+    (j = 0..max_staleness; keys in ``BY_STALENESS``): how far engine and learner drift apart,
+    and how hard correction works, as a function of the tokens' age."""
+    out: dict[str, float] = {}
+    age = step - versions.to(mask.device)
+    for j in range(max_staleness + 1):
+        mj = mask * ((age == j) & (versions >= 0)).to(mask.dtype)
+        stats = mismatch_stats(old, behaviour, mj, weights, threshold=threshold, mode=mode)
+        out.update({f"mismatch_{k}_s{j}": stats[k] for k in BY_STALENESS if k in stats})
+    return out
 
 
 def _rows_before(n_local: int) -> int:

@@ -29,7 +29,7 @@ RUN = ["--config", "cpu-quickstart", "threads=1", "log.progress=false", "log.plo
        "rollout.samples_per_task=2", "log.eval_episodes=2", "log.eval_episodes_final=0", "log.eval_sampled=false",
        "sft.steps=24", "sft.oracle_steps=20", "sft.batch_size=2", "sft.checkpoint_every=4", "ppo.steps=3",
        "log.checkpoint_every=1", "log.keep_checkpoints=0", "controls=[]", "sft.min_wellformed=0"]
-TIMING = {"t_step", "t_rollout", "t_update", "gen_s", "env_s"}
+TIMING = {"t_step", "t_rollout", "t_update", "t_learner_busy", "gen_s", "env_s"}
 
 
 def _start(run_dir: Path, *extra: str) -> subprocess.Popen[str]:
