@@ -206,7 +206,6 @@ class Setup:
     def _build_policy(self, *, meta: bool | None = None) -> tuple[Any, torch.nn.Module]:
         """(tokenizer, policy) in float32. Under torchrun the policy is built on the meta device
         (no memory; weights arrive after sharding, :meth:`_load_initial_weights`)."""
-        from agentgym.tokenizers import ByteTokenizer, as_tokenizer
         from agentgym.trainer.attention import set_attention
         from agentgym.trainer.model import (
             build_tiny_for,
@@ -214,17 +213,12 @@ class Setup:
             is_tiny,
             load_policy,
             resolve_attention,
-            tiny_tokenizer,
+            resolve_tokenizer,
         )
 
         m = self.cfg.model
         meta = self.dist is not None if meta is None else meta
-        tok: Any
-        if m.tokenizer == "auto" and is_tiny(m.name):  # tiny: byte; tiny:o200k_harmony: GPT-OSS's own
-            tok = tiny_tokenizer(m.name)
-        else:
-            tok_name = m.name if m.tokenizer == "auto" else m.tokenizer
-            tok = ByteTokenizer() if tok_name == "byte" else as_tokenizer(tok_name)
+        tok: Any = resolve_tokenizer(m.name, m.tokenizer)
         if meta:
             model = D.policy_skeleton(m.name, tok.vocab_size, m.tiny, attn_implementation=m.attn_implementation,
                                       device=self.device)
