@@ -9,7 +9,7 @@ A *problem* is a task id (``Trajectory.task_id``: the env's id of the problem it
 hash of the question), not a seed: two seeds can draw the same problem, so an evaluation of N
 seeds may hold fewer than N problems, and a problem drawn in training may also be drawn in
 evaluation. So the held-out sets are built by resetting a probe env at seeds 0, 1, 2, ... of
-the eval split and keeping the first seed of each new task id:
+the eval split (from ``log.eval_seed_start``) and keeping the first seed of each new task id:
 
 * ``eval``: the evaluation problems (``log.eval_episodes`` / ``eval_episodes_final`` of them);
 * ``check``: the warm start's stopping-check problems (``sft.check_problems``, from seed
@@ -103,7 +103,10 @@ class HeldOut:
         env = make_env(e.eval_split)
         try:
             opts = _options(e.eval_split, e.eval_options)
-            ev = distinct_problems(env, n_eval, options=opts)
+            start = log.eval_seed_start
+            # above 0: also skip the problems a run from seed 0 evaluates on (where a recipe is tuned)
+            dev = {t for _, t in distinct_problems(env, n_eval, options=opts)} if start else set()
+            ev = distinct_problems(env, n_eval, options=opts, start=start, exclude=dev)
             check = (distinct_problems(env, sc.check_problems, options=opts, start=CHECK_SEED_BASE,
                                        exclude={t for _, t in ev})
                      if sc.check_every and max(sc.check_from, sc.check_every) <= sc.steps and not sc.load else [])

@@ -148,3 +148,17 @@ def test_held_out_sets_are_a_pure_function_of_the_config(tmp_path: Path) -> None
     assert a.eval == b.eval and a.check == b.check and len(a.check) == 16
     assert not set(a.eval_ids()) & {tid for _, tid in a.check}  # stopping on check never scores on eval
     s.close()
+
+
+def test_a_measurement_from_another_seed_start_never_scores_a_tuning_problem(tmp_path: Path) -> None:
+    # MathCalc-v1's eval split repeats problems across seeds: from 1,000,000 up alone, ~1 in 6 of
+    # the first 256 would be problems a run from 0 (where the recipe was tuned) evaluated on
+    from agentgym.trainer.train import build_setup
+
+    base = [*SMALL, f"log.run_dir={tmp_path}", "log.eval_episodes=256"]
+    s = build_setup(load_config("cpu-quickstart", base))
+    dev = HeldOut.build(load_config("cpu-quickstart", base), s.make_env)
+    final = HeldOut.build(load_config("cpu-quickstart", [*base, "log.eval_seed_start=1000000"]), s.make_env)
+    assert len(set(final.eval_ids())) == 256 and final.eval_seeds()[0] >= 1_000_000
+    assert not set(dev.eval_ids()) & set(final.eval_ids())
+    s.close()
