@@ -335,7 +335,9 @@ class LogConfig:
     eval_seed_start: int = 0
     """First seed probed for the evaluation problems. Above 0 the problems a run from 0 evaluates
     on (as many) are skipped as well: a recipe tuned with the default 0 and measured with, say,
-    1000000 is never scored on a problem a tuning decision looked at."""
+    1000000 is never scored on a problem a tuning decision looked at. An eval split too small
+    to hold both sets is used from this seed without skipping; the run's ``held out:`` line says
+    which."""
     eval_temperature: float = 0.0
     """Temperature of the secondary evaluation (0 = greedy)."""
     eval_sampled: bool = True
