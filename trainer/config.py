@@ -341,7 +341,13 @@ class LogConfig:
     """Evaluate every N PPO steps (and before the first and after the last); 0 = never."""
     eval_episodes: int = 32
     """Held-out problems of an evaluation: distinct task ids of the eval split (seeds are probed
-    from 0 up and repeats of a problem skipped), the same every time."""
+    from ``eval_seed_start`` up and repeats of a problem skipped), the same every time."""
+    eval_seed_start: int = 0
+    """First seed probed for the evaluation problems. Above 0 the problems a run from 0 evaluates
+    on (as many) are skipped as well: a recipe tuned with the default 0 and measured with, say,
+    1000000 is never scored on a problem a tuning decision looked at. An eval split too small
+    to hold both sets is used from this seed without skipping; the run's ``held out:`` line says
+    which."""
     eval_temperature: float = 0.0
     """Temperature of the secondary evaluation (0 = greedy)."""
     eval_sampled: bool = True
@@ -496,6 +502,7 @@ class TrainConfig:
         nonneg = {"ppo.steps": self.ppo.steps, "sft.steps": self.sft.steps, "sft.oracle_steps": self.sft.oracle_steps,
                   "sft.checkpoint_every": self.sft.checkpoint_every,
                   "log.eval_episodes_final": self.log.eval_episodes_final,
+                  "log.eval_seed_start": self.log.eval_seed_start,
                   "ppo.kl_coef": self.ppo.kl_coef, "ppo.entropy_coef": self.ppo.entropy_coef,
                   "rollout.temperature": self.rollout.temperature,
                   "log.eval_every": self.log.eval_every, "log.checkpoint_every": self.log.checkpoint_every,

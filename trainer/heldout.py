@@ -9,7 +9,7 @@ A *problem* is a task id (``Trajectory.task_id``: the env's id of the problem it
 hash of the question), not a seed: two seeds can draw the same problem, so an evaluation of N
 seeds may hold fewer than N problems, and a problem drawn in training may also be drawn in
 evaluation. So the held-out sets are built by resetting a probe env at seeds 0, 1, 2, ... of
-the eval split and keeping the first seed of each new task id:
+the eval split (from ``log.eval_seed_start``) and keeping the first seed of each new task id:
 
 * ``eval``: the evaluation problems (``log.eval_episodes`` / ``eval_episodes_final`` of them);
 * ``check``: the warm start's stopping-check problems (``sft.check_problems``, from seed
@@ -88,6 +88,7 @@ class HeldOut:
     probe: Callable[[], Any] | None = None  # makes a train-split env for probing (exclude)
     needs_tool: bool = False  # the env has tools: a well-formed episode calls one
     stop_ids: tuple[int, ...] = ()  # the env codec's stop tokens (an action without one was cut)
+    skipped_tuning: bool = False  # log.eval_seed_start > 0 skipped the problems a run from 0 evaluates on
     ids: frozenset[str] = field(init=False)
     _env: Any = field(default=None, init=False, repr=False)
     _cache: dict[tuple[int, str], str] = field(default_factory=dict, init=False, repr=False)
@@ -103,7 +104,13 @@ class HeldOut:
         env = make_env(e.eval_split)
         try:
             opts = _options(e.eval_split, e.eval_options)
-            ev = distinct_problems(env, n_eval, options=opts)
+            start = log.eval_seed_start
+            # above 0: also skip the problems a run from seed 0 evaluates on (where a recipe is
+            # tuned), unless the split is too small to hold both sets (skipped_tuning says which)
+            dev = {t for _, t in distinct_problems(env, n_eval, options=opts)} if start else set()
+            ev = distinct_problems(env, n_eval, options=opts, start=start, exclude=dev)
+            if dev and len(ev) < n_eval:
+                ev, dev = distinct_problems(env, n_eval, options=opts, start=start), set()
             check = (distinct_problems(env, sc.check_problems, options=opts, start=CHECK_SEED_BASE,
                                        exclude={t for _, t in ev})
                      if sc.check_every and max(sc.check_from, sc.check_every) <= sc.steps and not sc.load else [])
@@ -115,7 +122,7 @@ class HeldOut:
             raise TrainerError(f"{e.id}: no evaluation problem found under split={e.eval_split!r}")
         return cls(ev, check, splits=e.train_split is not None and e.eval_split is not None,
                    exclude=e.exclude_held_out, probe=lambda: make_env(e.train_split), needs_tool=needs_tool,
-                   stop_ids=stop_ids)
+                   stop_ids=stop_ids, skipped_tuning=bool(dev))
 
     # ------------------------------------------------------------------ the sets
     def eval_seeds(self, n: int | None = None) -> list[int]:

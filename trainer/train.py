@@ -423,6 +423,10 @@ class Trainer:
             how = (f"split {e.eval_split!r}, training on {e.train_split!r}" if self.held.splits else "no splits")
             if self.held.exclude:
                 how += "; the trainer keeps them out of training"
+            if cfg.log.eval_seed_start:
+                how += (f"; from seed {cfg.log.eval_seed_start}, "
+                        + ("none of them a problem a run from seed 0 evaluates on" if self.held.skipped_tuning
+                           else "the split is too small to skip the problems a run from seed 0 evaluates on"))
             self.log.log("held_out", 0, {"eval_problems": len(self.held.eval),
                                          "check_problems": len(self.held.check), "how": how,
                                          "needs_tool": self.held.needs_tool})

@@ -49,3 +49,40 @@ def test_reward_rises_with_warm_start_plus_ppo(tmp_path: Path) -> None:
     # the engine's log-probs of the sampled tokens were the learner's own (float noise apart)
     assert max(r["mismatch_abs_dlogp_max"] for r in train) < 1e-3
     assert (tmp_path / "plots" / "reward.png").exists()
+
+
+@pytest.mark.slow
+def test_ppo_beats_its_placebo_on_held_out_problems_when_the_reward_has_something_to_teach(tmp_path: Path) -> None:
+    """The placebo gap, end to end and cheap (~3 min): the same one-answer task after a 30-step
+    warm start (sampled at T=1, ~60% of its held-out answers right), then 20 PPO steps on the real reward against 20 on rewards
+    permuted within each batch, from the same saved warm start, scored on held-out rows (the
+    dataset's eval split) at the training temperature. Only the reward's information differs.
+    This is the mechanism, not the main job: on cpu-quickstart the frozen recipe's placebo gap
+    is what bench/RESULTS.md reports for fresh seeds."""
+    from agentgym.trainer.controls import CONTROLS_DIR, final_eval, run_with_controls, warm_eval
+    from agentgym.trainer.evaluation import gain
+
+    data = tmp_path / "say7.jsonl"
+    data.write_text("".join(json.dumps({"id": f"say-{i}", "question": f"Request {i}: reply with the number 7.",
+                                        "answer": "7"}) + "\n" for i in range(200)))
+    run = tmp_path / "run"
+    cfg = load_config("cpu-quickstart", [
+        f"log.run_dir={run}", "seed=0", "threads=1", "env.id=agentgym/Math-v1",
+        f"env.kwargs={{dataset: {data}}}", "env.reward_mode=sparse",
+        "env.max_turns=1", "env.max_action_tokens=48", "sft.steps=30", "sft.batch_size=8", "sft.teacher=oracle",
+        "sft.lr=3e-3", "sft.schedule=cosine", "sft.warmup_steps=5", "sft.check_every=0", "sft.min_wellformed=0",
+        "sft.stop_pass_at_k=null", "sft.stop_pass_at_1=null", "env.prompt=harmony",
+        "ppo.steps=20", "ppo.lr=1e-3", "ppo.warmup_steps=2", "ppo.kl_coef=0",
+        "rollout.temperature=1.0", "rollout.tasks_per_step=4", "rollout.samples_per_task=8",
+        "log.eval_every=20", "log.eval_episodes=24", "log.eval_episodes_final=0", "log.eval_samples=4",
+        "log.eval_seed_start=0", "log.checkpoint_every=0", "log.progress=false", "log.tensorboard=false",
+        "log.plots=false", "controls=[placebo]"])
+    _, lines = run_with_controls(cfg)
+    ppo, placebo, warm = final_eval(run), final_eval(run / CONTROLS_DIR / "placebo"), warm_eval(run)
+    assert ppo is not None and placebo is not None and warm is not None and ppo["sampled_problems"] >= 20
+    # measured (seed 0, 24 problems x 4 at T=1): warm start 0.625, PPO 0.833, placebo 0.000. The gap
+    # to the placebo is mostly the placebo's damage (lr 1e-3, no KL), so PPO's own gain is asserted too
+    g = gain(placebo, ppo, "sampled_")  # PPO - placebo, paired on the same held-out problems
+    assert g is not None and g["gain"] >= 0.2 and g["z"] >= 4, (g, lines)
+    own = gain(warm, ppo, "sampled_")
+    assert own is not None and own["gain"] >= 0.1 and own["z"] >= 2.5, (own, lines)

@@ -73,7 +73,7 @@ def test_without_splits_or_exclusion_overlap_is_counted_and_reported(tmp_path: P
     assert held.overlap(trajs, "test") == 3  # counted, not an error: no split was promised
     t.run()
     lines = report_lines(str(tmp_path))
-    assert any(line.startswith("held out: 16 distinct evaluation problems (no splits)") for line in lines)
+    assert any(line.startswith("held out: 16 distinct evaluation problems (no splits") for line in lines)
 
 
 class IgnoresSplit(MathCalcEnv):
@@ -147,4 +147,18 @@ def test_held_out_sets_are_a_pure_function_of_the_config(tmp_path: Path) -> None
     a, b = HeldOut.build(cfg, s.make_env), HeldOut.build(cfg, s.make_env)
     assert a.eval == b.eval and a.check == b.check and len(a.check) == 16
     assert not set(a.eval_ids()) & {tid for _, tid in a.check}  # stopping on check never scores on eval
+    s.close()
+
+
+def test_a_measurement_from_another_seed_start_never_scores_a_tuning_problem(tmp_path: Path) -> None:
+    # MathCalc-v1's eval split repeats problems across seeds: from 1,000,000 up alone, ~1 in 6 of
+    # the first 256 would be problems a run from 0 (where the recipe was tuned) evaluated on
+    from agentgym.trainer.train import build_setup
+
+    base = [*SMALL, f"log.run_dir={tmp_path}", "log.eval_episodes=256"]
+    s = build_setup(load_config("cpu-quickstart", base))
+    dev = HeldOut.build(load_config("cpu-quickstart", [*base, "log.eval_seed_start=0"]), s.make_env)
+    final = HeldOut.build(load_config("cpu-quickstart", [*base, "log.eval_seed_start=1000000"]), s.make_env)
+    assert len(set(final.eval_ids())) == 256 and final.eval_seeds()[0] >= 1_000_000
+    assert not set(dev.eval_ids()) & set(final.eval_ids()) and final.skipped_tuning and not dev.skipped_tuning
     s.close()
