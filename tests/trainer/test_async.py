@@ -264,6 +264,9 @@ def test_async_on_ray_loses_no_episode_when_a_worker_is_killed(tmp_path: Path) -
     finally:
         t.close_producer()
         t.s.close()
+        import ray
+
+        ray.shutdown()  # the collector started Ray in this process: later Ray tests start their own
     for m in out:
         assert m["staleness_max"] <= k and abs(m["staleness_frac_0"] + m["staleness_frac_1"] - 1) < 1e-9
         # every episode of the step is trained on or counted as failed: none vanished
