@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentgym.trainer.config import ARMS
 from agentgym.trainer.controls import arm_overrides, arm_stats, final_eval, run_seeds, seeds_table
 from agentgym.trainer.evaluation import gain
 
@@ -65,7 +66,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", required=True)
     ap.add_argument("--recipe", default="cpu-quickstart")
-    ap.add_argument("--arms", nargs="+", default=["ppo", "placebo", "rft", "sft"])
+    ap.add_argument("--arms", nargs="+", default=["ppo", "placebo", "rft", "sft"], choices=sorted(ARMS),
+                    help="put KEY=VALUE overrides before --arms, or after `--`")
     ap.add_argument("--jobs", type=int, default=1, help="processes at once")
     ap.add_argument("--out", default="runs/controls")
     ap.add_argument("--analyse-only", action="store_true", help="read existing run dirs under --out")
