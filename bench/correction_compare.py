@@ -55,6 +55,9 @@ def main() -> int:
     ap.add_argument("--analyse-only", action="store_true")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE overrides for every run")
     args = ap.parse_args()
+    if any("=" in m for m in args.modes):
+        ap.error(f"--modes: expected correction modes, got {args.modes}; "
+                 "put KEY=VALUE overrides before --modes, or after `--`")
     engine = [*ENGINES[args.engine], f"rollout.sync_every={args.sync_every}"]
     if args.engine == "vllm":
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
