@@ -34,7 +34,7 @@ from agentgym.env import ToolEnv
 from agentgym.errors import ConfigError
 from agentgym.tools import ToolResult
 
-__all__ = ["NO_ATTEMPT_ANSWERS", "HubEnv", "Provenance", "require"]
+__all__ = ["NO_ATTEMPT_ANSWERS", "HubEnv", "Provenance", "pick_index", "require"]
 
 # What validate's no-attempt probes send (agentgym.leaderboards.policies), and a refusal.
 NO_ATTEMPT_ANSWERS = ("", "Done.", "I cannot help with that.")
@@ -47,6 +47,20 @@ def require(module: str, package: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as e:
         raise ConfigError(f"this environment needs {package} ({e}); install it with {INTEROP_HINT}") from None
+
+
+def pick_index(options: dict[str, Any], rng: np.random.Generator, n: int) -> int:
+    """The task index of a reset of an env over ``n`` rows: ``options["index"]`` or a draw from
+    ``rng``; any other option, or an index out of [0, n), is a :class:`ConfigError`."""
+    unknown = set(options) - {"index"}
+    if unknown:
+        raise ConfigError(f"unknown reset option(s) {sorted(unknown)}; known: ['index']")
+    index = options.get("index")
+    if index is None:
+        return int(rng.integers(n))
+    if not isinstance(index, (int, np.integer)) or isinstance(index, bool) or not 0 <= index < n:
+        raise ConfigError(f"reset option 'index' must be an int in [0, {n}), got {index!r}")
+    return int(index)
 
 
 @dataclass(frozen=True)

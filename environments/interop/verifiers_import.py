@@ -53,7 +53,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from agentgym.env import Task
-from agentgym.environments.interop.base import HubEnv, Provenance, require
+from agentgym.environments.interop.base import HubEnv, Provenance, pick_index, require
 from agentgym.environments.interop.reasoning_gym import _version
 from agentgym.errors import ConfigError
 from agentgym.tools import Tool, ToolResult
@@ -154,14 +154,7 @@ class VerifiersEnv(HubEnv):
     def sample_task(self, rng: np.random.Generator, options: dict[str, Any]) -> Task:
         from agentgym.environments.interop.verifiers_episode import Conversation, EpisodeDriver
 
-        unknown = set(options) - {"index"}
-        if unknown:
-            raise ConfigError(f"unknown reset option(s) {sorted(unknown)}; known: ['index']")
-        index = options.get("index")
-        if index is None:
-            index = int(rng.integers(len(self.tasks)))
-        if not isinstance(index, (int, np.integer)) or isinstance(index, bool) or not 0 <= index < len(self.tasks):
-            raise ConfigError(f"reset option 'index' must be an int in [0, {len(self.tasks)}), got {index!r}")
+        index = pick_index(options, rng, len(self.tasks))
         self._end_episode()
         self.vtask = t = self.tasks[int(index)]
         if self.vf_env is None:
