@@ -1,7 +1,7 @@
 """``OpenAIChatPolicy``: play agentgym episodes with any OpenAI-compatible chat server.
 
 Works with hosted APIs, ``vllm serve`` / SGLang serving any model, and agentgym's own server
-(``agentgym-train serve``). Each episode goes through :class:`ChatWrapper`: the conversation
+(``agentgym serve model``). Each episode goes through :class:`ChatWrapper`: the conversation
 and the tools go to ``POST {base_url}/chat/completions``, the assistant message comes back and
 is stepped; the trajectory record stays the exact token stream.
 
@@ -31,7 +31,7 @@ from typing import Any
 import gymnasium as gym
 import httpx
 
-from agentgym.chat.wire import ChatReply, chat_request, parse_chat_response
+from agentgym.chat.chat_wire import ChatReply, chat_request, parse_chat_response
 from agentgym.chat.wrapper import ChatWrapper
 from agentgym.errors import ConfigError, ServiceError
 from agentgym.tokenizers import Tokenizer, as_tokenizer
