@@ -69,7 +69,7 @@ def _coerce(name: str, value: Any, kind: type, optional: bool = False) -> Any:
 
 
 class OpenAIChatPolicy:
-    """A ``Policy`` for ``agentgym-eval`` (``play`` / ``describe`` / ``close``), thread-safe."""
+    """An ``EpisodePolicy`` for ``agentgym-eval`` (``play`` / ``describe`` / ``close``), thread-safe."""
 
     name = "openai-chat"
 
@@ -158,7 +158,7 @@ class OpenAIChatPolicy:
         self.stats = {"episodes": 0, "requests": 0, "retries": 0, "turns": 0, "prompt_exact_turns": 0,
                       "exact_turns": 0}
 
-    # ------------------------------------------------------------------ Policy protocol
+    # ------------------------------------------------------------------ EpisodePolicy protocol
     def play(self, env: gym.Env, *, seed: int, options: dict[str, Any] | None = None) -> Trajectory:
         """Reset ``env`` with ``seed``/``options``, play one episode, return a copy of its record."""
         chat = env if isinstance(env, ChatWrapper) else ChatWrapper(env)
