@@ -61,6 +61,13 @@ def test_serve_help_lists_both_servers_and_imports_no_server() -> None:
         assert p.stdout.strip().endswith("[]"), p.stdout  # parsing imports no server and no torch
 
 
+def test_serve_model_without_the_train_extra_says_how_to_install_it() -> None:
+    code = ("import sys; sys.modules['torch'] = None; from agentgym.cli import main; "  # torch cannot be imported
+            "sys.exit(main(['serve', 'model', '--model', 'tiny']))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    _one_line_error(p, 2, "agentgym serve model", "pip install 'agentgym-suite[train]'")
+
+
 def test_serve_on_a_busy_port_says_so() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
