@@ -3,7 +3,8 @@
     agentgym list                       registered environments (and adapters such as Remote-v0)
     agentgym sandbox build|clean|status the code-execution sandbox image and containers
     agentgym demo [ENV_ID ...]          run the scripted oracle policies and print per-env results
-    agentgym serve ENV_ID               serve an environment over WebSocket/HTTP (agentgym/Remote-v0)
+    agentgym serve env ENV_ID           serve an environment over WebSocket/HTTP (agentgym/Remote-v0)
+    agentgym serve model --model M      serve a policy behind an OpenAI-compatible API (needs [train])
     agentgym validate ENV_ID [...]      may an environment be on a leaderboard? (oracle 1, no-attempt 0, ...)
     agentgym leaderboard verify|build|suites   replay-verify submissions, build the board
     agentgym --version
@@ -90,7 +91,7 @@ def _list(_: argparse.Namespace) -> int:
     for env_id in agentgym.registered_ids():
         print(env_id)
     for env_id in sorted(ADAPTERS):
-        print(f"{env_id}  (adapter: an env served by `agentgym serve ENV_ID`; "
+        print(f"{env_id}  (adapter: an env served by `agentgym serve env ENV_ID`; "
               f"gym.make({env_id!r}, url=..., env_id=...))")
     return 0
 
@@ -117,24 +118,6 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
-    import agentgym
-    from agentgym.registration import check_env_id
-    from agentgym.remote.server import serve
-    from agentgym.remote.sessions import SessionManager, parse_env_kwarg
-    from agentgym.remote.wire import SAFE_KWARGS, Limits
-
-    check_env_id(args.env_id, agentgym.registered_ids())
-    limits = Limits(max_sessions=args.max_sessions, max_message_bytes=args.max_message_bytes,
-                    idle_timeout_s=args.idle_timeout, detach_grace_s=args.detach_grace)
-    manager = SessionManager(args.env_id, limits=limits, tokenizer=args.tokenizer,
-                             env_kwargs=dict(parse_env_kwarg(kv) for kv in args.env_kwarg),
-                             allow_kwargs=SAFE_KWARGS | set(args.allow_kwarg))
-    manager.check()  # one env with the operator's arguments: a typo fails here, not at each client
-    serve(manager, host=args.host, port=args.port, log_level=args.log_level, parent_pid=args.parent_pid)
-    return 0
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentgym", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -149,24 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("env_ids", nargs="*", metavar="ENV_ID", help="default: Math-v1 and MathCalc-v1")
     demo.add_argument("--episodes", type=positive_int, default=100, help="episodes per env")
     demo.set_defaults(fn=_demo)
-    srv = sub.add_parser("serve", help="serve an environment over WebSocket/HTTP (client: agentgym/Remote-v0)",
-                         formatter_class=fmt)
-    srv.add_argument("env_id", help="a registered id, e.g. agentgym/MathCalc-v1")
-    srv.add_argument("--host", default="127.0.0.1", help="bind address (loopback only by default)")
-    srv.add_argument("--port", type=int, default=8700, help="TCP port; 0 picks a free one")
-    srv.add_argument("--max-sessions", type=positive_int, default=256, help="env instances held at once")
-    srv.add_argument("--max-message-bytes", type=positive_int, default=1 << 20, help="largest request accepted")
-    srv.add_argument("--idle-timeout", type=float, default=300.0, help="close HTTP sessions idle this long (s)")
-    srv.add_argument("--detach-grace", type=float, default=30.0,
-                     help="keep a WebSocket session this long after its connection dropped (s)")
-    srv.add_argument("--tokenizer", default=None, help="tokenizer name or path (default: agentgym's byte tokenizer)")
-    srv.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=JSON",
-                     help="constructor argument fixed by the server (repeatable), e.g. sandbox=\"docker\"")
-    srv.add_argument("--allow-kwarg", action="append", default=[], metavar="KEY",
-                     help="let clients set this constructor argument too (repeatable)")
-    srv.add_argument("--parent-pid", type=int, default=None, help="exit when this process dies")
-    srv.add_argument("--log-level", default="warning", help="uvicorn's log level")
-    srv.set_defaults(fn=_serve)
+    sub.add_parser("serve", help="env|model: an environment or a policy as a server (see `agentgym serve -h`)")
     return parser
 
 
@@ -176,6 +142,7 @@ _DELEGATED: dict[str, tuple[str, bool]] = {
     "sandbox": ("agentgym.sandboxes.cli:main", True),
     "leaderboard": ("agentgym.leaderboards.cli:leaderboard_main", False),
     "validate": ("agentgym.leaderboards.cli:validate_main", False),
+    "serve": ("agentgym.serving.cli:main", True),
 }
 
 

@@ -19,9 +19,9 @@ from agentgym.errors import ConfigError
 from agentgym.registration import capabilities, ids_with
 from agentgym.trajectory import Trajectory
 
-__all__ = ["get_oracle", "load_callable", "play_episode", "run_oracle"]
+__all__ = ["StepPolicy", "get_oracle", "load_callable", "play_episode", "run_oracle"]
 
-Policy = Callable[[Any], np.ndarray]
+StepPolicy = Callable[[Any], np.ndarray]  # env -> the next action's token ids (an oracle, a teacher)
 
 
 def load_callable(spec: str, what: str = "oracle") -> Callable[..., Any]:
@@ -40,7 +40,7 @@ def load_callable(spec: str, what: str = "oracle") -> Callable[..., Any]:
     return fn  # type: ignore[no-any-return]
 
 
-def get_oracle(env_id: str) -> Policy:
+def get_oracle(env_id: str) -> StepPolicy:
     """The oracle ``env_id`` declared at registration."""
     spec = capabilities(env_id).oracle
     if spec is None:
@@ -48,7 +48,7 @@ def get_oracle(env_id: str) -> Policy:
     return load_callable(spec)
 
 
-def play_episode(env: Any, policy: Policy, *, seed: int | None = None,
+def play_episode(env: Any, policy: StepPolicy, *, seed: int | None = None,
                  options: dict[str, Any] | None = None) -> Trajectory:
     """Reset ``env`` and step it with ``policy(env)`` until the episode ends; its record (the
     env's own trajectory object: copy it before the next reset if you keep it)."""
@@ -62,7 +62,7 @@ def play_episode(env: Any, policy: Policy, *, seed: int | None = None,
 
 
 def run_oracle(env: Any, *, seed: int | None = None, options: dict[str, Any] | None = None,
-               policy: Policy | None = None) -> Trajectory:
+               policy: StepPolicy | None = None) -> Trajectory:
     """Play one episode with the env's oracle (or ``policy``) and return its record.
 
     Oracles read the env's internal state (the task and its answer), so on

@@ -72,8 +72,8 @@ BUILTIN: dict[str, str] = {
     "agentgym/WebAPI-v1": "agentgym.environments.webapi.env:WebAPIEnv",
 }
 # Clients of the environments above rather than environments of their own: registered for
-# gym.make, left out of registered_ids(). Remote-v0: an env served by `agentgym serve`.
-ADAPTERS: dict[str, str] = {"agentgym/Remote-v0": "agentgym.remote.client:RemoteEnv"}
+# gym.make, left out of registered_ids(). Remote-v0: an env served by `agentgym serve env`.
+ADAPTERS: dict[str, str] = {"agentgym/Remote-v0": "agentgym.serving.env_client:RemoteEnv"}
 # Environments of other hubs (agentgym.environments.interop; `pip install 'agentgym-suite[interop]'`):
 # registered for gym.make, left out of registered_ids() (they need a source: a dataset name, a
 # taskset, a server), like the adapters above.

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/scale_bench.py collect   # episodes/s, env steps/s: local vs 1/2/4 Ray workers
     .venv/bin/python bench/scale_bench.py step      # remote (WebSocket, HTTP) vs local env.step, µs
-    .venv/bin/python bench/scale_bench.py sessions  # concurrent sessions one `agentgym serve` holds
+    .venv/bin/python bench/scale_bench.py sessions  # concurrent sessions one `agentgym serve env` holds
     .venv/bin/python bench/scale_bench.py all
 
 ``collect`` plays each env's scripted oracle through :class:`ReplayEngine` (a policy that costs
@@ -92,7 +92,7 @@ def bench_collect(env_id: str, episodes: int, workers: list[int], per_call: int,
 
 # ---------------------------------------------------------------------------- step overhead
 def _serve(env_id: str, *args: str) -> Any:
-    from agentgym.remote.launch import launch
+    from agentgym.serving.env_launch import launch
 
     return launch(env_id, *args)
 
@@ -153,11 +153,11 @@ def bench_step(n: int) -> list[dict[str, Any]]:
 async def _open_sessions(url: str, env_id: str, n: int, batch: int) -> dict[str, Any]:
     from websockets.asyncio.client import connect
 
-    from agentgym.remote import wire
+    from agentgym.serving import env_wire
     from agentgym.tokenizers import ByteTokenizer
 
     tok = {"name": ByteTokenizer.name, "vocab_size": ByteTokenizer().vocab_size}
-    hello = wire.encode({"op": "hello", "protocol": wire.PROTOCOL, "env_id": env_id, "kwargs": {},
+    hello = env_wire.encode({"op": "hello", "protocol": env_wire.PROTOCOL, "env_id": env_id, "kwargs": {},
                          "tokenizer": tok})
     conns: list[Any] = []
     failures: list[str] = []
@@ -168,7 +168,7 @@ async def _open_sessions(url: str, env_id: str, n: int, batch: int) -> dict[str,
             await ws.send(hello)
             if not json.loads(await ws.recv())["ok"]:
                 raise RuntimeError("hello refused")
-            await ws.send(wire.encode({"op": "reset", "seq": 1, "seed": i}))
+            await ws.send(env_wire.encode({"op": "reset", "seq": 1, "seed": i}))
             if not json.loads(await ws.recv())["ok"]:
                 raise RuntimeError("reset failed")
             conns.append(ws)
@@ -183,7 +183,7 @@ async def _open_sessions(url: str, env_id: str, n: int, batch: int) -> dict[str,
     t0 = time.perf_counter()
 
     async def step(ws: Any) -> bool:
-        await ws.send(wire.encode({"op": "step", "seq": 2, "action": [1, 2, 3]}))
+        await ws.send(env_wire.encode({"op": "step", "seq": 2, "action": [1, 2, 3]}))
         return bool(json.loads(await ws.recv())["ok"])
 
     ok = await asyncio.gather(*(step(ws) for ws in conns), return_exceptions=True)

@@ -29,8 +29,8 @@ import numpy as np
 
 import agentgym  # noqa: F401
 from agentgym.environments.webapi.policies import oracle_action
+from agentgym.environments.webapi.store_wire import EPISODE_HEADER
 from agentgym.environments.webapi.tasks import all_tasks
-from agentgym.environments.webapi.wire import EPISODE_HEADER
 
 
 def round_trip(calls: int, database_url: str | None) -> dict[str, float]:

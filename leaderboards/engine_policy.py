@@ -182,7 +182,7 @@ def openai_http_policy(*, base_url: str, model: str = "agentgym", tokenizer: str
                        api_key_env: str = "OPENAI_API_KEY", temperature: float = 1.0, timeout: float = 120.0,
                        max_concurrency: int = 16, name: str | None = None) -> EnginePolicy:
     """Any OpenAI-compatible completions server that takes and returns token ids (vLLM, SGLang,
-    ``agentgym-train serve``), local or remote. ``tokenizer`` must be the server's: ``byte`` or a
+    ``agentgym serve model``), local or remote. ``tokenizer`` must be the server's: ``byte`` or a
     path; the API key, if any, is read from the environment variable ``api_key_env``."""
     from agentgym.tokenizers import ByteTokenizer, as_tokenizer
     from agentgym.trainer.engines.base import make_engine

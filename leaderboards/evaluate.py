@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.errors import ConfigError, InfraError, SubmissionError, infra_note
-from agentgym.leaderboards.policies import Policy
+from agentgym.leaderboards.policies import EpisodePolicy
 from agentgym.leaderboards.submission import (
     FORMAT,
     SCHEMA_VERSION,
@@ -140,7 +140,7 @@ def _record(spec: EpisodeSpec, traj: Trajectory, wall_s: float) -> dict[str, Any
             "trajectory": traj.to_dict()}
 
 
-def _play(policy: Policy, envs: dict[str, Any], spec: EpisodeSpec) -> tuple[Trajectory, float]:
+def _play(policy: EpisodePolicy, envs: dict[str, Any], spec: EpisodeSpec) -> tuple[Trajectory, float]:
     env = envs[spec.env.id]
     t0 = time.perf_counter()
     traj = policy.play(env, seed=spec.seed, options=spec.options)
@@ -155,7 +155,7 @@ def _play(policy: Policy, envs: dict[str, Any], spec: EpisodeSpec) -> tuple[Traj
     return traj, wall
 
 
-def run_suite(suite: Suite, policy: Policy, out: str | Path, *, name: str, policy_name: str,
+def run_suite(suite: Suite, policy: EpisodePolicy, out: str | Path, *, name: str, policy_name: str,
               policy_args: dict[str, Any] | None = None, workers: int = 4, progress: bool = True,
               notes: str = "", command: list[str] | None = None, max_episodes: int | None = None,
               infra_retries: int = 2) -> Path | None:

@@ -1,8 +1,9 @@
 """Policies that ``agentgym-eval`` runs through a suite, by name.
 
-A policy plays whole episodes on environments the evaluator builds (one per worker thread)::
+A policy plays whole episodes on environments the evaluator builds (one per worker thread); it is
+an ``EpisodePolicy``, not a ``StepPolicy`` (:mod:`agentgym.oracles`: env -> the next action)::
 
-    class Policy(Protocol):
+    class EpisodePolicy(Protocol):
         name: str
         def play(self, env, *, seed, options=None) -> Trajectory: ...
         def describe(self) -> dict: ...      # model, engine, sampling settings -> submission metadata
@@ -38,7 +39,7 @@ from agentgym.errors import ConfigError
 from agentgym.harmony import Message
 from agentgym.trajectory import Trajectory
 
-__all__ = ["POLICIES", "DoNothingPolicy", "JustAnswerPolicy", "OraclePolicy", "Policy", "ScriptedPolicy",
+__all__ = ["POLICIES", "DoNothingPolicy", "EpisodePolicy", "JustAnswerPolicy", "OraclePolicy", "ScriptedPolicy",
            "make_policy"]
 
 POLICIES: dict[str, str] = {
@@ -53,7 +54,7 @@ POLICIES: dict[str, str] = {
 
 
 @runtime_checkable
-class Policy(Protocol):
+class EpisodePolicy(Protocol):
     name: str
 
     def play(self, env: Any, *, seed: int, options: dict[str, Any] | None = None) -> Trajectory:
@@ -67,7 +68,7 @@ class Policy(Protocol):
     def close(self) -> None: ...
 
 
-def _factory(name: str) -> Callable[..., Policy]:
+def _factory(name: str) -> Callable[..., EpisodePolicy]:
     if name not in POLICIES:
         near = difflib.get_close_matches(name, list(POLICIES), n=1)
         hint = f" Did you mean {near[0]!r}?" if near else ""
@@ -81,7 +82,7 @@ def _factory(name: str) -> Callable[..., Policy]:
     return getattr(mod, attr)  # type: ignore[no-any-return]
 
 
-def make_policy(name: str, defaults: dict[str, Any] | None = None, **kwargs: Any) -> Policy:
+def make_policy(name: str, defaults: dict[str, Any] | None = None, **kwargs: Any) -> EpisodePolicy:
     """Build policy ``name`` with ``kwargs``; ``defaults`` (the suite's sampling settings) fill in
     only the keyword arguments the factory accepts and the caller did not give."""
     factory = _factory(name)

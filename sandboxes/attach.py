@@ -6,7 +6,7 @@ import socket
 import time
 from typing import Any
 
-from agentgym.sandboxes.client import RunnerGone
+from agentgym.sandboxes.runner_client import RunnerGone
 
 __all__ = ["AttachTransport"]
 

@@ -30,8 +30,8 @@ from pathlib import Path
 from agentgym.errors import SandboxUnavailable
 from agentgym.sandboxes import runner as runner_module
 from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT
-from agentgym.sandboxes.client import PipeTransport, RunnerClient, RunnerGone, RunnerSandbox
 from agentgym.sandboxes.image import RUNNER_PATH, SANDBOX_UID, WORKDIR, cache_dir, rootfs_path
+from agentgym.sandboxes.runner_client import PipeTransport, RunnerClient, RunnerGone, RunnerSandbox
 
 __all__ = ["BwrapSandbox", "bwrap_available"]
 

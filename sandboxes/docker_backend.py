@@ -34,9 +34,9 @@ from agentgym.errors import (
 )
 from agentgym.sandboxes.attach import AttachTransport
 from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT, check_options
-from agentgym.sandboxes.client import RunnerClient, RunnerSandbox
 from agentgym.sandboxes.image import RUNNER_CMD, SANDBOX_UID, WORKDIR, image_tag
 from agentgym.sandboxes.orphans import LABEL, OWNER_LABEL, owner_id, remove_orphans
+from agentgym.sandboxes.runner_client import RunnerClient, RunnerSandbox
 
 __all__ = ["AttachTransport", "DockerOptions", "DockerSandbox", "SandboxPool",
            "default_pool", "docker_client", "make_docker_sandbox"]

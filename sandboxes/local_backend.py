@@ -17,7 +17,7 @@ import warnings
 
 from agentgym.sandboxes import runner as runner_module
 from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT
-from agentgym.sandboxes.client import PipeTransport, RunnerClient, RunnerSandbox
+from agentgym.sandboxes.runner_client import PipeTransport, RunnerClient, RunnerSandbox
 
 __all__ = ["UnsafeLocalSandbox"]
 

@@ -1,12 +1,15 @@
 """The package's "never" arrows, checked on every import statement, lazy ones included.
 
-    core (agentgym/*.py, agentgym/remote, agentgym/chat) -/-> trainer, environments, sandboxes
-    sandboxes    -/-> environments, trainer
-    trainer      -/-> environments  (it reaches an env through gym.make and its declared capabilities)
-    environments -/-> trainer
+    core (agentgym/*.py, agentgym/chat) -/-> trainer, environments, sandboxes, serving
+    serving (agentgym/serving)          -/-> environments, sandboxes, leaderboards, trainer
+                                             (but agentgym/serving/model_server.py may import the trainer)
+    sandboxes    -/-> environments, trainer, serving
+    trainer      -/-> environments, serving  (it reaches an env through gym.make and its declared capabilities)
+    environments -/-> trainer, serving
 
 Each top-level folder maps into the ``agentgym`` namespace (pyproject's package-dir), so a file's
-layer is its folder and an import's layer is the second part of its module name. Entry-point
+layer is its folder (``agentgym/serving`` is a layer of its own inside ``agentgym/``) and an
+import's layer is the second part of its module name. Entry-point
 strings (``"agentgym.environments.math.env:MathEnv"`` in the registry) are the sanctioned lazy
 link and are not imports; ``importlib.import_module("literal")`` is checked like an import.
 """
@@ -19,12 +22,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"agentgym": "core", "environments": "environments", "trainer": "trainer", "sandboxes": "sandboxes",
            "leaderboards": "leaderboards"}
+LAYERS = {"trainer", "environments", "sandboxes", "leaderboards", "serving"}  # the rest of agentgym.* is core
 NEVER: dict[str, set[str]] = {
-    "core": {"trainer", "environments", "sandboxes"},
-    "sandboxes": {"environments", "trainer"},
-    "trainer": {"environments"},
-    "environments": {"trainer"},
+    "core": {"trainer", "environments", "sandboxes", "serving"},
+    "serving": {"environments", "sandboxes", "leaderboards", "trainer"},
+    "sandboxes": {"environments", "trainer", "serving"},
+    "trainer": {"environments", "serving"},
+    "environments": {"trainer", "serving"},
 }
+# The model server is the trainer's hf engine behind HTTP: the one serving module that may import it
+# (nothing imports it until `agentgym serve model` runs).
+ALLOWED: dict[str, set[str]] = {"agentgym/serving/model_server.py": {"trainer"}}
 
 
 def _module_of(root: Path, path: Path) -> list[str]:
@@ -38,7 +46,7 @@ def _layer_of(module: str) -> str | None:
     parts = module.split(".")
     if parts[0] != "agentgym":
         return None
-    return parts[1] if len(parts) > 1 and parts[1] in set(FOLDERS.values()) - {"core"} else "core"
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "core"
 
 
 def _imports(tree: ast.AST, here: list[str], is_package: bool) -> list[tuple[int, str]]:
@@ -66,9 +74,12 @@ def violations(root: Path) -> list[str]:
     for folder, layer in FOLDERS.items():
         for path in sorted((root / folder).rglob("*.py")):
             here = _module_of(root, path)
+            rel = path.relative_to(root).as_posix()
+            own = _layer_of(".".join(here)) if layer == "core" else layer  # agentgym/serving/...: serving
             for line, module in _imports(ast.parse(path.read_text()), here, path.name == "__init__.py"):
-                if _layer_of(module) in NEVER.get(layer, set()):
-                    out.append(f"{path.relative_to(root).as_posix()}:{line}: {layer} -> {module}")
+                target = _layer_of(module)
+                if target in NEVER.get(own, set()) and target not in ALLOWED.get(rel, set()):
+                    out.append(f"{rel}:{line}: {own} -> {module}")
     return sorted(out)
 
 
@@ -86,6 +97,11 @@ def test_the_check_catches_lazy_relative_and_string_imports(tmp_path: Path) -> N
         "environments/math/env.py": "import agentgym.trainer.config\nfrom agentgym.oracles import get_oracle\n",
         "sandboxes/base.py": "from agentgym.errors import SandboxError\n",
         "leaderboards/cli.py": "from agentgym.trainer import sft\n",  # leaderboards may use any layer
+        "agentgym/env.py": "def f():\n    from agentgym.serving import env_client\n",
+        "agentgym/serving/env_server.py": "from agentgym.environments.math import env\nfrom agentgym import errors\n",
+        "agentgym/serving/chat_server.py": "from agentgym.trainer.engines import hf\n",
+        "agentgym/serving/model_server.py": "from agentgym.trainer.engines import hf\n",  # the one allowed
+        "trainer/engines/openai_http.py": "from agentgym.serving import model_server\n",
     }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -93,6 +109,10 @@ def test_the_check_catches_lazy_relative_and_string_imports(tmp_path: Path) -> N
     assert violations(tmp_path) == [
         "agentgym/chat/x.py:1: core -> agentgym.trainer",
         "agentgym/cli.py:2: core -> agentgym.sandboxes.cli",
+        "agentgym/env.py:2: core -> agentgym.serving",
+        "agentgym/serving/chat_server.py:1: serving -> agentgym.trainer.engines",
+        "agentgym/serving/env_server.py:1: serving -> agentgym.environments.math",
         "environments/math/env.py:1: environments -> agentgym.trainer.config",
+        "trainer/engines/openai_http.py:1: trainer -> agentgym.serving",
         "trainer/sft.py:2: trainer -> agentgym.environments.math.oracle",
     ]

@@ -6,7 +6,7 @@
     agentgym-train --dry-run [--config ...] [overrides...]   layout + memory plan, no GPU needed
     torchrun --nproc_per_node N -m agentgym.trainer.cli ...  the learner on N processes (FSDP2)
     agentgym-train doctor ...                          engine/trainer mismatch doctor
-    agentgym-train serve ...                           OpenAI-compatible completions server
+    (a policy as a server: ``agentgym serve model ...``)
 
 Config mistakes exit with code 2 and a one-paragraph message (expected / got / how to fix),
 never a traceback; training failures (non-finite values, checkpoint problems) exit with 1; a
@@ -37,7 +37,8 @@ USAGE = """usage: agentgym-train [--config RECIPE] [KEY=VALUE ...]
        agentgym-train --print-config [--config RECIPE] [KEY=VALUE ...]
        agentgym-train --dry-run [--config RECIPE] [KEY=VALUE ...]
        torchrun --nproc_per_node N -m agentgym.trainer.cli [--config RECIPE] [KEY=VALUE ...]
-       agentgym-train doctor --help | serve --help
+       agentgym-train doctor --help
+       agentgym serve model --model PATH|tiny      (serve a policy: OpenAI-compatible API)
 
 Shipped recipes: {recipes}
 Overrides are dotted keys: ppo.lr=5e-4 rollout.samples_per_task=8 (or --ppo.lr 5e-4).
@@ -81,7 +82,7 @@ def parse_args(argv: Sequence[str]) -> tuple[str | None, str | None, str | None,
             overrides.append(a)
         else:
             raise ConfigError(f"unexpected argument {a!r}: expected KEY=VALUE (e.g. ppo.lr=1e-3), "
-                              "--config RECIPE, --resume RUN_DIR, doctor or serve")
+                              "--config RECIPE, --resume RUN_DIR or doctor")
         i += 1
     if config and resume:
         raise ConfigError("--config and --resume do not mix: a resumed run uses the config saved "
@@ -120,10 +121,10 @@ def _run(argv: list[str], run_dir: list[str]) -> int:
         from agentgym.trainer.doctor import doctor_main
 
         return int(doctor_main(argv[1:]) or 0)
-    if argv and argv[0] == "serve":
-        from agentgym.trainer.engines.server import main as serve_main
-
-        return int(serve_main(argv[1:]) or 0)
+    if argv and argv[0] == "serve":  # the model server moved: agentgym serve model
+        print(f"agentgym-train: `agentgym-train {argv[0]}` is now `agentgym serve model` "
+              "(same options: agentgym serve model --model PATH|tiny ...)", file=sys.stderr)
+        return 2
     if not argv or any(a in ("-h", "--help") for a in argv):  # nothing asked: help, not a 30-step run
         print(_usage())
         if not argv:

@@ -604,7 +604,7 @@ class TrainConfig:
         if r.engine == "hf" and r.engine_weights == "shared" and r.backend == "local":
             why.append(("the hf engine shares the learner's module (it would sample from weights "
                         "being updated)", "rollout.engine_weights=copy (its own copy, synced after every "
-                        "update), rollout.engine=openai-http (agentgym-train serve) or vllm"))
+                        "update), rollout.engine=openai-http (agentgym serve model) or vllm"))
         if r.backend == "ray" and r.engine != "hf":
             why.append((f"rollout.backend=ray with rollout.engine={r.engine} (the workers share a server "
                         "whose weights they cannot version)", "rollout.engine=hf (weights in each worker), "

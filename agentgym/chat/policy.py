@@ -1,7 +1,7 @@
 """``OpenAIChatPolicy``: play agentgym episodes with any OpenAI-compatible chat server.
 
 Works with hosted APIs, ``vllm serve`` / SGLang serving any model, and agentgym's own server
-(``agentgym-train serve``). Each episode goes through :class:`ChatWrapper`: the conversation
+(``agentgym serve model``). Each episode goes through :class:`ChatWrapper`: the conversation
 and the tools go to ``POST {base_url}/chat/completions``, the assistant message comes back and
 is stepped; the trajectory record stays the exact token stream.
 
@@ -31,7 +31,7 @@ from typing import Any
 import gymnasium as gym
 import httpx
 
-from agentgym.chat.wire import ChatReply, chat_request, parse_chat_response
+from agentgym.chat.chat_wire import ChatReply, chat_request, parse_chat_response
 from agentgym.chat.wrapper import ChatWrapper
 from agentgym.errors import ConfigError, ServiceError
 from agentgym.tokenizers import Tokenizer, as_tokenizer
@@ -69,7 +69,7 @@ def _coerce(name: str, value: Any, kind: type, optional: bool = False) -> Any:
 
 
 class OpenAIChatPolicy:
-    """A ``Policy`` for ``agentgym-eval`` (``play`` / ``describe`` / ``close``), thread-safe."""
+    """An ``EpisodePolicy`` for ``agentgym-eval`` (``play`` / ``describe`` / ``close``), thread-safe."""
 
     name = "openai-chat"
 
@@ -158,7 +158,7 @@ class OpenAIChatPolicy:
         self.stats = {"episodes": 0, "requests": 0, "retries": 0, "turns": 0, "prompt_exact_turns": 0,
                       "exact_turns": 0}
 
-    # ------------------------------------------------------------------ Policy protocol
+    # ------------------------------------------------------------------ EpisodePolicy protocol
     def play(self, env: gym.Env, *, seed: int, options: dict[str, Any] | None = None) -> Trajectory:
         """Reset ``env`` with ``seed``/``options``, play one episode, return a copy of its record."""
         chat = env if isinstance(env, ChatWrapper) else ChatWrapper(env)

@@ -7,7 +7,7 @@ reply, as verifiers' TextArena and OpenEnv envs do), or another agent does (veri
 env: an LLM plays the user). ``Env.finalize`` then judges the episode across its traces.
 
 Here verifiers' ``Env.setup``/``run``/``finalize`` and each task's own scoring run for real, in a
-driver thread with its own event loop. The seat under training is a :class:`PolicySeat`: its
+driver thread with its own event loop. The seat under training is a :class:`AgentgymSeat`: its
 ``turn(message)`` hands the message to agentgym (the next user message of the token episode) and
 waits for the policy's final answer; the other seats are verifiers' own agents (their harness,
 runtime and model endpoint), built by the env itself. Exactly one side acts at a time (a
@@ -35,7 +35,7 @@ import verifiers.v1 as vf
 from verifiers.v1.graph import MessageNode
 from verifiers.v1.trace import TraceTask
 
-__all__ = ["CLOSE", "Bridge", "Conversation", "EpisodeDriver", "PolicySeat"]
+__all__ = ["CLOSE", "Bridge", "Conversation", "EpisodeDriver", "AgentgymSeat"]
 
 CLOSE = object()  # agentgym's episode ended without an answer (truncated, reset, closed)
 
@@ -148,7 +148,7 @@ def _text(message: Any) -> str:
     return "\n\n".join(p if isinstance(p, str) else "" for p in parts)
 
 
-class PolicySeat:
+class AgentgymSeat:
     """The seat agentgym's policy plays, where the env's ``run`` expects a verifiers ``Agent``."""
 
     trainable = True
@@ -208,7 +208,7 @@ class EpisodeDriver:
         env, task = self.env, self.task
         episode = vf.Episode(env=EnvInfo(id=env.config.env_id),
                              task=TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash))
-        seat = PolicySeat(self.seat, self.bridge, episode.traces)
+        seat = AgentgymSeat(self.seat, self.bridge, episode.traces)
         others = [n for n in agent_config_fields(env.config) if n != self.seat]
         async with env.serving() if others else contextlib.nullcontext():
             if others:

@@ -15,15 +15,14 @@ answers the wrong result it got back. They read the episode's task (its answer a
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from agentgym.oracles import StepPolicy
+
 __all__ = ["blind_guesser", "flip_sign", "guess_answer", "guesser", "guessing_teacher", "oracle_teacher",
            "sign_flipper", "sign_flipping_teacher"]
-
-Policy = Callable[[Any], np.ndarray]  # env -> the next action's token ids
 
 
 def guess_answer(answer: str, rng: np.random.Generator, right: float) -> str:
@@ -38,8 +37,8 @@ def guess_answer(answer: str, rng: np.random.Generator, right: float) -> str:
     return answer[:i] + choices[int(rng.integers(len(choices)))] + answer[i + 1:]
 
 
-def guessing_teacher(oracle: Policy, *, skip_tool: float, guess_right: float,
-                     show_work: bool = True) -> Policy:
+def guessing_teacher(oracle: StepPolicy, *, skip_tool: float, guess_right: float,
+                     show_work: bool = True) -> StepPolicy:
     """The oracle, except on a fraction ``skip_tool`` of episodes: there it answers at once
     with :func:`guess_answer` (no tool call), after restating the arithmetic (the task's
     ``expression``, when it has one) in its analysis channel if ``show_work``: it does the
@@ -64,7 +63,7 @@ def flip_sign(expression: str) -> str:
     return expression[1:] if expression.startswith("-") else "-" + expression
 
 
-def sign_flipping_teacher(oracle: Policy, *, sign_error: float) -> Policy:
+def sign_flipping_teacher(oracle: StepPolicy, *, sign_error: float) -> StepPolicy:
     """The oracle, except on a fraction ``sign_error`` of episodes: there its ``calculator``
     call has the first number's sign flipped (:func:`flip_sign`), and its final answer repeats
     the (wrong) result, as the oracle always does. Drawn from the episode's seed."""
@@ -82,17 +81,17 @@ def sign_flipping_teacher(oracle: Policy, *, sign_error: float) -> Policy:
 
 
 # The factories named in the registration (``sft.teacher`` -> one of these).
-def oracle_teacher(oracle: Policy, **_: float) -> Policy:
+def oracle_teacher(oracle: StepPolicy, **_: float) -> StepPolicy:
     return oracle
 
 
-def guesser(oracle: Policy, *, skip_tool: float, guess_right: float, **_: float) -> Policy:
+def guesser(oracle: StepPolicy, *, skip_tool: float, guess_right: float, **_: float) -> StepPolicy:
     return guessing_teacher(oracle, skip_tool=skip_tool, guess_right=guess_right)
 
 
-def blind_guesser(oracle: Policy, *, skip_tool: float, guess_right: float, **_: float) -> Policy:
+def blind_guesser(oracle: StepPolicy, *, skip_tool: float, guess_right: float, **_: float) -> StepPolicy:
     return guessing_teacher(oracle, skip_tool=skip_tool, guess_right=guess_right, show_work=False)
 
 
-def sign_flipper(oracle: Policy, *, sign_error: float, **_: float) -> Policy:
+def sign_flipper(oracle: StepPolicy, *, sign_error: float, **_: float) -> StepPolicy:
     return sign_flipping_teacher(oracle, sign_error=sign_error)

@@ -2,12 +2,12 @@
 
 Layout (server, client and wire types kept apart):
 
-* ``wire``: constants both sides share (episode header, admin paths, limits, fixture seed);
+* ``store_wire``: constants both sides share (episode header, admin paths, limits, fixture seed);
 * server side: ``app`` (Starlette routes), ``serve`` (the uvicorn process), ``storage``
   (per-episode SQLite files or PostgreSQL schemas), ``spec`` (operations -> OpenAPI);
 * shared rules: ``db`` (schema, transactions, canonical snapshots), ``fixture`` (seeded data),
   ``domain`` (business rules, replayed offline to compute goal states);
-* client side: ``launcher`` (shared, refcounted server process), ``client`` (httpx tools from
+* client side: ``launcher`` (shared, refcounted server process), ``store_client`` (httpx tools from
   the served OpenAPI document), ``tasks``, ``reward``, ``env``, ``policies``.
 """
 

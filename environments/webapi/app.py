@@ -29,7 +29,7 @@ from agentgym.environments.webapi.domain import OPERATIONS as RULES
 from agentgym.environments.webapi.domain import DomainError
 from agentgym.environments.webapi.spec import OPERATIONS, SLEEP_OPERATION, Operation, openapi_document
 from agentgym.environments.webapi.storage import Store, UnknownEpisode
-from agentgym.environments.webapi.wire import (
+from agentgym.environments.webapi.store_wire import (
     ADMIN_PREFIX,
     EPISODE_HEADER,
     KEY_PATTERN,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentgym.environments.webapi.wire import GOAL_TABLES, Snapshot
+from agentgym.environments.webapi.store_wire import GOAL_TABLES, Snapshot
 
 __all__ = ["SCHEMA", "TABLES", "Tx", "create_schema", "snapshot"]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentgym.environments.webapi.db import Tx
-from agentgym.environments.webapi.wire import TODAY
+from agentgym.environments.webapi.store_wire import TODAY
 
 __all__ = ["MAX_LINE_QTY", "OPERATIONS", "DomainError", "cancellation_fee"]
 

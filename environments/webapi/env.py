@@ -31,9 +31,9 @@ import httpx
 import numpy as np
 
 from agentgym.env import Task, ToolEnv
-from agentgym.environments.webapi.client import StoreClient, tools_from_openapi
 from agentgym.environments.webapi.launcher import ServerConfig, ServerProcess, acquire, release
 from agentgym.environments.webapi.reward import CallRecord, evaluate, refusal_line, shown
+from agentgym.environments.webapi.store_client import StoreClient, tools_from_openapi
 from agentgym.environments.webapi.tasks import (
     FACTS,
     POLICY,

@@ -11,7 +11,7 @@ import datetime as dt
 import random
 
 from agentgym.environments.webapi.db import Tx
-from agentgym.environments.webapi.wire import TODAY
+from agentgym.environments.webapi.store_wire import TODAY
 
 __all__ = ["seed_fixture"]
 

@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from agentgym.environments.webapi.wire import READY_PREFIX, SERVE_MODULE
+from agentgym.environments.webapi.store_wire import READY_PREFIX, SERVE_MODULE
 from agentgym.errors import ServiceError
 
 __all__ = ["ServerConfig", "ServerProcess", "acquire", "live_servers", "release"]

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agentgym.environments.webapi.wire import GOAL_TABLES, Snapshot
+from agentgym.environments.webapi.store_wire import GOAL_TABLES, Snapshot
 
 if TYPE_CHECKING:
     from agentgym.environments.webapi.tasks import Evidence

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from agentgym.environments.webapi.wire import READY_PREFIX
+from agentgym.environments.webapi.store_wire import READY_PREFIX
 
 __all__ = ["main"]
 
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from agentgym.environments.webapi.app import create_app
     from agentgym.environments.webapi.storage import open_store
-    from agentgym.environments.webapi.wire import FIXTURE_SEED
+    from agentgym.environments.webapi.store_wire import FIXTURE_SEED
 
     seed = FIXTURE_SEED if args.fixture_seed is None else args.fixture_seed
     store = open_store(seed, args.database_url, args.data_dir, delete_dir=args.delete_data_dir)

@@ -34,7 +34,7 @@ from agentgym.environments.webapi.db import Tx, create_schema, snapshot
 from agentgym.environments.webapi.domain import OPERATIONS, DomainError, cancellation_fee
 from agentgym.environments.webapi.fixture import seed_fixture
 from agentgym.environments.webapi.reward import STATUSES, format_answer
-from agentgym.environments.webapi.wire import FIXTURE_SEED, TODAY, Snapshot
+from agentgym.environments.webapi.store_wire import FIXTURE_SEED, TODAY, Snapshot
 from agentgym.splits import hash_split
 
 __all__ = ["FACTS", "POLICY", "REFUSAL_RULES", "SPLITS", "Evidence", "WebTask", "all_tasks", "base_snapshot",

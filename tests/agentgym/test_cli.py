@@ -41,12 +41,31 @@ def test_version_and_list_show_what_is_installed() -> None:
      ["MathEnv got unknown keyword argument(s) 'famlies' (did you mean 'families'?)"]),
     (["validate", "agentgym/Math-v1", "--oracle", "nosuch:fn"], ["cannot import module 'nosuch'"]),
     (["validate", "agentgym/Maths-v0"], ["did you mean 'agentgym/Math-v1'?"]),
-    (["serve", "agentgym/Math-v1", "--env-kwarg", 'famlies=["arithmetic"]'], ["did you mean 'families'?"]),
-    (["serve", "agentgym/Math-v1", "--tokenizer", "/nonexist"], ["'/nonexist': no such directory"]),
-    (["serve", "agentgym/Maths-v0"], ["did you mean 'agentgym/Math-v1'?"]),
+    (["serve", "env", "agentgym/Math-v1", "--env-kwarg", 'famlies=["arithmetic"]'], ["did you mean 'families'?"]),
+    (["serve", "env", "agentgym/Math-v1", "--tokenizer", "/nonexist"], ["'/nonexist': no such directory"]),
+    (["serve", "env", "agentgym/Maths-v0"], ["did you mean 'agentgym/Math-v1'?"]),
+    # the old spelling (before `serve model` existed) names the new one
+    (["serve", "agentgym/Math-v1"], ["`agentgym serve ENV_ID` is now `agentgym serve env ENV_ID`"]),
 ])
 def test_usage_mistakes_exit_2_with_one_line(args: list[str], needles: list[str]) -> None:
     _one_line_error(run_cli(*args), 2, *needles)
+
+
+def test_serve_help_lists_both_servers_and_imports_no_server() -> None:
+    code = ("import sys\nfrom agentgym.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print([m for m in ('torch', 'uvicorn', 'agentgym.trainer') if m in sys.modules])")
+    for args, needles in ((["serve", "-h"], ["env", "model"]), (["serve", "model", "-h"], ["--model", "--tokenizer"]),
+                          (["serve", "env", "-h"], ["ENV_ID", "--env-kwarg"])):
+        p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0 and all(n in p.stdout for n in needles), (args, p.stdout, p.stderr)
+        assert p.stdout.strip().endswith("[]"), p.stdout  # parsing imports no server and no torch
+
+
+def test_serve_model_without_the_train_extra_says_how_to_install_it() -> None:
+    code = ("import sys; sys.modules['torch'] = None; from agentgym.cli import main; "  # torch cannot be imported
+            "sys.exit(main(['serve', 'model', '--model', 'tiny']))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    _one_line_error(p, 2, "agentgym serve model", "pip install 'agentgym-suite[train]'")
 
 
 def test_serve_on_a_busy_port_says_so() -> None:
@@ -54,7 +73,7 @@ def test_serve_on_a_busy_port_says_so() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen(1)
         port = s.getsockname()[1]
-        p = run_cli("serve", "agentgym/Math-v1", "--port", str(port))
+        p = run_cli("serve", "env", "agentgym/Math-v1", "--port", str(port))
     _one_line_error(p, 2, f"port {port} on 127.0.0.1 is in use", "--port 0")
 
 
@@ -70,7 +89,7 @@ def _launch(prog: str, *args: str, cwd: str) -> subprocess.Popen[str]:
 
 
 @pytest.mark.parametrize(("prog", "args", "ready", "message"), [
-    ("agentgym", ["serve", "agentgym/Math-v1", "--port", "0"], "AGENTGYM_SERVE_READY", None),
+    ("agentgym", ["serve", "env", "agentgym/Math-v1", "--port", "0"], "AGENTGYM_SERVE_READY", None),
     ("agentgym", ["demo", "agentgym/MathCalc-v1", "--episodes", "100000000"], None, "agentgym demo: interrupted"),
     ("agentgym-eval", ["--suite", "core", "--policy", "do-nothing", "--out", "x.jsonl.gz"], None,
      "run the same command again to resume"),

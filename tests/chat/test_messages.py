@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agentgym  # noqa: F401  (registers the ids)
-from agentgym.chat.completions import render_conversation
 from agentgym.chat.messages import (
     action_ids,
     assistant_message,
@@ -20,6 +19,7 @@ from agentgym.chat.messages import (
     tool_specs,
 )
 from agentgym.harmony import HarmonyCodec, Message
+from agentgym.serving.chat_server import render_conversation
 from agentgym.tokenizers import ByteTokenizer
 
 CODEC = HarmonyCodec(ByteTokenizer())

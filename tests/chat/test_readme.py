@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the server needs the [train] extra")
 
+from agentgym.serving.model_server import CompletionServer  # noqa: E402
 from agentgym.trainer.engines.hf import HFEngine  # noqa: E402
-from agentgym.trainer.engines.server import CompletionServer  # noqa: E402
 from agentgym.trainer.model import load_policy  # noqa: E402
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "chat.md"
@@ -19,7 +19,7 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "chat.md"
 
 def test_evaluate_a_chat_model_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     section = PAGE.read_text()
-    assert "agentgym-train serve --model tiny --port 8000" in section
+    assert "agentgym serve model --model tiny --port 8000" in section
     code = re.findall(r"```python\n(.*?)```", section, re.S)[0]
     torch.set_num_threads(1)
     with CompletionServer(HFEngine(load_policy("tiny"))) as server:  # what `serve --model tiny` runs

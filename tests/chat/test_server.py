@@ -15,14 +15,14 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the server needs the [train] extra")
 
-from agentgym.chat.completions import render_conversation  # noqa: E402
 from agentgym.chat.messages import tool_specs  # noqa: E402
 from agentgym.chat.policy import OpenAIChatPolicy  # noqa: E402
 from agentgym.errors import ConfigError, ServiceError  # noqa: E402
 from agentgym.harmony import HarmonyCodec, Message  # noqa: E402
+from agentgym.serving.chat_server import render_conversation  # noqa: E402
+from agentgym.serving.model_server import CompletionServer, build_app  # noqa: E402
 from agentgym.tokenizers import ByteTokenizer  # noqa: E402
 from agentgym.trainer.engines.hf import HFEngine  # noqa: E402
-from agentgym.trainer.engines.server import CompletionServer, build_app  # noqa: E402
 from agentgym.trainer.logprobs import policy_forward  # noqa: E402
 from agentgym.trainer.model import build_tiny_gptoss  # noqa: E402
 
@@ -234,11 +234,11 @@ def test_policy_limits_requests_in_flight(flaky: tuple[_Flaky, str]) -> None:
 
 @pytest.mark.slow
 def test_serve_command_serves_chat() -> None:
-    """``agentgym-train serve``: the way a serving box runs it, chat included."""
+    """``agentgym serve model``: the way a serving box runs it, chat included."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "agentgym.trainer.cli", "serve", "--model", "tiny",
+    proc = subprocess.Popen([sys.executable, "-m", "agentgym.cli", "serve", "model", "--model", "tiny",
                              "--port", str(port), "--device", "cpu", "--max-tokens", "8"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"

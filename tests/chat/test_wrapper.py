@@ -10,10 +10,10 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from agentgym import ChatWrapper
-from agentgym.chat.completions import render_conversation
 from agentgym.chat.messages import assistant_message, tool_specs
 from agentgym.errors import ConfigError, EnvStateError
 from agentgym.oracles import get_oracle, run_oracle
+from agentgym.serving.chat_server import render_conversation
 from agentgym.trajectory import Trajectory
 from tests.agentgym.toy import EchoEnv
 from tests.chat.conftest import ENV_IDS

@@ -129,8 +129,8 @@ def test_partial_line_is_dropped_and_settings_are_checked(tmp_path: Path, math_s
 
 def test_openai_http_policy_against_a_served_model(tmp_path: Path, math_suite: Suite, model_dir: Path) -> None:
     """agentgym's own OpenAI-compatible server (loopback) stands in for a remote vLLM/SGLang."""
+    from agentgym.serving.model_server import CompletionServer
     from agentgym.trainer.engines.hf import HFEngine
-    from agentgym.trainer.engines.server import CompletionServer
     from agentgym.trainer.model import load_policy
 
     engine = HFEngine(load_policy(str(model_dir)), pad_id=263)

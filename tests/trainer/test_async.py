@@ -279,9 +279,9 @@ def test_async_with_a_served_engine_in_its_own_server(tmp_path: Path) -> None:
     """The hf engine behind agentgym's completion server (real HTTP, its own weights, synced
     through a checkpoint after every update) produces under the bound; the first step's batch
     comes from the learner's own weights (pushed when the producer starts)."""
+    from agentgym.serving.model_server import CompletionServer
     from agentgym.tokenizers import ByteTokenizer
     from agentgym.trainer.engines.hf import HFEngine
-    from agentgym.trainer.engines.server import CompletionServer
     from agentgym.trainer.model import build_tiny_gptoss
     from agentgym.trainer.train import Trainer
 

@@ -11,11 +11,11 @@ import torch
 
 from agentgym.errors import ConfigError, ServiceError
 from agentgym.harmony import HarmonyCodec
+from agentgym.serving.model_server import CompletionServer
 from agentgym.tokenizers import ByteTokenizer
 from agentgym.trainer.engines.base import Engine, Sample, make_engine
 from agentgym.trainer.engines.hf import HFEngine
 from agentgym.trainer.engines.openai_http import OpenAIHTTPEngine
-from agentgym.trainer.engines.server import CompletionServer
 from agentgym.trainer.logprobs import policy_forward
 from agentgym.trainer.model import build_tiny_gptoss
 
@@ -194,7 +194,7 @@ def test_openai_http_vllm_reload_protocol() -> None:
 
 @pytest.mark.slow
 def test_server_runs_as_a_process(policy: torch.nn.Module, tmp_path: Path) -> None:
-    """``python -m agentgym.trainer.engines.server``: the way a separate serving box runs it."""
+    """``agentgym serve model``: the way a separate serving box runs it."""
     import socket
     import subprocess
     import sys
@@ -204,7 +204,7 @@ def test_server_runs_as_a_process(policy: torch.nn.Module, tmp_path: Path) -> No
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agentgym.trainer.engines.server", "--model", "tiny", "--port", str(port),
+        [sys.executable, "-m", "agentgym.cli", "serve", "model", "--model", "tiny", "--port", str(port),
          "--device", "cpu"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )

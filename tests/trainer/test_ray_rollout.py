@@ -182,7 +182,7 @@ def test_the_trainer_collects_on_ray_workers_with_the_current_weights(tmp_path) 
 
 
 def test_an_env_server_killed_mid_rollout_fails_only_the_episodes_in_flight(engine, local_records) -> None:
-    from agentgym.remote.launch import launch
+    from agentgym.serving.env_launch import launch
 
     pytest.importorskip("websockets")
     servers = [launch(ENV)]

@@ -8,7 +8,7 @@ its log-probs are reported at temperature 1.
 
 Engines: ``hf`` (transformers, in process, CPU or GPU), ``openai-http`` (any server that
 speaks the OpenAI completions API with token ids and log-probs: vLLM, SGLang, or agentgym's
-own ``server.py``), ``vllm`` (in-process vLLM, GPU, optional dependency).
+own model server, ``agentgym serve model``), ``vllm`` (in-process vLLM, GPU, optional dependency).
 """
 
 from __future__ import annotations

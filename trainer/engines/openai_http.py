@@ -1,7 +1,7 @@
 """The ``openai-http`` engine: sample through any OpenAI-compatible completions server.
 
-Works with vLLM, SGLang, and agentgym's own ``server.py``. Prompts go out as token ids,
-sampled ids and per-token log-probs come back (``wire.py``), so nothing is ever re-tokenized.
+Works with vLLM, SGLang, and agentgym's own model server (``agentgym serve model``). Prompts go out as token ids,
+sampled ids and per-token log-probs come back (``model_wire.py``), so nothing is ever re-tokenized.
 
 Weight sync writes the policy to ``checkpoint_dir`` with safetensors (``save_pretrained``
 layout when the model has it) and asks the server to load that path; how depends on the
@@ -39,7 +39,12 @@ import httpx
 
 from agentgym.errors import ConfigError, ServiceError, ServiceLost
 from agentgym.trainer.engines.base import Sample
-from agentgym.trainer.engines.wire import COMPLETIONS_PATH, RELOAD_PATH, completion_request, parse_completion
+from agentgym.trainer.engines.model_wire import (
+    COMPLETIONS_PATH,
+    RELOAD_PATH,
+    completion_request,
+    parse_completion,
+)
 
 __all__ = ["RELOADERS", "OpenAIHTTPEngine", "vllm_serve_command", "write_checkpoint"]
 

@@ -48,9 +48,9 @@ def openenv_math() -> Iterator[str]:
 def tiny_server() -> Iterator[tuple[str, Any]]:
     """agentgym's OpenAI-compatible server (``/v1/chat/completions``) sampling an untrained tiny GPT-OSS."""
     torch = pytest.importorskip("torch", reason="the chat server needs the [train] extra")
+    from agentgym.serving.model_server import CompletionServer
     from agentgym.tokenizers import ByteTokenizer
     from agentgym.trainer.engines.hf import HFEngine
-    from agentgym.trainer.engines.server import CompletionServer
     from agentgym.trainer.model import build_tiny_gptoss
 
     tok = ByteTokenizer()
@@ -67,8 +67,8 @@ def memorized_server(memorized: Any) -> Iterator[str]:
     oracle episode (a calculator call, then the answer): greedy decoding replays it only if the
     prompt it is served is token for token the env's."""
     pytest.importorskip("torch", reason="the chat server needs the [train] extra")
+    from agentgym.serving.model_server import CompletionServer
     from agentgym.trainer.engines.hf import HFEngine
-    from agentgym.trainer.engines.server import CompletionServer
 
     model, _ = memorized
     with CompletionServer(HFEngine(model), max_tokens=256) as server:

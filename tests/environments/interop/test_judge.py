@@ -27,7 +27,7 @@ def test_parse_score() -> None:
 
 
 def _demo(codec: Any, judge: Judge, question: str, answer: str, reference: str, reply: str) -> Trajectory:
-    from agentgym.chat.completions import render_conversation
+    from agentgym.serving.chat_server import render_conversation
 
     prompt = render_conversation(codec, judge.messages(question=question, answer=answer, reference=reference), [],
                                  "low")
@@ -42,9 +42,9 @@ def _demo(codec: Any, judge: Judge, question: str, answer: str, reference: str, 
 def graded() -> Iterator[tuple[str, dict[str, Any]]]:
     """A tiny GPT-OSS served by agentgym's chat server that grades task 0's right answer 1, a wrong one 0."""
     from agentgym.harmony import HarmonyCodec
+    from agentgym.serving.model_server import CompletionServer
     from agentgym.tokenizers import ByteTokenizer
     from agentgym.trainer.engines.hf import HFEngine
-    from agentgym.trainer.engines.server import CompletionServer
     from agentgym.trainer.model import build_tiny_gptoss
     from agentgym.trainer.sft import sft_step
 

@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 import agentgym  # noqa: F401
-from agentgym.environments.webapi.client import StoreClient, tools_from_openapi
 from agentgym.environments.webapi.spec import openapi_document
+from agentgym.environments.webapi.store_client import StoreClient, tools_from_openapi
+from agentgym.environments.webapi.store_wire import EPISODE_HEADER, MAX_BODY_BYTES
 from agentgym.environments.webapi.tasks import all_tasks, base_snapshot
-from agentgym.environments.webapi.wire import EPISODE_HEADER, MAX_BODY_BYTES
 from agentgym.errors import ConfigError
 
 from .conftest import call, final
@@ -174,7 +174,7 @@ def test_bad_options_raise_config_errors(fake: FakeStore) -> None:
 def test_a_dropped_connection_is_retried_once_for_reads_never_for_writes() -> None:
     import httpx
 
-    from agentgym.environments.webapi.client import StoreClient
+    from agentgym.environments.webapi.store_client import StoreClient
 
     seen: list[str] = []
 

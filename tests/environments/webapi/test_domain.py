@@ -22,6 +22,7 @@ from agentgym.environments.webapi.reward import (
 )
 from agentgym.environments.webapi.spec import OPERATIONS as SPEC_OPS
 from agentgym.environments.webapi.spec import openapi_document
+from agentgym.environments.webapi.store_wire import FIXTURE_SEED
 from agentgym.environments.webapi.tasks import (
     FACTS,
     POLICY,
@@ -32,7 +33,6 @@ from agentgym.environments.webapi.tasks import (
     goal_state,
     split_tasks,
 )
-from agentgym.environments.webapi.wire import FIXTURE_SEED
 
 
 @pytest.fixture()

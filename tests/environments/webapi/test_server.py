@@ -10,8 +10,8 @@ from gymnasium.utils.env_checker import check_env
 
 from agentgym.environments.webapi.launcher import ServerConfig, ServerProcess
 from agentgym.environments.webapi.policies import noop_action, oracle_action, run_episode
+from agentgym.environments.webapi.store_wire import EPISODE_HEADER, MAX_BODY_BYTES
 from agentgym.environments.webapi.tasks import all_tasks
-from agentgym.environments.webapi.wire import EPISODE_HEADER, MAX_BODY_BYTES
 
 from .conftest import call, final
 

@@ -19,7 +19,7 @@ from urllib.parse import quote
 import httpx
 
 from agentgym.environments.webapi.reward import CallRecord
-from agentgym.environments.webapi.wire import ADMIN_PREFIX, EPISODE_HEADER, MAX_BODY_BYTES, Snapshot
+from agentgym.environments.webapi.store_wire import ADMIN_PREFIX, EPISODE_HEADER, MAX_BODY_BYTES, Snapshot
 from agentgym.errors import ServiceError
 from agentgym.tools import Tool, ToolResult
 

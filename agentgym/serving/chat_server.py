@@ -1,4 +1,4 @@
-"""Chat completions with tool calling over a token engine: the server side of ``wire.py``.
+"""Chat completions with tool calling over a token engine: the server side of ``agentgym.chat.chat_wire``.
 
 A request's messages are rendered in Harmony (the env's own preamble: ``harmony_preamble``
 for the system message and tools, then ``agentgym.chat.messages`` for the turns), the engine
@@ -150,7 +150,7 @@ def _int_field(body: Mapping[str, Any], names: Sequence[str], default: int, lo: 
 def chat_completion(engine: Any, codec: HarmonyCodec, body: Any, *, model_name: str,
                     reasoning_effort: str = "low", max_tokens: int = 2048,
                     max_tokens_cap: int = 32768) -> dict[str, Any]:
-    """Answer one chat completions request body (``wire.py``); ``ValueError`` on a bad request.
+    """Answer one chat completions request body (``agentgym.chat.chat_wire``); ``ValueError`` on a bad request.
 
     ``engine.generate(prompts, max_new_tokens=, temperature=, stop_ids=, seed=)`` samples;
     ``reasoning_effort`` is the default when the request names none; ``max_tokens`` the default

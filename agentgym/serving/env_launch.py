@@ -1,7 +1,7 @@
-"""Start ``agentgym serve`` as a child process and wait until it accepts connections.
+"""Start ``agentgym serve env`` as a child process and wait until it accepts connections.
 
 Used by tests, benchmarks and scripts that need an env server on this machine. The server is
-launched by command line (``python -m agentgym.cli serve``): nothing here imports it.
+launched by command line (``python -m agentgym.cli serve env``): nothing here imports it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from agentgym.errors import ServiceError
-from agentgym.remote.wire import READY_PREFIX
+from agentgym.serving.env_wire import READY_PREFIX
 
 __all__ = ["Launched", "launch"]
 
@@ -45,11 +45,11 @@ class Launched:
 
 def launch(env_id: str, *args: str, host: str = "127.0.0.1", port: int = 0, timeout: float = 60.0,
            watch_parent: bool = True) -> Launched:
-    """``agentgym serve ENV_ID --host HOST --port PORT ARGS...``; returns once it is ready.
+    """``agentgym serve env ENV_ID --host HOST --port PORT ARGS...``; returns once it is ready.
 
     With ``watch_parent`` the server exits when this process dies (no orphaned servers).
     """
-    cmd = [sys.executable, "-m", "agentgym.cli", "serve", env_id, "--host", host, "--port", str(port), *args]
+    cmd = [sys.executable, "-m", "agentgym.cli", "serve", "env", env_id, "--host", host, "--port", str(port), *args]
     if watch_parent:
         cmd += ["--parent-pid", str(os.getpid())]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -65,6 +65,6 @@ def launch(env_id: str, *args: str, host: str = "127.0.0.1", port: int = 0, time
     if not text.startswith(READY_PREFIX):
         proc.kill()
         proc.wait()
-        raise ServiceError(f"`agentgym serve {env_id}` did not start within {timeout:.0f} s (expected a "
+        raise ServiceError(f"`agentgym serve env {env_id}` did not start within {timeout:.0f} s (expected a "
                            f"'{READY_PREFIX}' line, got {text!r}); run the command by hand to see why")
     return Launched(url=text.split("url=", 1)[1].split()[0], proc=proc)

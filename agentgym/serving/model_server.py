@@ -1,23 +1,22 @@
 """agentgym's OpenAI-compatible server, backed by the ``hf`` engine.
 
-Serves token-id completions with processed log-probs (the wire format in ``wire.py``), chat
-completions with tool calling (``/v1/chat/completions``: the messages rendered in Harmony
-exactly as the environments render them, the sampled action parsed back into an assistant
-message with ``tool_calls``; ``stream: true`` sends the finished completion as server-sent
-events; ``agentgym.chat.completions``), and a ``/reload_weights``
-endpoint that loads a safetensors checkpoint into the served model. So the ``openai-http``
+Serves token-id completions with processed log-probs (the wire format in
+``agentgym.trainer.engines.model_wire``), chat completions with tool calling
+(``/v1/chat/completions``: the messages rendered in Harmony exactly as the environments render
+them, the sampled action parsed back into an assistant message with ``tool_calls``;
+``stream: true`` sends the finished completion as server-sent events;
+``agentgym.serving.chat_server``), and a ``/reload_weights`` endpoint that loads a safetensors checkpoint into the served model. So the ``openai-http``
 engine, weight sync and the ``openai-chat`` policy are tested end to end over real HTTP
 without vLLM.
 
-Run it in a thread (:class:`CompletionServer`, used by tests and the doctor) or as a process::
+Run it in a thread (:class:`CompletionServer`, used by tests) or as a process::
 
-    python -m agentgym.trainer.engines.server --model tiny --port 8000
-    agentgym-train serve --model runs/x/checkpoints/step-20 --tokenizer PATH
+    agentgym serve model --model tiny --port 8000
+    agentgym serve model --model runs/x/checkpoints/step-20 --tokenizer PATH
 """
 
 from __future__ import annotations
 
-import argparse
 import threading
 import time
 from pathlib import Path
@@ -30,15 +29,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from agentgym.chat.completions import REASONING_EFFORTS, chat_completion, stream_events
-from agentgym.chat.wire import CHAT_PATH
+from agentgym.chat.chat_wire import CHAT_PATH
 from agentgym.errors import CheckpointError, ConfigError, ServiceError
 from agentgym.harmony import HarmonyCodec
+from agentgym.serving.chat_server import chat_completion, stream_events
 from agentgym.tokenizers import Tokenizer, as_tokenizer
 from agentgym.trainer.engines.hf import HFEngine
-from agentgym.trainer.engines.wire import COMPLETIONS_PATH, RELOAD_PATH, completion_response
+from agentgym.trainer.engines.model_wire import COMPLETIONS_PATH, RELOAD_PATH, completion_response
 
-__all__ = ["CompletionServer", "build_app", "load_safetensors_into", "main"]
+__all__ = ["CompletionServer", "build_app", "load_safetensors_into", "run"]
 
 
 def load_safetensors_into(model: torch.nn.Module, path: str | Path) -> int:
@@ -210,37 +209,22 @@ class CompletionServer:
         self.stop()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m agentgym.trainer.engines.server --model PATH|tiny [--tokenizer T] [--host H] [--port P]``."""
-    from agentgym.trainer.model import load_policy
+def run(model: str, *, host: str = "127.0.0.1", port: int = 8000, device: str | None = None,
+        model_name: str = "agentgym", tokenizer: str | None = None, reasoning_effort: str = "low",
+        max_tokens: int = 2048, threads: int = 1) -> None:
+    """``agentgym serve model``: load ``model`` (a checkpoint directory, hub id or ``tiny``) and serve it; blocks.
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True, help="checkpoint directory, hub id, or 'tiny'")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=8000)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--served-model-name", default="agentgym")
-    ap.add_argument("--tokenizer", default=None,
-                    help="for chat: a tokenizer path ('byte' = agentgym's ByteTokenizer; default: "
-                         "'byte' for tiny models, else the model's own directory)")
-    ap.add_argument("--reasoning-effort", default="low", choices=REASONING_EFFORTS,
-                    help="chat default when a request names none (the environments use low)")
-    ap.add_argument("--max-tokens", type=int, default=2048, help="chat default completion budget")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch intra-op threads (1: a tiny model on a shared CPU decodes ~15x faster "
-                         "than with 2 threads fighting for 2 busy cores; raise it for a large model)")
-    args = ap.parse_args(argv)
+    ``tokenizer``: for chat (``byte`` = agentgym's ByteTokenizer; default: ``byte`` for tiny
+    models, else the model's own directory). ``threads``: torch intra-op threads.
+    """
     import uvicorn
 
-    torch.set_num_threads(max(1, args.threads))
-    model = load_policy(args.model, device=args.device)
-    engine = HFEngine(model, share=True)
-    tok = args.tokenizer or ("byte" if args.model.startswith("tiny") else args.model)
-    app = build_app(engine, args.served_model_name, tokenizer=None if tok == "byte" else tok,
-                    reasoning_effort=args.reasoning_effort, max_tokens=args.max_tokens)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
-    return 0
+    from agentgym.trainer.model import load_policy
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    torch.set_num_threads(max(1, threads))
+    policy = load_policy(model, device=device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    engine = HFEngine(policy, share=True)
+    tok = tokenizer or ("byte" if model.startswith("tiny") else model)
+    app = build_app(engine, model_name, tokenizer=None if tok == "byte" else tok,
+                    reasoning_effort=reasoning_effort, max_tokens=max_tokens)
+    uvicorn.run(app, host=host, port=port, log_level="info")

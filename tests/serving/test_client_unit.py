@@ -13,10 +13,10 @@ import pytest
 import agentgym  # noqa: F401
 from agentgym.errors import ConfigError, EnvStateError, ServiceError
 from agentgym.oracles import run_oracle
-from agentgym.remote import wire
-from agentgym.remote.channels import HTTPChannel, make_channel
-from agentgym.remote.client import RemoteEnv
-from agentgym.remote.sessions import Session, SessionManager
+from agentgym.serving import env_wire
+from agentgym.serving.env_channels import HTTPChannel, make_channel
+from agentgym.serving.env_client import RemoteEnv
+from agentgym.serving.env_sessions import Session, SessionManager
 
 
 class InProcess:
@@ -27,7 +27,7 @@ class InProcess:
         self.fail_next: Exception | None = None
 
     def _json(self, msg: dict[str, Any]) -> dict[str, Any]:
-        return json.loads(wire.encode(msg))  # type: ignore[no-any-return]
+        return json.loads(env_wire.encode(msg))  # type: ignore[no-any-return]
 
     def open(self, hello: dict[str, Any]) -> dict[str, Any]:
         self.session = self.manager.open(self._json(hello))
@@ -68,7 +68,7 @@ def test_a_failed_request_breaks_the_episode_until_reset() -> None:
     channel = InProcess(SessionManager("agentgym/Math-v1"))
     env = RemoteEnv(url="inproc://", env_id="agentgym/Math-v1", channel=channel)
     env.reset(seed=1)
-    channel.fail_next = ServiceError("agentgym serve at inproc:// is gone")
+    channel.fail_next = ServiceError("agentgym serve env at inproc:// is gone")
     with pytest.raises(ServiceError, match="gone"):
         env.step(np.array([1, 2]))
     with pytest.raises(EnvStateError, match="episode is lost; call reset"):
@@ -91,7 +91,7 @@ def _mock_server(manager: SessionManager, lose_reply_of: set[int]) -> httpx.Mock
     sessions: dict[str, Session] = {}
 
     def handle(request: httpx.Request) -> httpx.Response:
-        if request.url.path == wire.HTTP_PREFIX:
+        if request.url.path == env_wire.HTTP_PREFIX:
             s = manager.open(json.loads(request.content), "http")
             sessions[s.id] = s
             return httpx.Response(201, json={"ok": True, "session": s.id, "secret": s.secret})
@@ -130,5 +130,5 @@ def test_http_gives_up_with_a_clear_error_when_nobody_answers() -> None:
 
     channel = HTTPChannel("http://mock", transport=httpx.MockTransport(refuse), reconnect_attempts=2,
                           backoff_s=0.0)
-    with pytest.raises(ServiceError, match=r"is gone: connecting failed 3 time\(s\).*agentgym serve"):
+    with pytest.raises(ServiceError, match=r"is gone: connecting failed 3 time\(s\).*agentgym serve env"):
         RemoteEnv(url="http://mock", env_id="agentgym/Math-v1", channel=channel)

@@ -7,7 +7,7 @@ from its stored reply, so nothing is applied twice. When the server stays unreac
 session is gone (the server restarted), the channel raises :class:`ServiceError` saying so.
 
 The remote env takes any ``Channel``; unit tests pass one over ``httpx.MockTransport`` or an
-in-process function, integration tests the real ones against ``agentgym serve``.
+in-process function, integration tests the real ones against ``agentgym serve env``.
 
 Exit: a WebSocket connection has a receiving thread. Once the interpreter finalizes, that
 thread is frozen, and a polite close (which waits for it) would hang the process for ever.
@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import httpx
 
 from agentgym.errors import AgentGymError, ConfigError, EnvStateError, ServiceError
-from agentgym.remote import wire
+from agentgym.serving import env_wire
 
 __all__ = ["Channel", "HTTPChannel", "WebSocketChannel", "make_channel"]
 
@@ -63,9 +63,9 @@ class _Retrying:
     def _gone(self, last: BaseException | None, what: str) -> ServiceError:
         tries = self.reconnect_attempts + 1
         return ServiceError(
-            f"agentgym serve at {self.url} is gone: {what} failed {tries} time(s) over "
+            f"agentgym serve env at {self.url} is gone: {what} failed {tries} time(s) over "
             f"{self.backoff_s * (2 ** self.reconnect_attempts - 1):.1f} s of backoff (last error: {last!r}). Start the server "
-            "again (`agentgym serve ENV_ID`); the episode in flight is lost, reset() starts a new session")
+            "again (`agentgym serve env ENV_ID`); the episode in flight is lost, reset() starts a new session")
 
     def _timed_out(self, op: Any) -> ServiceError:
         return ServiceError(f"no reply from {self.url} within {self.timeout:g} s to {op!r}; the server is "
@@ -118,8 +118,8 @@ class WebSocketChannel(_Retrying):
         self._ws: Any = None
 
     def _roundtrip(self, msg: dict[str, Any]) -> dict[str, Any]:
-        self._ws.send(wire.encode(msg))
-        return wire.decode(self._ws.recv(timeout=self.timeout), max_bytes=self.max_message_bytes)
+        self._ws.send(env_wire.encode(msg))
+        return env_wire.decode(self._ws.recv(timeout=self.timeout), max_bytes=self.max_message_bytes)
 
     def _dial(self, first: dict[str, Any], what: str = "connecting") -> dict[str, Any]:
         """Connect and send the first message; retried while the server cannot be reached."""
@@ -144,13 +144,13 @@ class WebSocketChannel(_Retrying):
                 if status is not None:  # a server answered, but not with a WebSocket: no retry helps
                     raise ConfigError(
                         f"{self.url} answered the WebSocket handshake with HTTP {status}: the server is up but "
-                        f"has no agentgym WebSocket endpoint at that path. `agentgym serve` listens on "
-                        f"ws://HOST:PORT{wire.WS_PATH} (its HTTP base is http://HOST:PORT)") from None
+                        f"has no agentgym WebSocket endpoint at that path. `agentgym serve env` listens on "
+                        f"ws://HOST:PORT{env_wire.WS_PATH} (its HTTP base is http://HOST:PORT)") from None
                 last = e
                 continue
             if not reply.get("ok"):
                 self._drop()
-                raise wire.error_from_wire(reply.get("error"), f"{self.url} refused {first.get('op')}")
+                raise env_wire.error_from_wire(reply.get("error"), f"{self.url} refused {first.get('op')}")
             return reply
         raise self._gone(last, what)
 
@@ -171,7 +171,7 @@ class WebSocketChannel(_Retrying):
                 if self._ws is None:
                     if attempt:
                         time.sleep(self.backoff_s * 2 ** (attempt - 1))
-                    self._dial({"op": "resume", "protocol": wire.PROTOCOL, "session": self.session,
+                    self._dial({"op": "resume", "protocol": env_wire.PROTOCOL, "session": self.session,
                                 "secret": self.secret}, "reconnecting")
                     self.reconnects += 1
                 return self._roundtrip(msg)
@@ -211,7 +211,7 @@ class WebSocketChannel(_Retrying):
     def close(self) -> None:
         if self._ws is not None and self.session is not None and not sys.is_finalizing():
             try:
-                self._ws.send(wire.encode({"op": "close"}))
+                self._ws.send(env_wire.encode({"op": "close"}))
                 self._ws.recv(timeout=min(self.timeout, CLOSE_TIMEOUT_S))
             except Exception:
                 pass  # the server closes the session on its own once the connection is gone
@@ -236,7 +236,7 @@ class HTTPChannel(_Retrying):
             if attempt:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
-                r = self._http.post(path, content=wire.encode(msg), headers=headers)
+                r = self._http.post(path, content=env_wire.encode(msg), headers=headers)
             except httpx.TimeoutException as e:
                 if isinstance(e, httpx.ConnectTimeout):
                     last = e
@@ -249,7 +249,7 @@ class HTTPChannel(_Retrying):
                 reply = r.json()
             except ValueError:
                 raise ServiceError(f"{self.url}{path} answered HTTP {r.status_code} with a non-JSON body "
-                                   f"{r.text[:200]!r}; is this an agentgym serve endpoint?") from None
+                                   f"{r.text[:200]!r}; is this an agentgym serve env endpoint?") from None
             if r.status_code == 404 and self.session is not None:
                 self.session = self.secret = None
                 raise ServiceError(f"the session on {self.url} was lost "
@@ -260,16 +260,16 @@ class HTTPChannel(_Retrying):
 
     def open(self, hello: dict[str, Any]) -> dict[str, Any]:
         self._end_session()
-        reply = self._post(wire.HTTP_PREFIX, hello, "connecting")
+        reply = self._post(env_wire.HTTP_PREFIX, hello, "connecting")
         if not reply.get("ok"):
-            raise wire.error_from_wire(reply.get("error"), f"{self.url} refused hello")
+            raise env_wire.error_from_wire(reply.get("error"), f"{self.url} refused hello")
         self.session, self.secret = reply["session"], reply["secret"]
         return reply
 
     def request(self, msg: dict[str, Any]) -> dict[str, Any]:
         if self.session is None:
             raise EnvStateError("no open session on this channel; reset() opens one")
-        return self._post(f"{wire.HTTP_PREFIX}/{self.session}", msg, "reconnecting")
+        return self._post(f"{env_wire.HTTP_PREFIX}/{self.session}", msg, "reconnecting")
 
     def close(self) -> None:
         self._end_session()
@@ -278,7 +278,7 @@ class HTTPChannel(_Retrying):
     def _end_session(self) -> None:
         if self.session is not None:
             try:
-                self._http.delete(f"{wire.HTTP_PREFIX}/{self.session}",
+                self._http.delete(f"{env_wire.HTTP_PREFIX}/{self.session}",
                                   headers={"authorization": f"Bearer {self.secret}"}, timeout=5.0)
             except httpx.HTTPError:
                 pass
@@ -292,5 +292,5 @@ def make_channel(url: str, **kwargs: Any) -> Channel:
         return WebSocketChannel(url, **kwargs)
     if url.startswith(("http://", "https://")):
         return HTTPChannel(url, **kwargs)
-    raise ConfigError(f"url must start with ws:// or http://, got {url!r}; `agentgym serve` prints its "
+    raise ConfigError(f"url must start with ws:// or http://, got {url!r}; `agentgym serve env` prints its "
                       "WebSocket url (ws://HOST:PORT/ws); its HTTP base is http://HOST:PORT")

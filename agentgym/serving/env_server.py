@@ -1,4 +1,4 @@
-"""``agentgym serve ENV_ID``: one registered environment served over WebSocket and HTTP.
+"""``agentgym serve env ENV_ID``: one registered environment served over WebSocket and HTTP.
 
 A Starlette app on uvicorn. Each session holds its own environment instance (``gym.make``);
 env calls block (sandboxes, HTTP tools), so they run in worker threads, at most one request at
@@ -10,7 +10,7 @@ a time per session and at most ``max_sessions`` sessions per process. The transp
 * ``/v1/sessions``: the same requests over plain HTTP, one JSON body each; a session closes on
   ``DELETE`` or after ``idle_timeout_s`` without a request.
 
-The messages are in ``wire.py``; the session logic (ordering, replay of a resent request, the
+The messages are in ``env_wire.py``; the session logic (ordering, replay of a resent request, the
 cap, which constructor keywords a client may set) in ``sessions.py``.
 """
 
@@ -36,8 +36,8 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agentgym.errors import AgentGymError, ConfigError
-from agentgym.remote import wire
-from agentgym.remote.sessions import Session, SessionManager
+from agentgym.serving import env_wire
+from agentgym.serving.env_sessions import Session, SessionManager
 
 __all__ = ["create_app", "serve"]
 
@@ -62,33 +62,33 @@ def create_app(manager: SessionManager) -> Starlette:
             await _close(ws, WS_POLICY)
             return
         except ConfigError as e:
-            await ws.send_text(wire.encode(wire.error_reply(e)))
+            await ws.send_text(env_wire.encode(env_wire.error_reply(e)))
             await _close(ws, WS_POLICY)
             return
         try:
             session = await _attach(first)
         except Exception as e:  # a refused hello, or an env that failed to build: the client is told
-            await ws.send_text(wire.encode(wire.error_reply(e)))
+            await ws.send_text(env_wire.encode(env_wire.error_reply(e)))
             await _close(ws, WS_TRY_LATER if "capacity" in str(e) else WS_POLICY)
             return
         session.attached = True
         session.generation += 1
         generation = session.generation
         try:
-            await ws.send_text(wire.encode(_welcome(session)))
+            await ws.send_text(env_wire.encode(_welcome(session)))
             while True:
                 try:
                     msg = await _receive(ws, limits.max_message_bytes)
                 except ConfigError as e:
-                    await ws.send_text(wire.encode(wire.error_reply(e)))
+                    await ws.send_text(env_wire.encode(env_wire.error_reply(e)))
                     continue
                 if msg.get("op") == "close":
                     await in_thread(manager.close, session)
-                    await ws.send_text(wire.encode({"ok": True}))
+                    await ws.send_text(env_wire.encode({"ok": True}))
                     await _close(ws, 1000)
                     return
                 reply = await in_thread(session.handle, msg)
-                await ws.send_text(wire.encode(reply))
+                await ws.send_text(env_wire.encode(reply))
         except (WebSocketDisconnect, RuntimeError):
             pass  # the client went away; its session waits detach_grace_s for a resume
         finally:
@@ -101,20 +101,20 @@ def create_app(manager: SessionManager) -> Starlette:
         if op == "hello":
             return await in_thread(manager.open, first, "ws")  # type: ignore[no-any-return]
         if op == "resume":
-            if first.get("protocol") != wire.PROTOCOL:
-                raise ConfigError(f"protocol {first.get('protocol')!r} is not spoken here ({wire.PROTOCOL})")
+            if first.get("protocol") != env_wire.PROTOCOL:
+                raise ConfigError(f"protocol {first.get('protocol')!r} is not spoken here ({env_wire.PROTOCOL})")
             return manager.get(str(first.get("session")), str(first.get("secret")))
         raise ConfigError(f"the first message must be 'hello' or 'resume', got op {op!r}")
 
     # ------------------------------------------------------------------ HTTP
     async def http_open(request: Request) -> Response:
         try:
-            msg = wire.decode(await _body(request, limits.max_message_bytes), max_bytes=limits.max_message_bytes)
+            msg = env_wire.decode(await _body(request, limits.max_message_bytes), max_bytes=limits.max_message_bytes)
             if msg.get("op", "hello") != "hello":
                 raise ConfigError("POST /v1/sessions opens a session: expected op 'hello'")
             session = await in_thread(manager.open, msg, "http")
         except Exception as e:
-            return JSONResponse(wire.error_reply(e), status_code=503 if "capacity" in str(e) else 400)
+            return JSONResponse(env_wire.error_reply(e), status_code=503 if "capacity" in str(e) else 400)
         return JSONResponse(_welcome(session), status_code=201)
 
     async def http_request(request: Request) -> Response:
@@ -123,13 +123,13 @@ def create_app(manager: SessionManager) -> Starlette:
             if request.method == "DELETE":
                 await in_thread(manager.close, session)
                 return JSONResponse({"ok": True})
-            msg = wire.decode(await _body(request, limits.max_message_bytes), max_bytes=limits.max_message_bytes)
+            msg = env_wire.decode(await _body(request, limits.max_message_bytes), max_bytes=limits.max_message_bytes)
             if msg.get("op") == "close":
                 await in_thread(manager.close, session)
                 return JSONResponse({"ok": True})
             reply = await in_thread(session.handle, msg)
         except AgentGymError as e:
-            return JSONResponse(wire.error_reply(e), status_code=404 if "no session" in str(e) else 400)
+            return JSONResponse(env_wire.error_reply(e), status_code=404 if "no session" in str(e) else 400)
         return JSONResponse(reply)
 
     def _session_of(request: Request) -> Session:
@@ -159,13 +159,13 @@ def create_app(manager: SessionManager) -> Starlette:
 
     def _welcome(session: Session) -> dict[str, Any]:
         return {"ok": True, "session": session.id, "secret": session.secret, "env_id": manager.env_id,
-                "tokenizer": manager.tokenizer_info(), "limits": limits.to_dict(), "protocol": wire.PROTOCOL,
+                "tokenizer": manager.tokenizer_info(), "limits": limits.to_dict(), "protocol": env_wire.PROTOCOL,
                 "splits": list(getattr(session.env.unwrapped, "splits", ()))}
 
     return Starlette(routes=[
-        WebSocketRoute(wire.WS_PATH, ws_endpoint),
-        Route(wire.HTTP_PREFIX, http_open, methods=["POST"]),
-        Route(wire.HTTP_PREFIX + "/{sid}", http_request, methods=["POST", "DELETE"]),
+        WebSocketRoute(env_wire.WS_PATH, ws_endpoint),
+        Route(env_wire.HTTP_PREFIX, http_open, methods=["POST"]),
+        Route(env_wire.HTTP_PREFIX + "/{sid}", http_request, methods=["POST", "DELETE"]),
         Route("/healthz", health, methods=["GET"]),
     ], lifespan=lifespan)
 
@@ -175,7 +175,7 @@ async def _receive(ws: WebSocket, max_bytes: int) -> dict[str, Any]:
     if frame["type"] == "websocket.disconnect":
         raise WebSocketDisconnect(frame.get("code", 1000))
     raw: str | bytes = frame.get("text") or frame.get("bytes") or b""
-    return wire.decode(raw, max_bytes=max_bytes)
+    return env_wire.decode(raw, max_bytes=max_bytes)
 
 
 async def _close(ws: WebSocket, code: int) -> None:
@@ -222,14 +222,14 @@ def serve(manager: SessionManager, *, host: str = "127.0.0.1", port: int = 0, lo
     lim = manager.limits
     config = uvicorn.Config(create_app(manager), log_level=log_level, access_log=False, lifespan="on",
                             # Frames up to twice the limit get a readable error reply from
-                            # wire.decode; larger ones are cut off by uvicorn itself.
+                            # env_wire.decode; larger ones are cut off by uvicorn itself.
                             ws_max_size=2 * lim.max_message_bytes + 65536, ws_ping_interval=20.0,
                             ws_ping_timeout=20.0, timeout_keep_alive=int(lim.idle_timeout_s),
                             backlog=2048, timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
-    url = f"ws://{shown}:{bound}{wire.WS_PATH}"
+    url = f"ws://{shown}:{bound}{env_wire.WS_PATH}"
 
     def announce() -> None:
         while not server.started:
@@ -239,7 +239,7 @@ def serve(manager: SessionManager, *, host: str = "127.0.0.1", port: int = 0, lo
         if ready is not None:
             ready(url)
         else:
-            sys.stdout.write(f"{wire.READY_PREFIX} url={url} pid={os.getpid()}\n")
+            sys.stdout.write(f"{env_wire.READY_PREFIX} url={url} pid={os.getpid()}\n")
             sys.stdout.flush()
 
     done = threading.Event()

@@ -1,6 +1,6 @@
 """Remote-v0 returns exactly what the local env returns: tokens, rewards, flags, info, trajectory.
 
-Every registered environment is served by a real ``agentgym serve`` process; the local env plays
+Every registered environment is served by a real ``agentgym serve env`` process; the local env plays
 its oracle (and some malformed actions), and the same actions are replayed through the client.
 """
 
@@ -15,7 +15,7 @@ import pytest
 import agentgym
 from agentgym.errors import ActionTypeError, ConfigError
 from agentgym.oracles import get_oracle
-from agentgym.remote.wire import jsonable
+from agentgym.serving.env_wire import jsonable
 
 pytestmark = pytest.mark.scale  # WebSocket sessions: the [scale] extra (must run in CI)
 NEEDS_DOCKER = {"agentgym/CodeFix-v1", "agentgym/MathTool-v1"}

@@ -16,8 +16,8 @@ import pytest
 
 import agentgym  # noqa: F401
 from agentgym.errors import ConfigError, EnvStateError, ServiceError
-from agentgym.remote import wire
-from agentgym.remote.sessions import SessionManager
+from agentgym.serving import env_wire
+from agentgym.serving.env_sessions import SessionManager
 
 pytestmark = pytest.mark.scale  # WebSocket sessions: the [scale] extra (must run in CI)
 MATH = "agentgym/Math-v1"
@@ -65,7 +65,7 @@ def test_a_dropped_connection_resumes_and_the_lost_reply_is_not_applied_twice(se
     env.reset(seed=4)
     inner = env.unwrapped
     # Send step 2 by hand and cut the connection before reading its reply: the server applied it.
-    inner.channel._ws.send(wire.encode({"op": "step", "seq": inner._seq + 1, "action": [104, 105]}))
+    inner.channel._ws.send(env_wire.encode({"op": "step", "seq": inner._seq + 1, "action": [104, 105]}))
     time.sleep(1.0)
     inner.channel._ws.socket.shutdown(2)
     obs, reward, *_ = env.step(np.array([104, 105]))  # resent after a resume: answered from the stored reply
@@ -139,7 +139,7 @@ class SlowEnv:
 
 
 def test_a_slow_step_times_out_and_a_silent_client_is_dropped(serve_thread) -> None:
-    manager = SessionManager(MATH, limits=wire.Limits(hello_timeout_s=0.5, detach_grace_s=0.5),
+    manager = SessionManager(MATH, limits=env_wire.Limits(hello_timeout_s=0.5, detach_grace_s=0.5),
                              make_env=SlowEnv.make)
     server = serve_thread(manager)
     env = _remote(server.url, timeout=0.5)
@@ -152,7 +152,7 @@ def test_a_slow_step_times_out_and_a_silent_client_is_dropped(serve_thread) -> N
     obs, _ = env.reset(seed=0)  # waits for the slow step to finish, then a clean episode
     assert len(obs) and env.unwrapped.trajectory.turns == []
     env.close()
-    from agentgym.remote.channels import WebSocketChannel
+    from agentgym.serving.env_channels import WebSocketChannel
 
     ws = WebSocketChannel(server.url)._connect(server.url)  # a raw connection that never says hello
     with pytest.raises(Exception):  # noqa: B017  (closed by the server: the error class varies by version)
@@ -163,14 +163,14 @@ def test_a_slow_step_times_out_and_a_silent_client_is_dropped(serve_thread) -> N
 
 def test_import_agentgym_imports_neither_the_server_nor_ray() -> None:
     code = ("import sys, agentgym, gymnasium as gym; "
-            "bad = [m for m in ('ray', 'uvicorn', 'starlette', 'websockets', 'agentgym.remote.server', "
-            "'agentgym.remote.client') if m in sys.modules]; print(bad)")
+            "bad = [m for m in ('ray', 'uvicorn', 'starlette', 'websockets', 'agentgym.serving.env_server', "
+            "'agentgym.serving.env_client') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": ""})
     assert out.stdout.strip() == "[]", out.stderr
     code = ("import sys, gymnasium as gym, agentgym; "
-            "from agentgym.remote import client; print([m for m in ('agentgym.remote.server', "
-            "'agentgym.remote.sessions', 'uvicorn', 'starlette') if m in sys.modules])")
+            "from agentgym.serving import env_client; print([m for m in ('agentgym.serving.env_server', "
+            "'agentgym.serving.env_sessions', 'uvicorn', 'starlette') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stderr  # the client never imports the server
 

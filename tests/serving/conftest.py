@@ -1,4 +1,4 @@
-"""Servers for the remote-env tests: ``agentgym serve`` as a real process, or in a thread.
+"""Servers for the remote-env tests: ``agentgym serve env`` as a real process, or in a thread.
 
 Everything binds 127.0.0.1 with port 0 (a free port); a server process watches the test's pid
 and exits if the test process dies.
@@ -42,7 +42,7 @@ class Served:
 
 
 def start_server(env_id: str, *args: str, port: int = 0) -> Served:
-    from agentgym.remote.launch import launch
+    from agentgym.serving.env_launch import launch
 
     s = launch(env_id, *args, port=port)
     return Served(url=s.url, proc=s.proc)
@@ -72,7 +72,7 @@ def serve_process() -> Iterator[Callable[..., Served]]:
 def serve_thread() -> Iterator[Callable[..., Served]]:
     """``serve(manager)`` on a thread of the test process (for envs registered only here)."""
     pytest.importorskip("websockets", reason="WebSocket sessions need the [scale] extra")
-    from agentgym.remote.server import serve
+    from agentgym.serving.env_server import serve
 
     started: list[tuple[Served, threading.Thread]] = []
 

@@ -1,4 +1,4 @@
-"""Wire types shared by ``agentgym serve`` and the ``agentgym/Remote-v0`` client.
+"""Wire types shared by ``agentgym serve env`` and the ``agentgym/Remote-v0`` client.
 
 The only module both sides import (the client never imports the server). Every message is one
 JSON object; over WebSocket one text frame per message, over HTTP one request body per message.
@@ -58,13 +58,13 @@ __all__ = [
 
 PROTOCOL = 1
 HTTP_PREFIX = "/v1/sessions"
-WS_PATH = "/ws"  # the WebSocket endpoint of `agentgym serve`
-# `agentgym serve` prints one line starting with this once it accepts connections.
+WS_PATH = "/ws"  # the WebSocket endpoint of `agentgym serve env`
+# `agentgym serve env` prints one line starting with this once it accepts connections.
 READY_PREFIX = "AGENTGYM_SERVE_READY"
 
 # Constructor keywords a client may set by default: budgets, reward mode, prompt style, task
 # selection. Everything else (sandbox backend, file paths, database or server URLs) is the
-# operator's to set (`agentgym serve --env-kwarg`) or to open up (`--allow-kwarg`): a client
+# operator's to set (`agentgym serve env --env-kwarg`) or to open up (`--allow-kwarg`): a client
 # choosing `sandbox="unsafe-local"` or `dataset="/etc/..."` would run or read things on the host.
 SAFE_KWARGS: frozenset[str] = frozenset({
     "reward_mode", "max_turns", "max_tokens", "max_action_tokens", "shaping", "prompt",
@@ -75,7 +75,7 @@ SAFE_KWARGS: frozenset[str] = frozenset({
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """What one ``agentgym serve`` process accepts (sent to clients in the hello reply)."""
+    """What one ``agentgym serve env`` process accepts (sent to clients in the hello reply)."""
 
     max_sessions: int = 256  # env instances held at once (one per session)
     max_message_bytes: int = 1 << 20  # one request; actions of 4096 tokens are ~30 KB

@@ -6,7 +6,7 @@ reconnect (same ``seq``) is answered again instead of being applied twice. A
 :class:`SessionManager` creates sessions up to a cap, checks what clients may pass to the
 environment's constructor, and closes sessions whose client went away (detached WebSocket
 sessions after a grace period, idle HTTP sessions after a timeout). The ASGI app in
-``server.py`` is only the transport around this.
+``env_server.py`` is only the transport around this.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from agentgym.errors import ConfigError, EnvStateError, ServiceError
-from agentgym.remote import wire
+from agentgym.serving import env_wire
 
 __all__ = ["Session", "SessionManager"]
 
@@ -50,19 +50,19 @@ class Session:
         with self.lock:
             self.touched = time.monotonic()
             if not isinstance(seq, int) or isinstance(seq, bool):
-                return wire.error_reply(ConfigError(f"expected an integer 'seq', got {seq!r}"))
+                return env_wire.error_reply(ConfigError(f"expected an integer 'seq', got {seq!r}"))
             if seq == self.last_seq and self.last_reply is not None:
                 return self.last_reply  # a resend after a reconnect: answer, do not re-apply
             if seq != self.last_seq + 1:
-                return wire.error_reply(ConfigError(
+                return env_wire.error_reply(ConfigError(
                     f"request seq {seq} out of order: expected {self.last_seq + 1} (or {self.last_seq} "
                     "to repeat the last request)"), seq)
             if self.closed:
-                return wire.error_reply(EnvStateError(f"session {self.id} is closed"), seq)
+                return env_wire.error_reply(EnvStateError(f"session {self.id} is closed"), seq)
             try:
                 reply = self._apply(msg)
             except Exception as e:  # programmer errors of the client travel back as errors
-                reply = wire.error_reply(e)
+                reply = env_wire.error_reply(e)
             reply["seq"] = seq
             self.last_seq, self.last_reply = seq, reply
             return reply
@@ -77,23 +77,23 @@ class Session:
                 raise ConfigError(f"reset: options must be an object or null, got {options!r}")
             obs, info = self.env.reset(seed=seed, options=options)
             traj = self.env.unwrapped.trajectory  # type: ignore[attr-defined]
-            return {"ok": True, "obs": np.asarray(obs).tolist(), "info": wire.jsonable(info),
-                    "trajectory": wire.jsonable(traj.to_dict())}
+            return {"ok": True, "obs": np.asarray(obs).tolist(), "info": env_wire.jsonable(info),
+                    "trajectory": env_wire.jsonable(traj.to_dict())}
         if op == "step":
             if "action" not in msg:
                 raise ConfigError("step: missing 'action'")
             traj = self.env.unwrapped.trajectory  # type: ignore[attr-defined]
             start = len(traj.tokens) if traj is not None else 0
-            obs, reward, terminated, truncated, info = self.env.step(wire.decode_action(msg["action"]))
+            obs, reward, terminated, truncated, info = self.env.step(env_wire.decode_action(msg["action"]))
             traj = self.env.unwrapped.trajectory  # type: ignore[attr-defined]
-            delta: wire.Delta = {
+            delta: env_wire.Delta = {
                 "tokens": traj.tokens[start:], "policy_mask": traj.policy_mask[start:],
-                "turn": wire.jsonable(dataclasses.asdict(traj.turns[-1])),
+                "turn": env_wire.jsonable(dataclasses.asdict(traj.turns[-1])),
                 "terminated": traj.terminated, "truncated": traj.truncated,
-                "meta": wire.jsonable(traj.meta)}
+                "meta": env_wire.jsonable(traj.meta)}
             return {"ok": True, "obs": np.asarray(obs).tolist(), "reward": float(reward),
                     "terminated": bool(terminated), "truncated": bool(truncated),
-                    "info": wire.jsonable(info), "delta": dict(delta)}
+                    "info": env_wire.jsonable(info), "delta": dict(delta)}
         raise ConfigError(f"unknown op {op!r}; expected 'reset', 'step' or 'close'")
 
     def close(self) -> None:
@@ -107,15 +107,15 @@ MakeEnv = Callable[..., gym.Env]
 
 
 class SessionManager:
-    """The sessions of one ``agentgym serve`` process: creation under a cap, lookup, reaping."""
+    """The sessions of one ``agentgym serve env`` process: creation under a cap, lookup, reaping."""
 
-    def __init__(self, env_id: str, *, limits: wire.Limits | None = None,
-                 env_kwargs: dict[str, Any] | None = None, allow_kwargs: frozenset[str] = wire.SAFE_KWARGS,
+    def __init__(self, env_id: str, *, limits: env_wire.Limits | None = None,
+                 env_kwargs: dict[str, Any] | None = None, allow_kwargs: frozenset[str] = env_wire.SAFE_KWARGS,
                  tokenizer: Any = None, make_env: MakeEnv | None = None) -> None:
         from agentgym.tokenizers import as_tokenizer
 
         self.env_id = env_id
-        self.limits = limits or wire.Limits()
+        self.limits = limits or env_wire.Limits()
         self.env_kwargs = dict(env_kwargs or {})
         self.allow_kwargs = frozenset(allow_kwargs)
         self.tokenizer = as_tokenizer(tokenizer)
@@ -132,14 +132,14 @@ class SessionManager:
 
     def health(self) -> dict[str, Any]:
         return {"ok": True, "env_id": self.env_id, "sessions": len(self._sessions),
-                "created": self.created, "limits": self.limits.to_dict(), "protocol": wire.PROTOCOL}
+                "created": self.created, "limits": self.limits.to_dict(), "protocol": env_wire.PROTOCOL}
 
     # ------------------------------------------------------------------ lifecycle
     def open(self, hello: dict[str, Any], transport: str = "ws") -> Session:
         """Check a hello message and create its session (blocking: builds the env)."""
-        if hello.get("protocol") != wire.PROTOCOL:
+        if hello.get("protocol") != env_wire.PROTOCOL:
             raise ConfigError(f"protocol {hello.get('protocol')!r} is not spoken here (server speaks "
-                              f"{wire.PROTOCOL}); use the same agentgym version on both sides")
+                              f"{env_wire.PROTOCOL}); use the same agentgym version on both sides")
         if hello.get("env_id") != self.env_id:
             raise ConfigError(f"this server serves {self.env_id!r}, not {hello.get('env_id')!r}; "
                               "connect to the server of that env or pass env_id=" + repr(self.env_id))
@@ -148,7 +148,7 @@ class SessionManager:
         if (want.get("name"), want.get("vocab_size")) != (have["name"], have["vocab_size"]):
             raise ConfigError(f"tokenizer mismatch: the client encodes with {want!r}, the server's env "
                               f"with {have!r}; the token ids would mean different things. Start the "
-                              "server with the client's tokenizer (agentgym serve --tokenizer PATH) or "
+                              "server with the client's tokenizer (agentgym serve env --tokenizer PATH) or "
                               "pass the server's tokenizer to the client")
         kwargs = hello.get("kwargs") or {}
         if not isinstance(kwargs, dict):
@@ -157,11 +157,11 @@ class SessionManager:
         if refused:
             raise ConfigError(f"this server does not let clients set {refused}; clients may set "
                               f"{sorted(self.allow_kwargs)}. The operator fixes the others with "
-                              "`agentgym serve --env-kwarg KEY=JSON` or opens them with --allow-kwarg KEY")
+                              "`agentgym serve env --env-kwarg KEY=JSON` or opens them with --allow-kwarg KEY")
         with self._lock:
             if len(self._sessions) + self._reserved >= self.limits.max_sessions:
                 raise ServiceError(f"server at capacity: {self.limits.max_sessions} sessions are open; "
-                                   "retry later, close idle envs, or start another `agentgym serve`")
+                                   "retry later, close idle envs, or start another `agentgym serve env`")
             self._reserved += 1
         try:
             env = self._build(kwargs)
@@ -184,7 +184,7 @@ class SessionManager:
 
     def check(self) -> None:
         """Build and close one env with the server's own keyword arguments: a typo in
-        ``agentgym serve --env-kwarg`` fails at start-up, not at every client's hello."""
+        ``agentgym serve env --env-kwarg`` fails at start-up, not at every client's hello."""
         self._build({}).close()
 
     def get(self, session_id: str, secret: str) -> Session:

@@ -1,4 +1,4 @@
-"""``agentgym/Remote-v0``: an environment served by ``agentgym serve``, with the local token API.
+"""``agentgym/Remote-v0``: an environment served by ``agentgym serve env``, with the local token API.
 
     env = gym.make("agentgym/Remote-v0", url="ws://127.0.0.1:8700/ws", env_id="agentgym/Math-v1",
                    reward_mode="shaped")
@@ -32,8 +32,8 @@ import numpy as np
 from agentgym.env import as_action_array, token_space
 from agentgym.errors import ConfigError, EnvStateError, InfraError, ServiceError, ServiceLost
 from agentgym.harmony import HarmonyCodec
-from agentgym.remote import wire
-from agentgym.remote.channels import Channel, make_channel
+from agentgym.serving import env_wire
+from agentgym.serving.env_channels import Channel, make_channel
 from agentgym.tokenizers import Tokenizer, as_tokenizer
 from agentgym.trajectory import Trajectory, Turn
 
@@ -67,13 +67,13 @@ class RemoteEnv(gym.Env[np.ndarray, np.ndarray]):
         except (TypeError, ValueError) as e:
             raise ConfigError(f"the env's keyword arguments cross the network as JSON; {e}. Pass plain "
                               "values (numbers, strings, lists, dicts), or set objects on the server "
-                              "(agentgym serve --env-kwarg)") from None
+                              "(agentgym serve env --env-kwarg)") from None
         self.url, self.remote_id, self.render_mode = url, env_id, render_mode
         self.tokenizer = as_tokenizer(tokenizer)
         self.codec = HarmonyCodec(self.tokenizer)
         self.observation_space = token_space(self.tokenizer.vocab_size)  # type: ignore[assignment]
         self.action_space = token_space(self.tokenizer.vocab_size)  # type: ignore[assignment]
-        self._hello = {"op": "hello", "protocol": wire.PROTOCOL, "env_id": env_id, "kwargs": env_kwargs,
+        self._hello = {"op": "hello", "protocol": env_wire.PROTOCOL, "env_id": env_id, "kwargs": env_kwargs,
                        "tokenizer": {"name": getattr(self.tokenizer, "name", type(self.tokenizer).__name__),
                                      "vocab_size": int(self.tokenizer.vocab_size)}}
         self.channel: Channel = channel or make_channel(
@@ -110,7 +110,7 @@ class RemoteEnv(gym.Env[np.ndarray, np.ndarray]):
         if not reply.get("ok"):
             if reply.get("seq") != self._seq:  # refused before it was applied: the seq is not used up
                 self._seq -= 1
-            raise wire.error_from_wire(reply.get("error"), f"{self.remote_id} at {self.url}, {msg['op']}")
+            raise env_wire.error_from_wire(reply.get("error"), f"{self.remote_id} at {self.url}, {msg['op']}")
         if reply.get("seq") != self._seq:
             self._state = _State.BROKEN
             raise ServiceError(f"reply for request {reply.get('seq')} arrived for request {self._seq}; "
@@ -140,7 +140,7 @@ class RemoteEnv(gym.Env[np.ndarray, np.ndarray]):
                 if self._state is _State.BROKEN
                 else f"step() called on a {self._state.value} environment; call reset() first")
         as_action_array(action)  # a program's wrong type raises here, as it does locally
-        reply = self._call({"op": "step", "action": wire.encode_action(action)})
+        reply = self._call({"op": "step", "action": env_wire.encode_action(action)})
         self._apply(reply["delta"])
         info = reply["info"]
         self.counts = dict(info.get("counts", {}))

@@ -10,15 +10,15 @@ import pytest
 
 import agentgym  # noqa: F401
 from agentgym.errors import ConfigError, EnvStateError, ServiceError
-from agentgym.remote import wire
-from agentgym.remote.sessions import SessionManager, parse_env_kwarg
+from agentgym.serving import env_wire
+from agentgym.serving.env_sessions import SessionManager, parse_env_kwarg
 from agentgym.tokenizers import ByteTokenizer
 
 TOK = {"name": ByteTokenizer.name, "vocab_size": ByteTokenizer().vocab_size}
 
 
 def hello(**kwargs: Any) -> dict[str, Any]:
-    return {"op": "hello", "protocol": wire.PROTOCOL, "env_id": "agentgym/Math-v1", "kwargs": kwargs,
+    return {"op": "hello", "protocol": env_wire.PROTOCOL, "env_id": "agentgym/Math-v1", "kwargs": kwargs,
             "tokenizer": TOK}
 
 
@@ -45,7 +45,7 @@ def test_env_errors_travel_back_as_their_class() -> None:
     m.close(s)
     r = s.handle({"op": "reset", "seq": 4, "seed": 0})
     assert r["error"]["type"] == "EnvStateError"
-    assert isinstance(wire.error_from_wire(r["error"], "x"), EnvStateError)
+    assert isinstance(env_wire.error_from_wire(r["error"], "x"), EnvStateError)
 
 
 def test_clients_may_set_only_allowed_kwargs() -> None:
@@ -73,7 +73,7 @@ def test_hello_is_checked() -> None:
 
 
 def test_the_session_cap_refuses_the_next_one() -> None:
-    m = SessionManager("agentgym/Math-v1", limits=wire.Limits(max_sessions=2))
+    m = SessionManager("agentgym/Math-v1", limits=env_wire.Limits(max_sessions=2))
     a, _ = m.open(hello()), m.open(hello())
     with pytest.raises(ServiceError, match="capacity: 2 sessions"):
         m.open(hello())
@@ -84,7 +84,7 @@ def test_the_session_cap_refuses_the_next_one() -> None:
 
 
 def test_sessions_of_vanished_clients_are_reaped_and_their_envs_closed() -> None:
-    m = SessionManager("agentgym/Math-v1", limits=wire.Limits(detach_grace_s=1.0, idle_timeout_s=10.0))
+    m = SessionManager("agentgym/Math-v1", limits=env_wire.Limits(detach_grace_s=1.0, idle_timeout_s=10.0))
     ws_gone, ws_live, http = m.open(hello(), "ws"), m.open(hello(), "ws"), m.open(hello(), "http")
     ws_live.attached = True
     now = time.monotonic()
@@ -102,11 +102,11 @@ def test_sessions_of_vanished_clients_are_reaped_and_their_envs_closed() -> None
 
 def test_messages_are_bounded_and_must_be_objects() -> None:
     with pytest.raises(ConfigError, match="over this server's limit of 10"):
-        wire.decode('{"op": "step", "action": [1, 2, 3]}', max_bytes=10)
+        env_wire.decode('{"op": "step", "action": [1, 2, 3]}', max_bytes=10)
     with pytest.raises(ConfigError, match="JSON object"):
-        wire.decode("[1, 2]", max_bytes=100)
+        env_wire.decode("[1, 2]", max_bytes=100)
     with pytest.raises(ConfigError, match="unparseable"):
-        wire.decode("{nope", max_bytes=100)
+        env_wire.decode("{nope", max_bytes=100)
 
 
 @pytest.mark.parametrize("action", [np.array([1, 2, 3]), [4, 5], np.array([[1, 2]]), np.array([1.5]),
@@ -119,7 +119,7 @@ def test_actions_cross_the_wire_as_the_env_would_see_them(action: Any) -> None:
 
     env = gym.make("agentgym/Math-v1", max_turns=3)
     env.reset(seed=0)
-    crossing = wire.decode_action(wire.decode(wire.encode({"a": wire.encode_action(action)}), max_bytes=1 << 20)["a"])
+    crossing = env_wire.decode_action(env_wire.decode(env_wire.encode({"a": env_wire.encode_action(action)}), max_bytes=1 << 20)["a"])
     try:
         direct = env.unwrapped._validate(action)
     except ActionTypeError:  # a program's wrong type raises on the server side too
