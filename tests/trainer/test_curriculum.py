@@ -11,7 +11,7 @@ import pytest
 
 from agentgym.errors import ConfigError
 from agentgym.trainer.config import load_config
-from agentgym.trainer.rollouts.curriculum import CurriculumConfig, CurriculumSampler
+from agentgym.trainer.curriculum import CurriculumConfig, CurriculumSampler
 from agentgym.trainer.train import Trainer
 
 LEVELS = ["easy", "medium", "hard"]
