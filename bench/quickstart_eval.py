@@ -19,20 +19,22 @@ from typing import Any
 
 import torch
 
+from agentgym.trainer.checkpoint import load_weights
 from agentgym.trainer.config import load_config
 from agentgym.trainer.evaluation import collect_fixed, eval_record, gain
-from agentgym.trainer.train import Setup, load_weights
+from agentgym.trainer.learner import Learner
+from agentgym.trainer.rollouts import Rollouts
 
 SEED_BASE = 5_000_000  # apart from the eval (0..), warm-start (10,000..) and PPO (1,000,000..) seeds
 # (so these tasks are not the ones the trainer's own evaluations use)
 
 
-def evaluate(setup: Setup, weights: str, episodes: int, temperature: float) -> dict[str, Any]:
-    """Sample ``episodes`` fixed tasks with ``weights``, in chunks of the setup's eval collector."""
-    load_weights(setup.model, weights)
-    setup.engine.sync_weights(setup.model)
-    trajs = collect_fixed(setup.eval_collector, episodes, temperature=temperature, sample_seed=777,
-                          options=setup.cfg.env.eval_options, seed_base=SEED_BASE)
+def evaluate(rollouts: Rollouts, weights: str, episodes: int, temperature: float) -> dict[str, Any]:
+    """Sample ``episodes`` fixed tasks with ``weights``, in chunks of the run's eval collector."""
+    load_weights(rollouts.learner.model, weights)
+    rollouts.engine.sync_weights(rollouts.learner.model)
+    trajs = collect_fixed(rollouts.eval_collector, episodes, temperature=temperature, sample_seed=777,
+                          options=rollouts.cfg.env.eval_options, seed_base=SEED_BASE)
     return eval_record(trajs, temperature)
 
 
@@ -49,7 +51,7 @@ def main() -> None:
                                              f"log.eval_episodes={args.chunk}"])
     temperature = args.temperature if args.temperature is not None else cfg.rollout.temperature
     torch.set_num_threads(max(cfg.threads, 1))
-    setup = Setup(cfg)
+    setup = Rollouts(cfg, Learner(cfg))
     try:
         rows = {}
         for name, weights in (("warm start", str(run / "warm_start")), ("after PPO", args.after or str(run))):

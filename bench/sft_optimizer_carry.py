@@ -36,25 +36,25 @@ def main() -> None:
                 "log.checkpoint_every=0", f"sft.steps={args.sft_steps}", "ppo.kl_coef=0.05"]
         cfg = load_config("cpu-quickstart", [*over, f"log.run_dir={tmp}/warm", "ppo.carry_sft_optimizer=true"])
         warm = Trainer(cfg)
-        run_sft(cfg, warm.s, warm.log)  # leaves the warm start's AdamW state in warm.s.optimizer
-        state = copy.deepcopy(warm.s.model.state_dict())
-        carried = {n: warm.s.optimizer.state[p] for n, p in warm.s.model.named_parameters()
-                   if p in warm.s.optimizer.state}
+        run_sft(cfg, warm.learner, warm.rollouts, warm.log)  # leaves the warm start's AdamW state
+        state = copy.deepcopy(warm.learner.model.state_dict())
+        carried = {n: warm.learner.optimizer.state[p] for n, p in warm.learner.model.named_parameters()
+                   if p in warm.learner.optimizer.state}
         rows: dict[str, list[dict[str, float]]] = {}
         for carry in (True, False):
             c = load_config("cpu-quickstart", [*over, f"log.run_dir={tmp}/{carry}", "sft.steps=0"])
             t = Trainer(c)
-            t.s.model.load_state_dict(state)
-            t.s.sync_engine()
-            t.s.start_reference(resumed=False)  # the warm-started weights are the anchor
+            t.learner.model.load_state_dict(state)
+            t.rollouts.refresh()
+            t.learner.start_reference(resumed=False)  # the warm-started weights are the anchor
             if carry:
-                for name, p in t.s.model.named_parameters():
+                for name, p in t.learner.model.named_parameters():
                     if name in carried:
-                        t.s.optimizer.state[p] = {k: v.clone() if torch.is_tensor(v) else v
+                        t.learner.optimizer.state[p] = {k: v.clone() if torch.is_tensor(v) else v
                                                   for k, v in carried[name].items()}
             rows[str(carry)] = [t.train_step(i) for i in range(args.ppo_steps)]
-            t.s.close()
-        warm.s.close()
+            t.close()
+        warm.close()
     print(f"\nwarm start: {args.sft_steps} steps x 32 demos; then PPO (lr 1e-4, KL 0.05), same tasks")
     print("step | adam_step_rms carried / fresh | kl_ref carried / fresh | grad_norm carried / fresh | reward carried / fresh")
     for i in range(args.ppo_steps):

@@ -65,7 +65,7 @@ def measure_step(episodes: int, budget: int | None) -> dict[str, Any]:
         t = Trainer(load_config("cpu-quickstart", over))
         before = _rss_now()
         m = t.train_step(0)
-        t.s.close()
+        t.close()
     return {"rss_before_gib": before, "t_step": m["t_step"], "t_update": m["t_update"],
             "micro_batches": int(m["micro_batches"]), "policy_tokens": int(m["mismatch_n_tokens"])}
 
@@ -101,15 +101,32 @@ def synthetic_batch(n: int, vocab: int, seed: int = 0) -> Any:
     return make_batch(trajs, [i // 8 for i in range(n)], pad_id=vocab - 1)
 
 
-def measure_update(episodes: int, vocab: int, budget: int | None) -> dict[str, Any]:
-    import contextlib
-    from types import SimpleNamespace
+def _learner(cfg: Any, model: Any, opt: Any, *, bf16: bool) -> Any:
+    """A Learner of ``cfg`` whose policy, optimizer and compute dtype are the bench's own."""
+    import torch
 
+    from agentgym.trainer.learner import Learner
+
+    s = Learner(cfg)
+    s.model, s.params, s.optimizer = model, list(model.parameters()), opt
+    s.scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
+    s.compute_dtype = torch.bfloat16 if bf16 else torch.float32
+    return s
+
+
+def _update(s: Any, cfg: Any, batch: Any, step: int) -> dict[str, float]:
+    """score -> advantages -> ppo_update, as the trainer's step runs them."""
+    from agentgym.trainer.update import compute_advantages, ppo_update, score
+
+    b = score(batch, cfg, step, s.ranks)
+    return {**compute_advantages(s, b, cfg, step), **ppo_update(s, b, cfg, step)}
+
+
+def measure_update(episodes: int, vocab: int, budget: int | None) -> dict[str, Any]:
     import torch
 
     from agentgym.trainer.config import load_config
     from agentgym.trainer.model import build_tiny_gptoss
-    from agentgym.trainer.update import ppo_update
 
     torch.set_num_threads(1)
     over = ["sft.steps=0", f"rollout.tasks_per_step={max(1, episodes // 8)}", "rollout.samples_per_task=8"]
@@ -119,13 +136,11 @@ def measure_update(episodes: int, vocab: int, budget: int | None) -> dict[str, A
     model = build_tiny_gptoss(vocab, seed=0)
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.ppo.lr)
-    s = SimpleNamespace(model=model, value_head=None, ref_model=None, dist=None, params=params, optimizer=opt,
-                        scheduler=torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0),
-                        compute=contextlib.nullcontext)
+    s = _learner(cfg, model, opt, bf16=False)
     batch = synthetic_batch(episodes, vocab)
     before = _rss_now()
     t0 = time.perf_counter()
-    m = ppo_update(s, cfg, batch, 0)
+    m = _update(s, cfg, batch, 0)
     return {"rss_before_gib": before, "t_update": time.perf_counter() - t0,
             "micro_batches": int(m["micro_batches"]), "policy_tokens": int(batch.policy_mask.sum()),
             "params_m": sum(p.numel() for p in params) / 1e6}
@@ -143,8 +158,6 @@ PLAN_SHAPES = [  # model.tiny overrides, rows length T, micro-batch tokens N
 
 def measure_plan(tiny: dict[str, Any], seq: int, tokens: int, dtype: str, ckpt: bool) -> dict[str, Any]:
     """(plan bytes, measured bytes) of one learner update on ``tokens // seq`` rows of ``seq`` tokens."""
-    import contextlib
-    from types import SimpleNamespace
 
     import torch
 
@@ -153,7 +166,6 @@ def measure_plan(tiny: dict[str, Any], seq: int, tokens: int, dtype: str, ckpt: 
     from agentgym.trainer.memtrack import LiveBytes
     from agentgym.trainer.model import build_tiny_gptoss
     from agentgym.trainer.plan import _config, _count, estimate_memory
-    from agentgym.trainer.update import ppo_update
     from agentgym.trajectory import Trajectory, Turn
 
     torch.set_num_threads(1)
@@ -173,9 +185,7 @@ def measure_plan(tiny: dict[str, Any], seq: int, tokens: int, dtype: str, ckpt: 
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=1e-4)
     bf16 = dtype == "bfloat16"
-    s = SimpleNamespace(model=model, value_head=None, ref_model=None, dist=None, params=params, optimizer=opt,
-                        scheduler=torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0),
-                        compute=lambda: torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext())
+    s = _learner(cfg, model, opt, bf16=bf16)
     g = torch.Generator().manual_seed(0)
     trajs = []
     for i in range(rows):  # seq - 1 tokens (the batch adds a pad column): one prompt token, then
@@ -189,12 +199,12 @@ def measure_plan(tiny: dict[str, Any], seq: int, tokens: int, dtype: str, ckpt: 
         t.terminated = True
         trajs.append(t)
     batch = make_batch(trajs, [0] * rows, pad_id=vocab - 1)
-    ppo_update(s, cfg, batch, 0)  # the first step allocates AdamW's state
+    _update(s, cfg, batch, 0)  # the first step allocates AdamW's state
     opt.zero_grad(set_to_none=True)
     with LiveBytes() as live:
         live.track(params)
         live.track(v for st in opt.state.values() for v in st.values() if torch.is_tensor(v))
-        m = ppo_update(s, cfg, batch, 1)
+        m = _update(s, cfg, batch, 1)
     return {"plan": plan["peak during update"], "measured": live.peak, "micro_batches": int(m["micro_batches"]),
             "params": sum(p.numel() for p in params), "activations_plan": plan["activations"]}
 

@@ -29,7 +29,7 @@ def run(dtype: str, lr: float, updates: int, batch: Any, tmp: str) -> dict[str, 
     from agentgym.trainer.config import load_config
     from agentgym.trainer.rollout import group_seeds
     from agentgym.trainer.train import Trainer
-    from agentgym.trainer.update import ppo_update
+    from agentgym.trainer.update import compute_advantages, ppo_update, score
 
     cfg = load_config("cpu-quickstart", [
         "threads=1", "sft.steps=0", "log.eval_every=0", "log.progress=false", "log.plots=false",
@@ -37,10 +37,10 @@ def run(dtype: str, lr: float, updates: int, batch: Any, tmp: str) -> dict[str, 
         "ppo.kl_coef=0.1", "rollout.tasks_per_step=2", "rollout.samples_per_task=8",
         "env.max_action_tokens=32", f"model.dtype={'float32' if dtype == 'fp32' else 'bfloat16'}"])
     t = Trainer(cfg)
-    s = t.s
+    s = t.learner
     if batch is None:
         seeds, groups = group_seeds(1_000_000, 2, 8)
-        trajs, _ = s.collector.collect(seeds, temperature=1.0, sample_seed=3, options={})
+        trajs, _ = t.rollouts.collector.collect(seeds, temperature=1.0, sample_seed=3, options={})
         for i, tr in enumerate(trajs):
             tr.turns[-1].reward += 0.1 * i
         batch = make_batch(trajs, groups, pad_id=s.pad_id)
@@ -53,11 +53,13 @@ def run(dtype: str, lr: float, updates: int, batch: Any, tmp: str) -> dict[str, 
     start = torch.cat([p.detach().float().flatten() for p in s.params])
     first_grad = None
     for step in range(updates):
-        ppo_update(s, cfg, batch, step)
+        scored = score(batch, cfg, step, s.ranks)
+        compute_advantages(s, scored, cfg, step)
+        ppo_update(s, scored, cfg, step)
         if first_grad is None:
             first_grad = torch.cat([p.grad.float().flatten() for p in s.params])
     delta = torch.cat([p.detach().float().flatten() for p in s.params]) - start
-    s.close()
+    t.close()
     return {"batch": batch, "grad": first_grad, "delta": delta}
 
 

@@ -51,18 +51,25 @@ def measure(steps: int, sft_steps: int, overrides: list[str]) -> dict[str, float
                                              "log.plots=false", "log.tensorboard=false",
                                              "log.checkpoint_every=0", f"log.run_dir={run_dir}", *overrides])
         trainer = Trainer(cfg)
-        s = trainer.s
-        if sft_steps:  # as Trainer.run does it, in either revision: warm start, then the KL reference
+        s = getattr(trainer, "s", None)  # older revisions: one Setup; now a Learner and its Rollouts
+        learner = getattr(trainer, "learner", None)
+        if sft_steps and learner is not None:  # as Trainer.run does it: warm start, then the KL reference
+            with learner.compute():
+                run_sft(cfg, learner, trainer.rollouts, trainer.log)
+            learner.save_warm_start()
+            learner.start_reference(resumed=False)
+        elif sft_steps:
             with getattr(s, "compute", contextlib.nullcontext)():
                 run_sft(cfg, s, trainer.log)
             s.after_warm_start()  # the baseline takes its reference here
             if hasattr(s, "start_reference"):
                 s.start_reference(resumed=False)
+        if sft_steps:
             with open(Path(run_dir) / "metrics.jsonl") as f:
                 sft = [r["t_step"] for r in map(json.loads, f) if r["phase"] == "sft"][1:]
             out["t_sft_step"] = statistics.median(sft) if sft else float("nan")
         rows = [trainer.train_step(i) for i in range(steps)]
-        s.close()
+        (s if learner is None else trainer).close()
     rows = rows[1:]
     out.update({"t_step": statistics.median(r["t_step"] for r in rows),
                 "t_update": statistics.median(r["t_update"] for r in rows),

@@ -101,8 +101,8 @@ def hf_byte_tokenizer() -> Any:
 
 def build_model(init: str, seed: int) -> Any:
     from agentgym.tokenizers import ByteTokenizer
+    from agentgym.trainer.checkpoint import load_weights
     from agentgym.trainer.model import build_tiny_gptoss
-    from agentgym.trainer.train import load_weights
 
     model = build_tiny_gptoss(ByteTokenizer().vocab_size, seed=seed)
     load_weights(model, init)
@@ -121,19 +121,20 @@ def bench_config(run: Path, steps: int, run_dir: str, extra: list[str]) -> Any:
 
 
 def run_agentgym(cfg: Any) -> tuple[dict[str, Any], Any]:
-    from agentgym.trainer.train import TRAIN_SEED_BASE, Trainer
+    from agentgym.trainer.rollouts import TRAIN_SEED_BASE
+    from agentgym.trainer.train import Trainer
 
     assert TRAIN_SEED_BASE == 1_000_000
     trainer = Trainer(cfg)
-    trainer.s.after_warm_start()  # the KL reference: the warm start itself (as TRL's ref model)
+    trainer.learner.save_warm_start()  # the KL reference: the warm start itself (as TRL's ref model)
     times, rewards = [], []
     for step in range(cfg.ppo.steps):
         t0 = time.perf_counter()
         m = trainer.train_step(step)
         times.append(time.perf_counter() - t0)
         rewards.append(m["reward_mean"])
-    trainer.s.close()
-    return {"step_s": times, "reward": rewards}, trainer.s.model
+    trainer.close()
+    return {"step_s": times, "reward": rewards}, trainer.learner.model
 
 
 def run_trl(cfg: Any, out_dir: str) -> tuple[dict[str, Any], Any]:
@@ -229,7 +230,7 @@ def evaluate(cfg: Any, model: Any, episodes: int) -> dict[str, Any]:
     from agentgym.tokenizers import ByteTokenizer
     from agentgym.trainer.evaluation import collect_fixed, eval_record
     from agentgym.trainer.rollout import Collector, make_prefix_engine
-    from agentgym.trainer.train import EVAL_SEED_BASE
+    EVAL_SEED_BASE = 0  # the trainer's evaluation problems: from seed 0 of the eval split
 
     model.eval()
     col = Collector.from_factory(_env_factory(cfg, ByteTokenizer()), min(64, episodes),

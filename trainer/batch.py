@@ -3,7 +3,8 @@ the trajectories' token streams exactly as the policy sampled and saw them.
 
 Layout (right padding, one extra pad column so every row has a position *after* its last
 token; ``ForwardOut.values`` at that column is the value of the final state, which is what a
-truncated episode bootstraps from):
+truncated episode bootstraps from; the forward pass of a batch is
+:meth:`agentgym.trainer.learner.Learner.forward`):
 
 * ``input_ids``      (B, T) long   the episode's tokens, then ``pad_id``
 * ``attention_mask`` (B, T) long   1 on real tokens
@@ -18,6 +19,10 @@ truncated episode bootstraps from):
                                    replay (``rollout.routing_replay``), else None
 * ``versions``       (B, T) long   the policy version that sampled each token (-1 elsewhere),
                                    when the trajectories record it (``meta["token_versions"]``)
+
+What :func:`~agentgym.trainer.update.compute_advantages` adds before the update, all (B, T):
+``advantages``, ``returns`` (GAE), ``old_logp`` (when the update needs them before its first
+pass), ``old_values`` (GAE) and ``ref_logp`` (the KL reference's log-probs).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from agentgym.errors import NonFiniteError
 from agentgym.trainer.async_rollout import batch_versions
 from agentgym.trajectory import Trajectory
 
-__all__ = ["Batch", "make_batch", "micro_batches", "prefix_forward", "shared_prefix_len"]
+__all__ = ["Batch", "make_batch", "micro_batches"]
 
 
 @dataclass
@@ -49,6 +54,12 @@ class Batch:
     truncated: torch.Tensor
     routes: torch.Tensor | None = None
     versions: torch.Tensor | None = None
+    # set by update.compute_advantages, before the update (None: not needed by this recipe)
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    old_logp: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -129,37 +140,6 @@ def make_batch(trajectories: Sequence[Trajectory], group_ids: Sequence[int], *, 
         truncated=torch.tensor([t.truncated and not t.terminated for t in trajectories]),
         versions=batch_versions(trajectories, T),
     )
-
-
-def shared_prefix_len(input_ids: torch.Tensor, policy_mask: torch.Tensor, lengths: torch.Tensor) -> int:
-    """Length of the token prefix every row shares and the policy never sampled (the system +
-    developer prompt of an environment, ~600 tokens for the byte tokenizer)."""
-    same = (input_ids == input_ids[:1]).all(0)  # (T,)
-    n = int(same.long().cumprod(0).sum())
-    first_policy = policy_mask.bool().any(0).nonzero()
-    if first_policy.numel():
-        n = min(n, int(first_policy[0]))
-    return max(0, min(n, int(lengths.min()) - 1))
-
-
-def prefix_forward(model: Any, b: Batch, *, temperature: float = 1.0,
-                   value_head: torch.nn.Module | None = None, with_entropy: bool = True,
-                   entropy_grad: bool = False, min_prefix: int = 64) -> Any:
-    """:func:`~agentgym.trainer.logprobs.policy_forward` of a :class:`Batch`: log-probs and
-    entropy on its policy tokens only, the prompt prefix every row shares computed once.
-
-    The shared prefix (P tokens) runs once at batch size 1 and the B suffixes attend to it
-    through the KV cache (``policy_forward(..., shared_prefix=P)``): the prefix is B times
-    cheaper and attention is (T - P) x T instead of T x T. Below ``min_prefix`` shared tokens
-    the rows run whole. Values (with ``value_head``) cover every position.
-    """
-    from agentgym.trainer.logprobs import policy_forward
-
-    # replayed routes are laid out row by row: the shared-prefix pass would order the tokens otherwise
-    P = 0 if b.routes is not None else shared_prefix_len(b.input_ids, b.policy_mask, b.lengths)
-    return policy_forward(model, b.input_ids, b.attention_mask, temperature=temperature,
-                          value_head=value_head, with_entropy=with_entropy, entropy_grad=entropy_grad,
-                          shared_prefix=P if P >= min_prefix else 0, score_mask=b.policy_mask)
 
 
 def micro_batches(lengths: torch.Tensor, rows: torch.Tensor, max_tokens: int) -> list[torch.Tensor]:

@@ -34,14 +34,17 @@ import os
 import random
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from agentgym.errors import CheckpointError
 
-__all__ = ["RESUME_IDENTITY", "check_resume_identity", "export_model", "find_model_dir", "latest_checkpoint", "load_checkpoint",
+if TYPE_CHECKING:
+    from agentgym.trainer.learner import Learner
+
+__all__ = ["RESUME_IDENTITY", "check_resume_identity", "resume_learner", "save_learner", "export_model", "find_model_dir", "latest_checkpoint", "load_checkpoint",
            "load_weights", "model_weights_file", "rng_state", "save_checkpoint", "save_model", "save_tokenizer",
            "set_rng_state", "write_config"]
 
@@ -393,3 +396,49 @@ def _check_keys(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str)
 def _load_state(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str) -> None:
     _check_keys(model, sd, where)
     model.load_state_dict(sd, strict=False)  # tied weights aside, _check_keys made it exact
+
+
+# ---------------------------------------------------------------------------- a run's learner
+
+def save_learner(learner: Learner, step: int, state: dict[str, Any], *, optimizer: Any = None,
+                 scheduler: Any = None) -> Path:
+    """Checkpoint ``step`` of a run: the learner's weights (+ value head), its optimizer and
+    schedule (or the warm start's own ``optimizer`` and ``scheduler``, mid warm start) and the
+    driver's ``state``; a PPO checkpoint also exports the model with its tokenizer."""
+    cfg = learner.cfg
+    if optimizer is not None:
+        return save_checkpoint(cfg.log.run_dir, step, model=learner.model, optimizer=optimizer,
+                               scheduler=scheduler, value_head=learner.value_head, state=state,
+                               keep=cfg.log.keep_checkpoints)
+    return save_checkpoint(cfg.log.run_dir, step, model=learner.model, optimizer=learner.optimizer,
+                           scheduler=learner.scheduler, value_head=learner.value_head, state=state,
+                           keep=cfg.log.keep_checkpoints, tokenizer=learner.tokenizer,
+                           export_dtype=getattr(torch, cfg.log.export_dtype))
+
+
+def resume_learner(learner: Learner) -> tuple[dict[str, Any], tuple[int, Any, Any] | None]:
+    """Load the run's latest checkpoint into ``learner`` -> (the driver's state, and for a run
+    killed during its warm start ``(step, optimizer, scheduler)`` of that warm start)."""
+    cfg = learner.cfg
+    ckpt = latest_checkpoint(cfg.log.run_dir)
+    if ckpt is None:
+        raise CheckpointError(f"no checkpoint in {cfg.log.run_dir} to resume from; start the run without --resume")
+    sft_resume = None
+    if "sft_step" in json.loads((ckpt / "state.json").read_text()):  # its own optimizer and schedule come back
+        from agentgym.trainer.sft import sft_optimizer
+
+        opt, sched = sft_optimizer(cfg, learner.model)
+        state = load_checkpoint(ckpt, model=learner.model, optimizer=opt, scheduler=sched,
+                                value_head=learner.value_head)
+        sft_resume = (int(state["sft_step"]), opt, sched)
+    else:
+        state = load_checkpoint(ckpt, model=learner.model, optimizer=learner.optimizer,
+                                scheduler=learner.scheduler, value_head=learner.value_head)
+    # The optimizer state brings back the saved lr and weight decay; the config decides
+    # (a resume may change ppo.lr on purpose). Unchanged values give the same floats.
+    lr, sched = cfg.ppo.lr, learner.scheduler
+    sched.base_lrs = [lr] * len(learner.optimizer.param_groups)
+    for g, factor in zip(learner.optimizer.param_groups, sched.lr_lambdas, strict=True):
+        g["initial_lr"], g["weight_decay"] = lr, cfg.ppo.weight_decay
+        g["lr"] = lr * factor(sched.last_epoch)
+    return state, sft_resume

@@ -87,16 +87,16 @@ def run_with_controls(cfg: TrainConfig, *, resume: bool = False,
 
         trainer_cls = Trainer
     main = trainer_cls(cfg, resume=resume)
-    if cfg.controls and main.s.dist is not None:
+    if cfg.controls and main.learner.dist is not None:
         from agentgym.errors import ConfigError
 
-        main.s.close()
+        main.close()
         raise ConfigError(f"controls={cfg.controls} under torchrun are not supported: run the arms as "
                           "processes with bench/controls.py, or set controls=[]")
     try:
         summary = main.run()
     finally:
-        main.s.close()
+        main.close()
     if not cfg.controls:
         return summary, []
     root = Path(cfg.log.run_dir)
@@ -119,7 +119,7 @@ def run_with_controls(cfg: TrainConfig, *, resume: bool = False,
         try:
             t.run()
         finally:
-            t.s.close()
+            t.close()
     return summary, comparison_lines(str(root), dirs, cfg.arm())
 
 

@@ -37,6 +37,7 @@ from agentgym.errors import ConfigError
 __all__ = [
     "DistInfo",
     "GatheredWeights",
+    "Ranks",
     "all_gather_objects",
     "all_gather_rows",
     "all_reduce_sum",
@@ -331,3 +332,66 @@ def tp_rows(n_rows: int, info: DistInfo | None) -> range:
                           f"{info.rollout_tp} ranks; make tasks_per_step x samples_per_task a multiple")
     per = n_rows // info.rollout_tp
     return range(info.tp_rank * per, (info.tp_rank + 1) * per)
+
+
+def rows_before(n_local: int) -> int:
+    """How many rows the ranks before this one hold (its offset in rank-ordered gathers)."""
+    d = _dist()
+    if d is None:
+        return 0
+    counts: list[Any] = [None] * d.get_world_size()
+    d.all_gather_object(counts, n_local)
+    return sum(int(x) for x in counts[: d.get_rank()])
+
+
+class Ranks:
+    """The one object the training step asks about the other processes. In one process
+    (``info`` None) every call is the identity: one rank, which is the main one."""
+
+    def __init__(self, info: DistInfo | None) -> None:
+        self.info = info
+
+    @property
+    def main(self) -> bool:
+        return self.info is None or self.info.is_main
+
+    @property
+    def world(self) -> int:
+        return 1 if self.info is None else self.info.world
+
+    @property
+    def groups(self) -> int:  # rollout groups (engines)
+        return 1 if self.info is None else self.info.groups
+
+    @property
+    def tp_follower(self) -> bool:  # holds the same episodes as its rollout group's first rank
+        return self.info is not None and self.info.tp_rank > 0
+
+    def sum(self, x: float) -> float:
+        return all_reduce_sum(x)
+
+    def gather(self, items: list[Any]) -> list[Any]:
+        """Every rank's ``items``, concatenated in rank order."""
+        return [x for part in all_gather_objects(items) for x in part]
+
+    def gather_rows(self, t: torch.Tensor) -> torch.Tensor:
+        return all_gather_rows(t)
+
+    def rows_before(self, n_local: int) -> int:
+        return rows_before(n_local) if self.world > 1 else 0
+
+    def tasks(self, n_tasks: int) -> range:
+        return group_tasks(n_tasks, self.info)
+
+    def rows(self, n_rows: int) -> range:
+        return tp_rows(n_rows, self.info)
+
+    def share(self, n: int) -> range:
+        """This rank's rollout group's part of ``n`` items (contiguous, sizes differ by at most 1)."""
+        if self.info is None:
+            return range(n)
+        lo, hi = n * self.info.group // self.info.groups, n * (self.info.group + 1) // self.info.groups
+        return range(lo, hi)
+
+    def barrier(self) -> None:
+        barrier()

@@ -21,15 +21,17 @@ problem by problem (:func:`gain`: a paired difference with its standard error).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentgym.errors import WarmStartFailed
 from agentgym.trainer.health import LABELS, health_summary
-from agentgym.trainer.metrics import episode_stats, episode_success, read_metrics
+from agentgym.trainer.metrics import Progress, episode_stats, episode_success, read_metrics
 
-__all__ = ["ARM_NAMES", "STAGE_NAMES", "collect_fixed", "episode_wellformed", "eval_record", "gain", "pass_at_k",
+__all__ = ["ARM_NAMES", "STAGE_NAMES", "Evaluator", "collect_fixed", "episode_wellformed", "eval_record", "gain", "pass_at_k",
            "per_problem", "report_lines", "wilson"]
 
 STAGE_NAMES = {"init": "untrained", "warm_start": "warm start", "ppo": "after {arm}"}
@@ -254,3 +256,130 @@ def warm_start_line(w: dict[str, Any]) -> str:
         line += ("; this teacher PLANTS A DEFECT: a gain over this warm start is the defect being "
                  "undone, not a gain over an honest baseline")
     return line
+
+
+class Evaluator:
+    """A run's evaluations: the held-out problems (``heldout.py``) at ``log.eval_temperature``
+    and, with ``log.eval_sampled``, at the rollout temperature; the warm start's stopping check
+    and its verdict. Under torchrun the rollout groups split the problems."""
+
+    def __init__(self, cfg: Any, learner: Any, rollouts: Any, log: Any) -> None:
+        self.cfg, self.learner, self.rollouts, self.log = cfg, learner, rollouts, log
+        self.held = rollouts.held
+
+    def evaluate(self, stage: str, step: int, *, full: bool = False) -> dict[str, Any]:
+        """Evaluate the current policy, log it (phase ``eval``) -> its record. ``stage``:
+        ``init`` (before the warm start), ``warm_start`` (right after it) or ``ppo`` (any arm's
+        steps). ``full``: the warm start and the end, which the report compares, use
+        ``log.eval_episodes_final`` problems and ``log.eval_samples`` samples each."""
+        from agentgym.trainer.ray_rollout import drop_failed
+        from agentgym.trainer.rollout import drop_infra
+
+        cfg, learner, ranks = self.cfg, self.learner, self.learner.ranks
+        n = (cfg.log.eval_episodes_final or cfg.log.eval_episodes) if full else cfg.log.eval_episodes
+        seeds, ids = self.held.eval_seeds(n), self.held.eval_ids(n)
+        mine = ranks.share(len(seeds))
+        runs = [("", cfg.log.eval_temperature, 1)]
+        if cfg.log.eval_sampled:
+            runs.append(("sampled_", cfg.rollout.temperature, cfg.log.eval_samples if full else 1))
+        m: dict[str, Any] = {"stage": stage}
+        for prefix, temperature, samples in runs:
+            what = STAGE_NAMES.get(stage, stage).format(arm=ARM_NAMES.get(cfg.arm(), cfg.arm()))
+            bar = Progress(len(mine) * samples, f"eval {what} T={temperature:g}", cfg.log.progress and ranks.main)
+            try:
+                with learner.compute():
+                    trajs = collect_fixed(self.rollouts.eval_collector, temperature=temperature,
+                                          sample_seed=12345 + mine.start * samples,
+                                          options=self.rollouts.eval_options(), seeds=[seeds[i] for i in mine],
+                                          samples=samples, on_chunk=bar.update)
+            finally:
+                bar.close()
+            trajs, _, _ = drop_failed(trajs, list(range(len(trajs))))  # lost with a Ray worker
+            trajs, _, infra = drop_infra(trajs, list(range(len(trajs))))  # no outcome: not a failure either
+            if ranks.tp_follower:
+                trajs, infra = [], 0  # the other ranks of this engine hold the same episodes
+            m.update(eval_record(ranks.gather(trajs), temperature, prefix, samples=samples,
+                                 needs_tool=self.held.needs_tool, task_ids=ids))
+            m[prefix + "episodes_infra"] = ranks.sum(infra)
+        self.log.log("eval", step, m)
+        return m
+
+    def sft_check(self, step: int) -> dict[str, float]:
+        """The warm start's held-out stopping check: pass@1 and pass@k at the training temperature
+        on the check problems (none of them an evaluation problem)."""
+        cfg, k = self.cfg, self.cfg.sft.check_samples
+        trajs = collect_fixed(self.rollouts.eval_collector, temperature=cfg.rollout.temperature, sample_seed=777_000,
+                              options=self.rollouts.eval_options(), seeds=self.held.check_seeds, samples=k)
+        rec = eval_record(trajs, cfg.rollout.temperature, samples=k, needs_tool=self.held.needs_tool)
+        return {"pass_at_1": rec["pass_at_1"], f"pass_at_{k}": rec[f"pass_at_{k}"], "wellformed": rec["wellformed"]}
+
+    def held_out_record(self) -> dict[str, Any]:
+        """What the run evaluates on, and how it is kept out of training (phase ``held_out``)."""
+        e, held = self.cfg.env, self.held
+        how = f"split {e.eval_split!r}, training on {e.train_split!r}" if held.splits else "no splits"
+        if held.exclude:
+            how += "; the trainer keeps them out of training"
+        if self.cfg.log.eval_seed_start:
+            how += (f"; from seed {self.cfg.log.eval_seed_start}, "
+                    + ("none of them a problem a run from seed 0 evaluates on" if held.skipped_tuning
+                       else "the split is too small to skip the problems a run from seed 0 evaluates on"))
+        return {"eval_problems": len(held.eval), "check_problems": len(held.check), "how": how,
+                "needs_tool": held.needs_tool}
+
+    # ------------------------------------------------------------------ the warm start's verdict
+    def warm_start_verdict(self, ev: dict[str, Any], *, steps: int | None, stop_reason: str | None,
+                           loaded_from: str | None = None) -> dict[str, Any]:
+        """The warm start's record (phase ``warm_start``; saved as warm_start/warm_start.json):
+        did its tool loop learn (``sft.min_wellformed`` of its held-out episodes at the training
+        temperature well formed)?"""
+        from agentgym.trainer.learner import WARM_START
+
+        cfg = self.cfg
+        key = "sampled_wellformed" if "sampled_wellformed" in ev else "wellformed"
+        wellformed = float(ev.get(key, 0.0))
+        rec = {"teacher": cfg.sft.teacher, "steps": steps, "stop_reason": stop_reason,
+               "wellformed": wellformed, "min_wellformed": cfg.sft.min_wellformed,
+               "failed": wellformed < cfg.sft.min_wellformed, "loaded_from": loaded_from}
+        self.log.log("warm_start", 0, rec)
+        warm = Path(cfg.log.run_dir) / WARM_START
+        if loaded_from is None and self.learner.ranks.main and warm.exists():
+            (warm / "warm_start.json").write_text(json.dumps({**rec, "eval": ev, "eval_spec": self.spec()}, indent=1))
+        return rec
+
+    def check_warm_start(self, rec: dict[str, Any]) -> None:
+        """Raise :class:`WarmStartFailed` when the verdict says the tool loop did not learn."""
+        from agentgym.trainer.learner import WARM_START
+
+        if rec["failed"]:
+            raise WarmStartFailed(
+                f"the warm start's tool loop did not learn: {rec['wellformed']:.2f} of its held-out episodes "
+                f"at T={self.cfg.rollout.temperature:g} are well formed, below sft.min_wellformed="
+                f"{rec['min_wellformed']:g}. This seed counts as failed (nothing was trained after it); "
+                f"inspect {Path(self.cfg.log.run_dir) / WARM_START}, or change the warm start "
+                "(sft.steps, sft.lr, sft.check_*)")
+
+    def spec(self) -> dict[str, Any]:
+        """What a warm-start evaluation depends on besides the weights: reused across arms only
+        when these agree."""
+        import dataclasses
+
+        cfg, r = self.cfg, self.cfg.rollout
+        n = cfg.log.eval_episodes_final or cfg.log.eval_episodes
+        return {"problems": self.held.eval_ids(n), "samples": cfg.log.eval_samples,
+                "temperature": r.temperature, "eval_temperature": cfg.log.eval_temperature,
+                "eval_sampled": cfg.log.eval_sampled, "engine": r.engine, "engine_kwargs": r.engine_kwargs,
+                "engine_weights": r.engine_weights, "engine_dtype": r.engine_dtype,
+                "model_dtype": cfg.model.dtype, "device": cfg.model.device, "env": dataclasses.asdict(cfg.env)}
+
+    def load_warm_start(self, step: int) -> dict[str, Any]:
+        """``sft.load``: log the saved warm start's evaluation as this run's (when it was made
+        under the same evaluation spec; else evaluate again) and its verdict."""
+        path = Path(str(self.cfg.sft.load))
+        saved = json.loads((path / "warm_start.json").read_text()) if (path / "warm_start.json").exists() else {}
+        if saved.get("eval_spec") == json.loads(json.dumps(self.spec())):
+            ev = {**saved["eval"], "loaded_from": str(path)}
+            self.log.log("eval", step, ev)
+        else:
+            ev = self.evaluate("warm_start", step, full=True)
+        return self.warm_start_verdict(ev, steps=saved.get("steps"), stop_reason=saved.get("stop_reason"),
+                                       loaded_from=str(path))

@@ -1,6 +1,6 @@
 """The imitation arms' update, and the episode filters of the controls.
 
-    metrics = imitation_update(setup, cfg, trajs, step)
+    metrics = imitation_update(learner, cfg, trajs, step)
 
 ``algo: rft`` (rejection-sampling fine-tuning, or expert iteration) passes the policy's own
 :func:`successful` episodes of the step: the strongest cheap baseline for RL with an outcome
@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from agentgym.trainer.batch import make_batch, micro_batches, prefix_forward
+from agentgym.trainer.batch import make_batch, micro_batches
+from agentgym.trainer.config import TrainConfig
 from agentgym.trainer.metrics import episode_success
 from agentgym.trainer.update import adam_step_rms, check_finite
+
+if TYPE_CHECKING:
+    from agentgym.trainer.learner import Learner
 
 __all__ = ["imitation_update", "informative_groups", "successful"]
 
@@ -42,14 +46,14 @@ def informative_groups(trajs: Sequence[Any], groups: Sequence[int]) -> list[int]
     return [i for i, g in enumerate(groups) if len(scores[g]) > 1]
 
 
-def imitation_update(s: Any, cfg: Any, trajs: Sequence[Any], step: int) -> dict[str, float]:
+def imitation_update(learner: Learner, cfg: TrainConfig, trajs: Sequence[Any], step: int) -> dict[str, float]:
     """NLL of ``trajs``' policy tokens with the run's optimizer (module doc) -> metrics:
     ``loss`` (mean over the update's optimizer steps), ``grad_norm``, ``adam_step_rms``,
     ``imitation_episodes`` and ``imitation_tokens``."""
     p = cfg.ppo
     if not trajs:
         return {"imitation_episodes": 0.0, "imitation_tokens": 0.0, "update_skipped": 1.0}
-    b = make_batch(list(trajs), list(range(len(trajs))), pad_id=s.pad_id).to(s.device)
+    b = make_batch(list(trajs), list(range(len(trajs))), pad_id=learner.pad_id).to(learner.device)
     B = len(b)
     gen = torch.Generator().manual_seed(cfg.seed * 104729 + step)
     losses, norms = [], []
@@ -57,23 +61,22 @@ def imitation_update(s: Any, cfg: Any, trajs: Sequence[Any], step: int) -> dict[
         order = torch.randperm(B, generator=gen) if p.minibatches > 1 else torch.arange(B)
         for mb in order.chunk(min(p.minibatches, B)):
             n_tok = max(float(b.policy_mask[mb].sum()), 1.0)
-            s.optimizer.zero_grad(set_to_none=True)
+            learner.optimizer.zero_grad(set_to_none=True)
             total = 0.0
             for rows in micro_batches(b.lengths, mb, p.micro_batch_tokens):
                 sub = b.select(rows)
-                with s.compute():
-                    out = prefix_forward(s.model, sub, with_entropy=False)
+                out = learner.forward(learner.model, sub, entropy=False)
                 loss = -(out.logprobs.float() * sub.policy_mask).sum() / n_tok
                 check_finite("loss", loss.detach(), step, "Lower ppo.lr.")
                 loss.backward()
                 total += loss.item()
-            params = [q for q in s.params if q.grad is not None]
+            params = [q for q in learner.params if q.grad is not None]
             gn = torch.nn.utils.clip_grad_norm_(params, p.max_grad_norm or math.inf)
             check_finite("grad norm", gn.detach(), step, "Lower ppo.lr or ppo.max_grad_norm.")
-            s.optimizer.step()
-            s.scheduler.step()
+            learner.optimizer.step()
+            learner.scheduler.step()
             losses.append(total)
             norms.append(float(gn))
     return {"loss": sum(losses) / len(losses), "grad_norm": sum(norms) / len(norms),
-            "adam_step_rms": adam_step_rms(s.optimizer), "imitation_episodes": float(B),
+            "adam_step_rms": adam_step_rms(learner.optimizer), "imitation_episodes": float(B),
             "imitation_tokens": float(b.policy_mask.sum())}

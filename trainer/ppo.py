@@ -13,6 +13,7 @@ micro-batches' losses gives exactly the gradient of the full batch's token mean.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -27,10 +28,33 @@ __all__ = [
     "group_advantages_with_kl",
     "kl_estimate",
     "kl_reward_penalty",
+    "RewardNorm",
     "masked_mean",
     "ppo_policy_loss",
     "value_loss",
 ]
+
+class RewardNorm:
+    """``ppo.normalize_rewards``: the running std of every score seen so far (all ranks',
+    Welford), by which a step's scores are divided (at least 1e-3)."""
+
+    def __init__(self, state: list[float] | None = None) -> None:
+        self.n, self.mean, self.m2 = state or [0, 0.0, 0.0]
+
+    def update(self, scores: torch.Tensor) -> float:
+        """Add this step's ``scores`` (N,) -> the std to divide them by."""
+        n, mean, m2 = self.n, self.mean, self.m2
+        for x in scores.tolist():
+            n += 1
+            d = x - mean
+            mean += d / n
+            m2 += d * (x - mean)
+        self.n, self.mean, self.m2 = n, mean, m2
+        return max(math.sqrt(m2 / max(n - 1, 1)), 1e-3)
+
+    def state(self) -> list[float]:
+        return [self.n, self.mean, self.m2]
+
 
 LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: finite in float32, far beyond any clip range
 K3_CLAMP = 10.0  # per-token k3 bound (verl's low_var_kl): one rare token cannot own the loss

@@ -89,7 +89,7 @@ class WorkerSpec:
 
 
 def _hf_engine(model: Any, *, prefix_cache: bool, pad_id: int, kwargs: dict[str, Any]) -> Any:
-    """The worker's ``hf`` engine over its own model copy (as ``Setup`` builds the local one)."""
+    """The worker's ``hf`` engine over its own model copy (as ``Rollouts`` builds the local one)."""
     from agentgym.trainer.engines.base import make_engine
     from agentgym.trainer.rollout import make_prefix_engine
 

@@ -209,7 +209,7 @@ def _common_prefix(prompts: Sequence[Sequence[int]]) -> int:
 
 def make_prefix_engine(model: Any, **kwargs: Any) -> Any:
     """An ``hf`` engine that prefills the prompts' shared prefix once (see PrefixHFEngine)."""
-    from agentgym.trainer.engines.hf import HFEngine, decoding_attention, sample_step
+    from agentgym.trainer.engines.hf import HFEngine, decode, decoding_attention
 
     class PrefixHFEngine(HFEngine):  # type: ignore[misc, valid-type]
         """``hf`` sampling where the prompt prefix all episodes share (system + developer
@@ -231,9 +231,8 @@ def make_prefix_engine(model: Any, **kwargs: Any) -> Any:
 
             from transformers import DynamicCache
 
-            from agentgym.trainer.engines.base import Sample
-
-            model, dev = self.model, self.device
+            model: Any = self.model  # a transformers causal LM (its config, cache layout)
+            dev = self.device
             window = getattr(model.config, "sliding_window", None) or 0
             P = min(_common_prefix(prompts), min(len(p) for p in prompts) - 1)
             if P < self.min_prefix or min(len(p) for p in prompts) < window:
@@ -270,25 +269,9 @@ def make_prefix_engine(model: Any, **kwargs: Any) -> Any:
                 mask = torch.zeros(B, L, dtype=torch.long, device=dev)
                 for i, p in enumerate(prompts):
                     mask[i, L - len(p):] = 1
-                pos = torch.tensor([[len(p)] for p in prompts], device=dev)
-                stop = torch.tensor(sorted({int(t) for t in stop_ids}), dtype=torch.long, device=dev)
-                tokens: list[list[int]] = [[] for _ in range(B)]
-                logps: list[list[float]] = [[] for _ in range(B)]
-                done = torch.zeros(B, dtype=torch.bool, device=dev)
-                reason = ["length"] * B
-                logits = torch.stack(first_logits)  # (B, V)
-                nxt_in = torch.empty(B, 1, dtype=torch.long, device=dev)  # set after each step
-                for step in range(max_new_tokens):
-                    if step:
-                        logits = model(input_ids=nxt_in, attention_mask=mask, position_ids=pos,
-                                       past_key_values=cache, use_cache=True).logits[:, -1].float()
-                        pos = pos + 1
-                    nxt = sample_step(logits, temperature, gen, stop, done, tokens, logps, reason)
-                    if bool(done.all()):
-                        break
-                    nxt_in = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)[:, None]
-                    mask = torch.cat([mask, torch.ones(B, 1, dtype=mask.dtype, device=dev)], dim=1)
-                return [Sample(tokens[i], logps[i], reason[i]) for i in range(B)]
+                last = torch.tensor([[len(p) - 1] for p in prompts], device=dev)  # each prompt's last position
+                return decode(model, cache, mask, last, last, max_new_tokens=max_new_tokens, temperature=temperature,
+                              gen=gen, stop_ids=stop_ids, pad_id=self.pad_id, first_logits=torch.stack(first_logits))
             finally:
                 model.train(was_training)
                 model.config._attn_implementation = attn

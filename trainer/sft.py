@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -37,8 +37,12 @@ import torch
 from agentgym.errors import ConfigError
 from agentgym.oracles import get_oracle, load_callable, play_episode
 from agentgym.registration import capabilities, ids_with
-from agentgym.trainer.batch import make_batch, prefix_forward
+from agentgym.trainer.batch import make_batch
+from agentgym.trainer.learner import Learner, batch_forward
 from agentgym.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from agentgym.trainer.rollouts import Rollouts
 
 __all__ = ["demonstrations", "find_oracle", "load_moments", "make_teacher", "run_sft", "save_moments",
            "sft_optimizer", "sft_step", "stop_reason"]
@@ -95,7 +99,7 @@ def sft_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trajs: li
     loss_sum = p_sum = 0.0
     for bucket in _length_buckets(trajs):
         b = make_batch(bucket, list(range(len(bucket))), pad_id=pad_id).to(device)
-        out = prefix_forward(model, b, with_entropy=False)
+        out = batch_forward(model, b, with_entropy=False)
         m = b.policy_mask
         loss = -(out.logprobs * m).sum() / max(total, 1)
         loss.backward()
@@ -149,7 +153,7 @@ def sft_optimizer(cfg: Any, model: torch.nn.Module) -> tuple[torch.optim.Optimiz
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
 
 
-def run_sft(cfg: Any, setup: Any, log: Any, *, held: Any = None,
+def run_sft(cfg: Any, learner: Learner, rollouts: Rollouts, log: Any, *, held: Any = None,
             check: Callable[[int], dict[str, float]] | None = None, start: int = 0,
             optimizer: torch.optim.Optimizer | None = None, scheduler: Any = None,
             checkpoint: Callable[[int, Any, Any], None] | None = None) -> dict[str, Any]:
@@ -157,7 +161,7 @@ def run_sft(cfg: Any, setup: Any, log: Any, *, held: Any = None,
     from the train split. ``check(step)`` is the held-out stopping check (pass@1, pass@k),
     run every ``sft.check_every`` steps from ``sft.check_from`` on; the warm start stops at the
     first :func:`stop_reason`. Returns the last step's statistics plus ``steps`` (taken) and
-    ``stop_reason``. The AdamW it used is left in ``setup.sft_optimizer`` (saved with the warm
+    ``stop_reason``. The AdamW it used is left in ``learner.sft_optimizer`` (saved with the warm
     start, so that arms loading it continue from the same moments).
 
     ``start``, ``optimizer``, ``scheduler``: continue a warm start restored from a checkpoint at
@@ -168,9 +172,9 @@ def run_sft(cfg: Any, setup: Any, log: Any, *, held: Any = None,
 
     sc = cfg.sft
     teacher, oracle = make_teacher(cfg.env.id, sc), find_oracle(cfg.env.id)
-    env = setup.make_env(cfg.env.train_split)
-    options = setup.train_options()
-    opt, sched = (optimizer, scheduler) if optimizer is not None else sft_optimizer(cfg, setup.model)
+    env = rollouts.make_env(cfg.env.train_split)
+    options = rollouts.train_options()
+    opt, sched = (optimizer, scheduler) if optimizer is not None else sft_optimizer(cfg, learner.model)
     bar = Progress(sc.steps, "warm start", cfg.log.progress)
     bar.update(start)
     stats: dict[str, Any] = {}
@@ -181,14 +185,14 @@ def run_sft(cfg: Any, setup: Any, log: Any, *, held: Any = None,
             seeds = [sc.seed + i * sc.batch_size + j for j in range(sc.batch_size)]
             trajs = demonstrations(env, oracle if i < sc.oracle_steps else teacher, seeds, options, held)
             overlap = held.overlap(trajs, f"warm-start step {i + 1}") if held is not None else 0
-            stats = sft_step(setup.model, opt, trajs, pad_id=setup.pad_id,
-                             max_grad_norm=sc.max_grad_norm, device=setup.device)
+            stats = sft_step(learner.model, opt, trajs, pad_id=learner.pad_id,
+                             max_grad_norm=sc.max_grad_norm, device=learner.device)
             sched.step()
             done = i + 1
             stats.update(lr=float(sched.get_last_lr()[0]), t_step=time.perf_counter() - t0,
                          held_out_overlap=overlap)
             if check is not None and sc.check_every and done >= sc.check_from and done % sc.check_every == 0:
-                setup.sync_engine()  # a copy engine samples the check from the current weights
+                rollouts.refresh()  # a copy engine samples the check from the current weights
                 found = check(done)
                 stats.update({f"check_{k}": v for k, v in found.items()})
                 why = stop_reason(sc, found)
@@ -205,13 +209,13 @@ def run_sft(cfg: Any, setup: Any, log: Any, *, held: Any = None,
     finally:
         bar.close()
         env.close()
-    setup.sft_optimizer = opt
-    setup.sync_engine()  # gathers a sharded (torchrun) policy
+    learner.sft_optimizer = opt
+    rollouts.refresh()  # gathers a sharded (torchrun) policy
     if cfg.ppo.carry_sft_optimizer:
         # PPO continues with the warm start's AdamW moments: a fresh Adam's first steps move
         # every weight by ~lr whatever its gradient (m/sqrt(v) = sign(g)), which on a tiny
         # model turns PPO's small, noisy gradients into large random steps.
-        _carry_moments(opt, setup.optimizer)
+        _carry_moments(opt, learner.optimizer)
     return {**stats, "steps": done, "stop_reason": reason}
 
 

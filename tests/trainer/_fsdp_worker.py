@@ -22,19 +22,20 @@ def main(episodes: str, out: str, overrides: list[str]) -> None:
     from agentgym.trainer.batch import make_batch
     from agentgym.trainer.config import load_config
     from agentgym.trainer.train import Trainer
-    from agentgym.trainer.update import ppo_update
+    from agentgym.trainer.update import compute_advantages, ppo_update, score
     from agentgym.trajectory import read_jsonl
 
     torch.set_num_threads(1)
     cfg = load_config("cpu-quickstart", [f"log.run_dir={out}/run", *overrides])
     trainer = Trainer(cfg)
-    s = trainer.s
+    s = trainer.learner
     trajs = read_jsonl(episodes)
     k = cfg.rollout.samples_per_task
     mine = D.group_tasks(cfg.rollout.tasks_per_step, s.dist)
     rows = [i for i in range(len(trajs)) if i // k in mine]
     batch = make_batch([trajs[i] for i in rows], [i // k for i in rows], pad_id=s.pad_id)
-    metrics = ppo_update(s, cfg, batch, step=0)
+    batch = score(batch, cfg, 0, s.ranks)
+    metrics = {**compute_advantages(s, batch, cfg, 0), **ppo_update(s, batch, cfg, 0)}
     grads = {n: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).detach().clone()
              for n, p in s.model.named_parameters()}
     weights = D.full_state_dict(s.model)
@@ -42,7 +43,7 @@ def main(episodes: str, out: str, overrides: list[str]) -> None:
     if s.dist is None or s.dist.is_main:
         torch.save({"metrics": metrics, "grads": grads, "weights": weights, "world": ranks},
                    Path(out) / "result.pt")
-    s.close()
+    trainer.close()
     D.barrier()
 
 

@@ -207,7 +207,7 @@ def test_a_short_async_run_trains_within_the_bound(tmp_path: Path) -> None:
                                          "correction.threshold=1.0", "ppo.lr=1e-2", "ppo.warmup_steps=1",
                                          "ppo.entropy_coef=0.5", "ppo.kl_coef=0", "log.save_trajectories=true"])
     t = Trainer(cfg)
-    assert t.s.engine.model is not t.s.model  # generation runs on its own weights
+    assert t.rollouts.engine.model is not t.learner.model  # generation runs on its own weights
     t.run()
     rows = read_metrics(tmp_path, "train")
     assert [int(r["step"]) for r in rows] == list(range(1, steps + 1))
@@ -253,17 +253,17 @@ def test_async_on_ray_loses_no_episode_when_a_worker_is_killed(tmp_path: Path) -
     t = Trainer(cfg)
     out = []
     try:
-        pid = t.s.collector.worker_pids()[0]
+        pid = t.rollouts.collector.worker_pids()[0]
         out.append(t.train_step(0))
         t.step = 1
         os.kill(pid or 0, signal.SIGKILL)  # dies while the producer has step 1 (or 2) in flight
         for step in range(1, steps):
             out.append(t.train_step(step))
             t.step = step + 1
-        assert t.s.collector.total.worker_deaths >= 1
+        assert t.rollouts.collector.total.worker_deaths >= 1
     finally:
-        t.close_producer()
-        t.s.close()
+        t.rollouts.stop_producer()
+        t.close()
         import ray
 
         ray.shutdown()  # the collector started Ray in this process: later Ray tests start their own
@@ -300,8 +300,8 @@ def test_async_with_a_served_engine_in_its_own_server(tmp_path: Path) -> None:
                 out.append(t.train_step(step))
                 t.step = step + 1
         finally:
-            t.close_producer()
-            t.s.close()
+            t.rollouts.stop_producer()
+            t.close()
     assert out[0]["staleness_max"] == 0 and out[0]["mismatch_abs_dlogp_max"] < 1e-3  # synced at the start
     for m in out:
         assert m["staleness_max"] <= k and m["episodes_used"] == 4 and m["async_dropped_stale"] == 0
@@ -338,8 +338,8 @@ def test_async_with_vllm_cpu_and_in_memory_sync(tmp_path: Path) -> None:
             out.append(t.train_step(step))
             t.step = step + 1
     finally:
-        t.close_producer()
-        t.s.close()
+        t.rollouts.stop_producer()
+        t.close()
     assert out[0]["staleness_max"] == 0 and out[0]["mismatch_abs_dlogp_max"] < 1e-3
     for m in out:
         assert m["staleness_max"] <= k and m["episodes_used"] == 4 and m["async_dropped_stale"] == 0

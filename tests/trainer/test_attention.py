@@ -132,15 +132,14 @@ def test_tiny_uses_the_attention_the_config_asks_for(tmp_path: Path) -> None:
     """model.attn_implementation reaches the tiny model (it used to be built eager whatever was asked)."""
     from agentgym.errors import ConfigError
     from agentgym.trainer.config import load_config
-    from agentgym.trainer.train import Setup
+    from agentgym.trainer.learner import Learner
 
     base = ["sft.steps=0", "log.tensorboard=false", f"log.run_dir={tmp_path}", "rollout.tasks_per_step=1",
             "rollout.samples_per_task=2", "log.eval_episodes=1", "model.tiny={num_hidden_layers: 2}"]
-    s = Setup(load_config("cpu-quickstart", [*base, "model.attn_implementation=eager"]))
+    s = Learner(load_config("cpu-quickstart", [*base, "model.attn_implementation=eager"]))
     assert s.model.config._attn_implementation == "eager"
-    s.close()
     with pytest.raises(ConfigError, match="needs a CUDA device"):  # flex trains only on CUDA (no CPU backward)
-        Setup(load_config("cpu-quickstart", [*base, "model.attn_implementation=agentgym_flex"]))
+        Learner(load_config("cpu-quickstart", [*base, "model.attn_implementation=agentgym_flex"]))
 
 
 def test_sdpa_really_drops_the_sinks() -> None:

@@ -9,7 +9,8 @@ import torch
 import agentgym  # noqa: F401
 from agentgym.environments.math.oracle import oracle_actions
 from agentgym.errors import NonFiniteError
-from agentgym.trainer.batch import make_batch, prefix_forward, shared_prefix_len
+from agentgym.trainer.batch import make_batch
+from agentgym.trainer.learner import batch_forward, shared_prefix_len
 from agentgym.trainer.logprobs import policy_forward
 from agentgym.trainer.model import ValueHead, build_tiny_gptoss
 from agentgym.trainer.sft import demonstrations
@@ -80,7 +81,7 @@ def test_prefix_forward_matches_full_forward_values_and_gradients() -> None:
         if fn == "full":
             out = policy_forward(model, b.input_ids, b.attention_mask, value_head=head)
         else:
-            out = prefix_forward(model, b, value_head=head)
+            out = batch_forward(model, b, value_head=head)
         m = b.policy_mask
         loss = -(out.logprobs * m).sum() + (out.values * m).pow(2).sum() - (out.entropy * m).sum()
         loss.backward()

@@ -80,7 +80,7 @@ def test_resume_applies_a_changed_learning_rate(tmp_path: Path) -> None:
                                            "ppo.warmup_steps=4"])).run()
     resumed = Trainer(load_config("cpu-quickstart", [*BASE, f"log.run_dir={run}", "ppo.steps=3",
                                                      "ppo.warmup_steps=4", "ppo.lr=3e-3"]), resume=True)
-    opt = resumed.s.optimizer
+    opt = resumed.learner.optimizer
     # 2 optimizer steps into a 4-step warmup: 3/4 of the new peak, not of the saved one (1e-2)
     assert [g["lr"] for g in opt.param_groups] == [3e-3 * 3 / 4] * len(opt.param_groups)
     resumed.run()

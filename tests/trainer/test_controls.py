@@ -89,7 +89,7 @@ def test_rft_learns_only_from_successes_and_dynamic_sampling_keeps_informative_g
 def test_imitation_update_raises_the_likelihood_of_what_it_imitates(tmp_path: Path) -> None:
     import gymnasium as gym
 
-    from agentgym.trainer.batch import make_batch, prefix_forward
+    from agentgym.trainer.batch import make_batch
     from agentgym.trainer.sft import demonstrations, find_oracle
 
     cfg = load_config("cpu-quickstart", [*TINY, f"log.run_dir={tmp_path}", "sft.steps=0", "algo=sft",
@@ -97,19 +97,19 @@ def test_imitation_update_raises_the_likelihood_of_what_it_imitates(tmp_path: Pa
     t = Trainer(cfg)
     demos = demonstrations(gym.make("agentgym/MathCalc-v1", prompt="compact"), find_oracle("agentgym/MathCalc-v1"),
                            [11, 12, 13, 14], {})
-    b = make_batch(demos, [0, 1, 2, 3], pad_id=t.s.pad_id)
+    b = make_batch(demos, [0, 1, 2, 3], pad_id=t.learner.pad_id)
 
     def nll() -> float:
         with torch.no_grad():
-            out = prefix_forward(t.s.model, b, with_entropy=False)
+            out = t.learner.forward(t.learner.model, b, entropy=False)
         return float(-(out.logprobs * b.policy_mask).sum() / b.policy_mask.sum())
 
     before = nll()
-    m = imitation_update(t.s, cfg, demos, 0)
+    m = imitation_update(t.learner, cfg, demos, 0)
     assert nll() < before - 0.3 and m["imitation_episodes"] == 4.0
-    assert t.s.optimizer.state[next(iter(t.s.model.parameters()))]["step"] == 4  # 2 epochs x 2 minibatches
-    assert imitation_update(t.s, cfg, [], 1)["update_skipped"] == 1.0
-    t.s.close()
+    assert t.learner.optimizer.state[next(iter(t.learner.model.parameters()))]["step"] == 4  # 2 epochs x 2 minibatches
+    assert imitation_update(t.learner, cfg, [], 1)["update_skipped"] == 1.0
+    t.close()
 
 
 def test_the_warm_start_stops_at_its_held_out_criterion(tmp_path: Path) -> None:

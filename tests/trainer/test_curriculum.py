@@ -94,18 +94,18 @@ SMALL = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=
 def test_trainer_draws_each_task_at_the_samplers_level_and_resumes_it(tmp_path: Path) -> None:
     cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "ppo.steps=1"])
     trainer = Trainer(cfg)
-    trainer.curriculum.frontier = 2  # as if easy and medium had been passed
-    expected = trainer.curriculum.task_levels(0, 4)
+    trainer.rollouts.curriculum.frontier = 2  # as if easy and medium had been passed
+    expected = trainer.rollouts.curriculum.task_levels(0, 4)
     assert len(set(expected)) > 1  # this step mixes levels (seeded)
     trajs: list[Any] = []
-    collect = trainer.s.collector.collect
+    collect = trainer.rollouts.collector.collect
 
     def spy(*a: Any, **kw: Any) -> Any:
         out = collect(*a, **kw)
         trajs.extend(out[0])
         return out
 
-    trainer.s.collector.collect = spy  # type: ignore[method-assign]
+    trainer.rollouts.collector.collect = spy  # type: ignore[method-assign]
     m = trainer.train_step(0)
     got = [t.meta["options"]["level"] for t in trajs]  # the reset option each episode was drawn with
     assert got == [lv for lv in expected for _ in range(2)]  # the group shares its task's level
@@ -113,7 +113,7 @@ def test_trainer_draws_each_task_at_the_samplers_level_and_resumes_it(tmp_path: 
     trainer.step = 1
     trainer._checkpoint()
     resumed = Trainer(load_config(tmp_path / "config.yaml", [f"log.run_dir={tmp_path}"]), resume=True)
-    assert resumed.curriculum.state_dict() == trainer.curriculum.state_dict()
+    assert resumed.rollouts.curriculum.state_dict() == trainer.rollouts.curriculum.state_dict()
 
 
 def test_codefix_takes_the_level_as_a_reset_option() -> None:

@@ -51,8 +51,8 @@ def _episodes(tmp: Path) -> Path:
 
     t = Trainer(load_config("cpu-quickstart", [*BASE, f"log.run_dir={tmp / 'sample'}"]))
     seeds = [1_000_000 + i // 4 for i in range(8)]
-    trajs, _ = t.s.collector.collect(seeds, temperature=1.0, sample_seed=5, options={})
-    t.s.close()
+    trajs, _ = t.rollouts.collector.collect(seeds, temperature=1.0, sample_seed=5, options={})
+    t.close()
     for i, tr in enumerate(trajs):  # distinct returns: non-zero group advantages
         tr.turns[-1].reward += 0.1 * i
     path = tmp / "episodes.jsonl"

@@ -40,8 +40,8 @@ def test_ppo_step_on_the_real_vocabulary(tmp_path: Path) -> None:
         "rollout.tasks_per_step=1", "rollout.samples_per_task=2", "model.name=tiny:o200k_harmony",
         "model.tiny={num_hidden_layers: 2}", "correction.mode=none", f"log.run_dir={tmp_path}"])
     trainer = Trainer(cfg)
-    assert trainer.s.tokenizer.vocab_size == 201_088
+    assert trainer.learner.tokenizer.vocab_size == 201_088
     m = trainer.train_step(0)
     assert m["ratio_min_first"] == 1.0 and m["ratio_max_first"] == 1.0
     assert m["mismatch_abs_dlogp_max"] < 1e-3
-    trainer.s.close()
+    trainer.close()

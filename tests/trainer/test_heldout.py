@@ -44,7 +44,7 @@ def test_exclusion_keeps_held_out_problems_out_of_demos_and_rl_tasks(tmp_path: P
                                          "env.exclude_held_out=true"])
     assert cfg.env.exclude_held_out and cfg.env.train_split is None
     t = Trainer(cfg)
-    held = t.held
+    held = t.rollouts.held
     assert len(held.eval) == 64 and len(set(held.eval_ids())) == 64
     # seeds the held-out problems were drawn at, as training seeds: each is replaced
     probe = gym.make("agentgym/MathCalc-v1", prompt="compact", max_turns=2, max_action_tokens=16)
@@ -58,7 +58,7 @@ def test_exclusion_keeps_held_out_problems_out_of_demos_and_rl_tasks(tmp_path: P
     m = t.train_step(0)
     assert m["held_out_overlap"] == 0
     probe.close()
-    t.s.close()
+    t.close()
 
 
 def test_without_splits_or_exclusion_overlap_is_counted_and_reported(tmp_path: Path) -> None:
@@ -67,7 +67,7 @@ def test_without_splits_or_exclusion_overlap_is_counted_and_reported(tmp_path: P
     cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", *NO_SPLITS, "env.exclude_held_out=false",
                                          "log.eval_every=1", "log.eval_episodes=16"])
     t = Trainer(cfg)
-    held = t.held
+    held = t.rollouts.held
     trajs = demonstrations(gym.make("agentgym/MathCalc-v1"), find_oracle("agentgym/MathCalc-v1"),
                            held.eval_seeds()[:3], {})
     assert held.overlap(trajs, "test") == 3  # counted, not an error: no split was promised
@@ -98,10 +98,10 @@ def test_an_env_that_ignores_its_split_stops_the_run(tmp_path: Path) -> None:
                                          "env.train_split=train", "env.eval_split=eval",
                                          "env.exclude_held_out=false"])
     t = Trainer(cfg)
-    assert t.held.splits and len(t.held.eval) == 8
+    assert t.rollouts.held.splits and len(t.rollouts.held.eval) == 8
     with pytest.raises(TrainerError, match=r"drew held-out problems.*ignores its split"):
         t.train_step(0)
-    t.s.close()
+    t.close()
 
 
 def _split_run(env_id: str, tmp_path: Path, extra: list[str]) -> tuple[Trainer, list[Any]]:
@@ -109,7 +109,7 @@ def _split_run(env_id: str, tmp_path: Path, extra: list[str]) -> tuple[Trainer, 
                                          "env.train_split=train", "env.eval_split=eval",
                                          "env.exclude_held_out=false", "env.max_tokens=8192", *extra])
     t = Trainer(cfg)
-    trajs, _, _ = t._collect(0)
+    trajs, _, _ = t.rollouts.collect(0)
     return t, trajs
 
 
@@ -122,28 +122,29 @@ def test_codefix_trains_on_train_and_evaluates_on_eval(tmp_path: Path) -> None:
                                                              "env.max_turns=1"])
     train_ids = {x.id for x in select_tasks("train", None)}
     eval_ids = {x.id for x in select_tasks("eval", None)}
-    assert set(t.held.eval_ids()) <= eval_ids and len(t.held.eval) == 8
+    assert set(t.rollouts.held.eval_ids()) <= eval_ids and len(t.rollouts.held.eval) == 8
     assert trajs and all(x.task_id in train_ids for x in trajs)
-    t.s.close()
+    t.close()
 
 
 @pytest.mark.parametrize("env_id", ["agentgym/Math-v1", "agentgym/MathCalc-v1", "agentgym/MathTool-v1"])
 def test_math_envs_train_on_train_and_evaluate_on_eval(env_id: str, tmp_path: Path) -> None:
     t, trajs = _split_run(env_id, tmp_path, ["log.eval_episodes=64"])
-    assert t.held.splits and len(set(t.held.eval_ids())) == 64
-    assert trajs and not any(t.held.is_held_out(x.task_id) for x in trajs)
-    eval_env = t.s.make_env("eval")
+    assert t.rollouts.held.splits and len(set(t.rollouts.held.eval_ids())) == 64
+    assert trajs and not any(t.rollouts.held.is_held_out(x.task_id) for x in trajs)
+    eval_env = t.rollouts.make_env("eval")
     train_ids = {task_id_at(eval_env, s, {"split": "train"}) for s in range(2000)}
-    assert not train_ids & set(t.held.eval_ids())  # disjoint problem sets, drawn both ways
-    t.s.close()
+    assert not train_ids & set(t.rollouts.held.eval_ids())  # disjoint problem sets, drawn both ways
+    t.close()
 
 
 def test_held_out_sets_are_a_pure_function_of_the_config(tmp_path: Path) -> None:
     cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "sft.steps=10", "sft.check_every=5", "sft.check_from=0",
                                          "sft.check_problems=16"])
-    from agentgym.trainer.train import build_setup
+    from agentgym.trainer.learner import Learner
+    from agentgym.trainer.rollouts import Rollouts
 
-    s = build_setup(cfg)
+    s = Rollouts(cfg, Learner(cfg))
     a, b = HeldOut.build(cfg, s.make_env), HeldOut.build(cfg, s.make_env)
     assert a.eval == b.eval and a.check == b.check and len(a.check) == 16
     assert not set(a.eval_ids()) & {tid for _, tid in a.check}  # stopping on check never scores on eval
@@ -153,10 +154,12 @@ def test_held_out_sets_are_a_pure_function_of_the_config(tmp_path: Path) -> None
 def test_a_measurement_from_another_seed_start_never_scores_a_tuning_problem(tmp_path: Path) -> None:
     # MathCalc-v1's eval split repeats problems across seeds: from 1,000,000 up alone, ~1 in 6 of
     # the first 256 would be problems a run from 0 (where the recipe was tuned) evaluated on
-    from agentgym.trainer.train import build_setup
+    from agentgym.trainer.learner import Learner
+    from agentgym.trainer.rollouts import Rollouts
 
     base = [*SMALL, f"log.run_dir={tmp_path}", "log.eval_episodes=256"]
-    s = build_setup(load_config("cpu-quickstart", base))
+    cfg = load_config("cpu-quickstart", base)
+    s = Rollouts(cfg, Learner(cfg))
     dev = HeldOut.build(load_config("cpu-quickstart", [*base, "log.eval_seed_start=0"]), s.make_env)
     final = HeldOut.build(load_config("cpu-quickstart", [*base, "log.eval_seed_start=1000000"]), s.make_env)
     assert len(set(final.eval_ids())) == 256 and final.eval_seeds()[0] >= 1_000_000

@@ -16,10 +16,11 @@ import pytest
 
 from agentgym.environments.math.calc import MathCalcEnv
 from agentgym.errors import InfraError, SandboxLost, SandboxStartFailed
-from agentgym.trainer import train as train_module
+from agentgym.trainer import rollouts as batching_module  # where the step builds its batch
 from agentgym.trainer.config import load_config
 from agentgym.trainer.rollout import drop_infra
-from agentgym.trainer.train import TRAIN_SEED_BASE, Trainer
+from agentgym.trainer.rollouts import TRAIN_SEED_BASE
+from agentgym.trainer.train import Trainer
 
 ENV_ID = "agentgym-test/FlakyCalc-v0"
 
@@ -57,13 +58,13 @@ def test_infra_episodes_never_reach_the_update_and_are_counted(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     assert [(TRAIN_SEED_BASE + i) % 4 for i in range(4)] == [0, 1, 2, 3]  # 2 of 4 tasks fail, x2 samples
     batched: list[Any] = []
-    real = train_module.make_batch
+    real = batching_module.make_batch
 
     def spy(trajs: Any, groups: Any, **kw: Any) -> Any:
         batched.append(list(trajs))
         return real(trajs, groups, **kw)
 
-    monkeypatch.setattr(train_module, "make_batch", spy)
+    monkeypatch.setattr(batching_module, "make_batch", spy)
     cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "ppo.steps=1"])
     trainer = Trainer(cfg)
     try:
@@ -72,12 +73,12 @@ def test_infra_episodes_never_reach_the_update_and_are_counted(tmp_path: Path,
         (trajs,) = batched
         assert len(trajs) == 4 and all(t.infra_error is None for t in trajs)
         assert {t.seed % 4 for t in trajs} == {0, 3}
-        lost = sum(1 for seed in trainer.held.eval_seeds(8) if seed % 4 == 2)
+        lost = sum(1 for seed in trainer.rollouts.held.eval_seeds(8) if seed % 4 == 2)
         assert lost > 0
         e = trainer._evaluate("ppo")
         assert e["episodes"] == 8 - lost and e["episodes_infra"] == float(lost)  # success: real outcomes only
     finally:
-        trainer.s.close()
+        trainer.close()
 
 
 def test_a_step_where_every_episode_is_lost_stops_the_run_with_the_fault() -> None:

@@ -170,15 +170,15 @@ def test_the_trainer_collects_on_ray_workers_with_the_current_weights(tmp_path) 
     trainer = Trainer(cfg)
     try:
         for step in range(2):
-            before = [p.detach().clone() for p in trainer.s.model.parameters()]
+            before = [p.detach().clone() for p in trainer.learner.model.parameters()]
             m = trainer.train_step(step)
-            assert any(not torch.equal(a, p) for a, p in zip(before, trainer.s.model.parameters()))
+            assert any(not torch.equal(a, p) for a, p in zip(before, trainer.learner.model.parameters()))
             # the workers sampled from the driver's weights of this very step (a large lr makes
             # stale weights show up as a large engine/trainer log-prob gap)
             assert m["mismatch_abs_dlogp_max"] < 1e-3, (step, m["mismatch_abs_dlogp_max"])
             assert m["episodes_failed"] == 0
     finally:
-        trainer.s.close()
+        trainer.close()
 
 
 def test_an_env_server_killed_mid_rollout_fails_only_the_episodes_in_flight(engine, local_records) -> None:

@@ -117,7 +117,7 @@ def test_routing_replay_in_training_brings_the_learner_onto_the_engines_experts(
         _route_to_the_least_likely_experts(engine.model)
         t = Trainer(load_config("cpu-quickstart", over), engine=engine)  # synced: same weights
         stats[replay] = t.train_step(0)
-        t.s.close()
+        t.close()
     assert stats[False]["mismatch_abs_dlogp_max"] > 1e-2
     assert stats[True]["mismatch_abs_dlogp_max"] < 1e-4, stats[True]["mismatch_abs_dlogp_max"]
     assert stats[True]["ratio_max_first"] == pytest.approx(1.0, abs=1e-5)  # the old pass replayed too

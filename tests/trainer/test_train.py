@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -16,7 +17,8 @@ from agentgym.trainer.checkpoint import latest_checkpoint
 from agentgym.trainer.cli import main
 from agentgym.trainer.config import load_config
 from agentgym.trainer.metrics import read_metrics
-from agentgym.trainer.train import Trainer, check_finite
+from agentgym.trainer.train import Trainer
+from agentgym.trainer.update import check_finite
 
 SMALL = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false",
          "log.eval_every=0", "sft.steps=0", "env.max_turns=2", "env.max_action_tokens=16",
@@ -30,10 +32,10 @@ def test_engine_log_probs_agree_with_the_learners_for_tiny_moe(tmp_path: Path) -
     cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "ppo.steps=1",
                                          "correction.mode=none"])
     trainer = Trainer(cfg)
-    assert trainer.s.model.config.num_local_experts > 1  # the MoE path is the one tested
+    assert trainer.learner.model.config.num_local_experts > 1  # the MoE path is the one tested
     m = trainer.train_step(0)
     assert m["mismatch_n_tokens"] > 0 and m["mismatch_abs_dlogp_max"] < 1e-3
-    trainer.s.close()
+    trainer.close()
 
 
 class ShiftedEngine:
@@ -56,7 +58,7 @@ def test_old_log_probs_come_from_the_learner_and_a_wrong_engine_is_caught(tmp_pa
     cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "ppo.steps=1",
                                          "correction.mode=seq_tis", "correction.threshold=2.0"])
     t = Trainer(cfg)
-    t.s.collector.engine = ShiftedEngine(t.s.collector.engine, 0.5)
+    t.rollouts.collector.engine = ShiftedEngine(t.rollouts.collector.engine, 0.5)
     m = t.train_step(0)
     assert m["mismatch_abs_dlogp_mean"] == pytest.approx(0.5, abs=1e-3)
     assert m["mismatch_k3"] == pytest.approx(math.exp(0.5) - 1.5, rel=1e-2)
@@ -65,11 +67,11 @@ def test_old_log_probs_come_from_the_learner_and_a_wrong_engine_is_caught(tmp_pa
     alerts = t.health.check(1, m)
     assert any(a.startswith("engine/learner mismatch: k3 0.149 > 0.05, mean |dlogp| 0.5 > 0.2") for a in alerts)
     assert any(a.startswith("correction weights capped or masked on 1 > 0.2") for a in alerts)
-    t.s.close()
+    t.close()
     healthy = Trainer(load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path / 'ok'}", "ppo.steps=1"]))
     m = healthy.train_step(0)
     assert healthy.health.check(1, m) == []  # the same step with the real engine raises nothing
-    healthy.s.close()
+    healthy.close()
 
 
 def test_several_epochs_use_a_separate_old_pass(tmp_path: Path) -> None:
@@ -129,6 +131,18 @@ ONE_TASK = ["env.kwargs={families: [arithmetic]}", "ppo.lr=1e-2", "log.checkpoin
             "ppo.entropy_coef=0.01"]  # an entropy bonus: the policy moves even when all rewards tie
 
 
+def _ppo(t: Trainer, trajs: list[Any], groups: list[int], step: int) -> dict[str, Any]:
+    """The PPO part of ``t.train_step`` on given episodes: batch -> score -> advantages -> update."""
+    from agentgym.trainer.update import compute_advantages, ppo_update, score
+
+    m: dict[str, Any] = {}
+    batch = t.rollouts.batch(trajs, groups, m)
+    if batch is not None:
+        batch = score(batch, t.cfg, step, t.ranks, t.reward_norm)
+        m.update(compute_advantages(t.learner, batch, t.cfg, step), **ppo_update(t.learner, batch, t.cfg, step))
+    return m
+
+
 def _params(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().float().flatten() for p in model.parameters()])
 
@@ -138,20 +152,20 @@ def test_an_engine_copy_is_off_the_learner_and_synced_every_k_steps(tmp_path: Pa
                                          "rollout.engine_weights=copy", "rollout.sync_every=2",
                                          "correction.mode=token_tis"])
     t = Trainer(cfg)
-    engine_model = t.s.engine.model
-    assert engine_model is not t.s.model
+    engine_model = t.rollouts.engine.model
+    assert engine_model is not t.learner.model
     m0 = t.train_step(0)  # the engine holds the learner's weights: float noise only
     assert m0["engine_staleness"] == 0 and m0["mismatch_abs_dlogp_max"] < 1e-4
-    assert not torch.equal(_params(engine_model), _params(t.s.model))  # not synced after step 1 of 2
+    assert not torch.equal(_params(engine_model), _params(t.learner.model))  # not synced after step 1 of 2
     m1 = t.train_step(1)  # sampled by the policy one update old
     assert m1["engine_staleness"] == 1 and m1["mismatch_abs_dlogp_mean"] > 1e-3
     assert m1["mismatch_w_std"] > 0  # token_tis weights act
-    torch.testing.assert_close(_params(engine_model), _params(t.s.model))  # synced after step 2
+    torch.testing.assert_close(_params(engine_model), _params(t.learner.model))  # synced after step 2
     t.step = 2
     assert t.train_step(2)["engine_staleness"] == 0
-    trajs, _, _ = t._collect(3)
+    trajs, _, _ = t.rollouts.collect(3)
     assert {x.meta["policy_version"] for x in trajs} == {2}
-    t.s.close()
+    t.close()
 
 
 def test_a_bfloat16_engine_copy_mismatches_the_float32_learner(tmp_path: Path) -> None:
@@ -160,9 +174,9 @@ def test_a_bfloat16_engine_copy_mismatches_the_float32_learner(tmp_path: Path) -
         cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path / dtype}", "ppo.steps=1",
                                              "rollout.engine_weights=copy", f"rollout.engine_dtype={dtype}"])
         t = Trainer(cfg)
-        assert next(t.s.engine.model.parameters()).dtype == getattr(torch, dtype)
+        assert next(t.rollouts.engine.model.parameters()).dtype == getattr(torch, dtype)
         out[dtype] = t.train_step(0)
-        t.s.close()
+        t.close()
     assert out["float32"]["mismatch_abs_dlogp_mean"] < 1e-5
     assert out["bfloat16"]["mismatch_abs_dlogp_mean"] > 100 * out["float32"]["mismatch_abs_dlogp_mean"]
 
@@ -188,38 +202,38 @@ def test_placebo_permutes_the_scores_of_the_batch(tmp_path: Path) -> None:
         cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path / str(placebo)}",
                                              f"ppo.placebo={str(placebo).lower()}", "rollout.samples_per_task=4"])
         t = Trainer(cfg)
-        trajs, groups, _ = t._collect(0)
+        trajs, groups, _ = t.rollouts.collect(0)
         for i, tr in enumerate(trajs):  # rewards that differ within the groups
             tr.turns[-1].reward = float(i % 3 == 0)
-        stats[placebo] = t._ppo(trajs, groups, 0)
-        t.s.close()
+        stats[placebo] = _ppo(t, trajs, groups, 0)
+        t.close()
     assert stats[True]["pg_loss"] != stats[False]["pg_loss"]  # other episodes' returns, same samples
 
 
 def test_dynamic_sampling_drops_uniform_groups_and_overlong_actions_are_masked(tmp_path: Path) -> None:
     cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path / 'ds'}", "ppo.drop_uniform_groups=true"])
     t = Trainer(cfg)
-    before = _params(t.s.model)
+    before = _params(t.learner.model)
     m = t.train_step(0)  # the untrained policy fails every task: every group is uniform
     assert m["groups_dropped_frac"] == 1.0 and m["update_skipped"] == 1.0
-    assert torch.equal(before, _params(t.s.model))
-    trajs, groups, _ = t._collect(1)
+    assert torch.equal(before, _params(t.learner.model))
+    trajs, groups, _ = t.rollouts.collect(1)
     for i, tr in enumerate(trajs):
         tr.turns[-1].reward = float(i == 0)  # group 0 informative, group 1 uniform
-    assert t._ppo(trajs, groups, 1)["groups_dropped_frac"] == 0.5
-    t.s.close()
+    assert _ppo(t, trajs, groups, 1)["groups_dropped_frac"] == 0.5
+    t.close()
     cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path / 'ol'}", "ppo.mask_overlong=true",
                                          "ppo.entropy_coef=0.01"])
     t = Trainer(cfg)
     m = t.train_step(0)  # 16-token actions from an untrained policy: every one is cut at the limit
     assert m["overlong_frac"] == 1.0 and m["mismatch_n_tokens"] == 0.0 and m["grad_norm"] == 0.0
-    t.s.close()
+    t.close()
 
 
 def test_kl_reference_is_the_initial_policy_without_warm_start_and_after_resume(tmp_path: Path) -> None:
     args = [*SMALL, *ONE_TASK, "ppo.kl_coef=0.1"]  # SMALL has sft.steps=0: no warm start
     full = Trainer(load_config("cpu-quickstart", [*args, f"log.run_dir={tmp_path / 'full'}", "ppo.steps=3"]))
-    initial = {k: v.clone() for k, v in full.s.model.state_dict().items()}
+    initial = {k: v.clone() for k, v in full.learner.model.state_dict().items()}
     full.run()
     rows = read_metrics(tmp_path / "full", "train")
     assert all("kl_ref" in r for r in rows), "no KL term although ppo.kl_coef > 0"
@@ -227,10 +241,10 @@ def test_kl_reference_is_the_initial_policy_without_warm_start_and_after_resume(
     Trainer(load_config("cpu-quickstart", [*args, f"log.run_dir={tmp_path / 'part'}", "ppo.steps=2"])).run()
     resumed = Trainer(load_config("cpu-quickstart", [*args, f"log.run_dir={tmp_path / 'part'}",
                                                      "ppo.steps=3"]), resume=True)
-    assert resumed.s.ref_model is not None
-    ref = resumed.s.ref_model.state_dict()
+    assert resumed.learner.ref_model is not None
+    ref = resumed.learner.ref_model.state_dict()
     assert all(torch.equal(ref[k], initial[k]) for k in initial), "the anchor moved on resume"
-    assert not all(torch.equal(resumed.s.model.state_dict()[k], initial[k]) for k in initial)
+    assert not all(torch.equal(resumed.learner.model.state_dict()[k], initial[k]) for k in initial)
     resumed.run()
     strip = ("t_", "gen_s", "env_s")
     a = [{k: v for k, v in r.items() if not k.startswith(strip)} for r in read_metrics(tmp_path / "full")]
@@ -260,7 +274,7 @@ def test_kl_in_reward_uses_the_configured_estimator(tmp_path: Path) -> None:
         t = Trainer(cfg)
         t.train_step(0)  # moves the policy away from its reference
         out[est] = t.train_step(1)
-        t.s.close()
+        t.close()
     for est in ("k1", "k3"):  # exactly on-policy: the reward's KL is the loss path's KL
         assert out[est]["kl_reward"] == pytest.approx(out[est]["kl_ref"], rel=1e-5, abs=1e-7)
     assert out["k3"]["kl_reward"] >= 0 and out["k1"]["kl_reward"] != out["k3"]["kl_reward"]
@@ -270,8 +284,8 @@ def test_kl_in_reward_uses_the_configured_estimator(tmp_path: Path) -> None:
 def _grads_at_step(t: Trainer) -> list[list[torch.Tensor | None]]:
     """The gradients each optimizer step of ``t`` uses (the trainer frees them before the sync)."""
     seen: list[list[torch.Tensor | None]] = []
-    t.s.optimizer.register_step_pre_hook(lambda _opt, _a, _k: seen.append(
-        [None if p.grad is None else p.grad.detach().clone() for p in t.s.params]))
+    t.learner.optimizer.register_step_pre_hook(lambda _opt, _a, _k: seen.append(
+        [None if p.grad is None else p.grad.detach().clone() for p in t.learner.params]))
     return seen
 
 
@@ -288,13 +302,13 @@ def test_carried_warm_start_optimizer_is_measured(tmp_path: Path) -> None:
         t = Trainer(cfg)
         from agentgym.trainer.sft import run_sft
 
-        run_sft(cfg, t.s, t.log)
-        before = [p.detach().clone() for p in t.s.params]
+        run_sft(cfg, t.learner, t.rollouts, t.log)
+        before = [p.detach().clone() for p in t.learner.params]
         seen = _grads_at_step(t)
         m = t.train_step(0)
-        moved = torch.cat([(p.detach() - b).flatten() for p, b in zip(t.s.params, before)]) / cfg.ppo.lr
+        moved = torch.cat([(p.detach() - b).flatten() for p, b in zip(t.learner.params, before)]) / cfg.ppo.lr
         grads = torch.cat([(g if g is not None else torch.zeros_like(p)).flatten()
-                           for p, g in zip(t.s.params, seen[-1])])
+                           for p, g in zip(t.learner.params, seen[-1])])
         hit = grads != 0
         measured = float(moved[hit].pow(2).mean().sqrt())
         assert m["adam_step_rms"] == pytest.approx(measured, rel=1e-3)
@@ -302,7 +316,7 @@ def test_carried_warm_start_optimizer_is_measured(tmp_path: Path) -> None:
             sign = grads[hit] / (grads[hit].abs() + 1e-8)
             assert m["adam_step_rms"] == pytest.approx(float(sign.pow(2).mean().sqrt()), rel=1e-4)
         steps[carry] = m["adam_step_rms"]
-        t.s.close()
+        t.close()
     assert abs(steps[True] - steps[False]) > 0.05, steps  # carrying changes the first step measurably
 
 
@@ -313,12 +327,12 @@ def test_a_real_update_has_ratio_one_and_no_clipping_from_the_trainers_loss_path
     cfg = load_config("cpu-quickstart", [*SMALL, *ONE_TASK, f"log.run_dir={tmp_path}", "ppo.epochs=2",
                                          "ppo.entropy_coef=0.01", "correction.mode=none"])
     t = Trainer(cfg)
-    before = [p.detach().clone() for p in t.s.model.parameters()]
+    before = [p.detach().clone() for p in t.learner.model.parameters()]
     m = t.train_step(0)
     assert m["ratio_min_first"] == 1.0 and m["ratio_max_first"] == 1.0 and m["clip_frac_first"] == 0.0
     assert m["ratio_max"] > 1.0 or m["ratio_min"] < 1.0  # epoch 2 saw the updated weights
-    assert any(not torch.equal(p, b) for p, b in zip(t.s.model.parameters(), before))
-    t.s.close()
+    assert any(not torch.equal(p, b) for p, b in zip(t.learner.model.parameters(), before))
+    t.close()
 
 
 @pytest.mark.parametrize("advantage", ["group", "gae"])
@@ -333,9 +347,9 @@ def test_micro_batched_update_equals_the_single_batch_update(tmp_path: Path, adv
         t = Trainer(cfg)
         seen = _grads_at_step(t)
         stats[budget] = t.train_step(0)
-        assert all(p.grad is None for p in t.s.params)  # freed before the engine sync
+        assert all(p.grad is None for p in t.learner.params)  # freed before the engine sync
         grads[budget] = torch.cat([g.flatten() for g in seen[-1]])
-        t.s.close()
+        t.close()
     assert stats[400]["reward_mean"] == stats[0]["reward_mean"]  # same episodes
     for key in ("loss", "pg_loss", "entropy", "kl_ref", "grad_norm", "mismatch_k3"):
         assert stats[400][key] == pytest.approx(stats[0][key], rel=1e-5, abs=1e-7), key
@@ -350,7 +364,7 @@ def test_bf16_compute_update_tracks_the_fp32_update(tmp_path: Path) -> None:
     1e-6 it moves the weights, which bf16 parameters would mostly not (round-off)."""
     from agentgym.trainer.batch import make_batch
     from agentgym.trainer.rollout import group_seeds
-    from agentgym.trainer.update import ppo_update
+    from agentgym.trainer.update import compute_advantages, ppo_update, score
 
     runs = {}
     batch = None
@@ -359,18 +373,20 @@ def test_bf16_compute_update_tracks_the_fp32_update(tmp_path: Path) -> None:
                                              f"model.dtype={dtype}", "ppo.lr=1e-6", "ppo.kl_coef=0.1",
                                              "ppo.warmup_steps=1", "rollout.samples_per_task=4"])
         t = Trainer(cfg)
-        assert all(p.dtype == torch.float32 for p in t.s.params)  # master weights
+        assert all(p.dtype == torch.float32 for p in t.learner.params)  # master weights
         if batch is None:
             seeds, groups = group_seeds(1_000_000, 2, 4)
-            trajs, _ = t.s.collector.collect(seeds, temperature=1.0, sample_seed=3, options={})
+            trajs, _ = t.rollouts.collector.collect(seeds, temperature=1.0, sample_seed=3, options={})
             for i, tr in enumerate(trajs):
                 tr.turns[-1].reward += 0.1 * i
-            batch = make_batch(trajs, groups, pad_id=t.s.pad_id)
-        before = torch.cat([p.detach().flatten() for p in t.s.params])
-        m = ppo_update(t.s, cfg, batch, 0)
-        after = torch.cat([p.detach().flatten() for p in t.s.params])
-        assert all(st["exp_avg"].dtype == torch.float32 for st in t.s.optimizer.state.values())
-        runs[dtype] = (m, after - before, torch.cat([p.grad.flatten() for p in t.s.params]), t)
+            batch = make_batch(trajs, groups, pad_id=t.learner.pad_id)
+        before = torch.cat([p.detach().flatten() for p in t.learner.params])
+        scored = score(batch, cfg, 0, t.learner.ranks)
+        compute_advantages(t.learner, scored, cfg, 0)
+        m = ppo_update(t.learner, scored, cfg, 0)
+        after = torch.cat([p.detach().flatten() for p in t.learner.params])
+        assert all(st["exp_avg"].dtype == torch.float32 for st in t.learner.optimizer.state.values())
+        runs[dtype] = (m, after - before, torch.cat([p.grad.flatten() for p in t.learner.params]), t)
     (m32, d32, g32, _), (m16, d16, g16, t16) = runs["float32"], runs["bfloat16"]
     cos = torch.nn.functional.cosine_similarity
     assert float(cos(g16, g32, dim=0)) > 0.99  # same gradient up to bf16 rounding
@@ -380,9 +396,9 @@ def test_bf16_compute_update_tracks_the_fp32_update(tmp_path: Path) -> None:
     moved16 = float((d16 != 0).float().mean())
     assert moved16 > 0.5  # the float32 master copy takes the 1e-6 steps
     # the same step applied to bf16 parameters is mostly rounded away
-    params = torch.cat([p.detach().flatten() for p in t16.s.params]) - d16
+    params = torch.cat([p.detach().flatten() for p in t16.learner.params]) - d16
     lost = float(((params.bfloat16() + d16.bfloat16()).float() == params.bfloat16().float())[d16 != 0]
                  .float().mean())
     assert lost > 0.8
     for _, _, _, t in runs.values():
-        t.s.close()
+        t.close()

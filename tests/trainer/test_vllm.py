@@ -175,7 +175,7 @@ def test_ppo_step_with_vllm_then_close_leaves_no_engine_process(engine: Engine, 
         "sft.steps=0", "env.max_turns=2", "env.max_action_tokens=16", "rollout.tasks_per_step=2",
         "rollout.samples_per_task=2", "model.tiny={num_hidden_layers: 2}", f"log.run_dir={tmp_path}",
         "rollout.routing_replay=true"])
-    trainer = Trainer(cfg, engine=engine)  # Setup syncs the trainer's fresh weights into vLLM
+    trainer = Trainer(cfg, engine=engine)  # the Trainer syncs its's fresh weights into vLLM
     m = trainer.train_step(0)  # routing replay: vLLM's experts (hooks during a prefill) imposed on the learner
     assert m["ratio_min_first"] == 1.0 and m["mismatch_abs_dlogp_max"] < 1e-4  # float32 on both sides
     assert m["sync_mb"] == pytest.approx(2.154, abs=0.01) and m["t_sync"] > 0
@@ -183,7 +183,7 @@ def test_ppo_step_with_vllm_then_close_leaves_no_engine_process(engine: Engine, 
     assert pids, "vLLM runs its engine core and worker in child processes"
     rss = sum(psutil.Process(p).memory_info().rss for p in pids) / 2**30
     assert rss < 4.0, f"engine processes hold {rss:.1f} GiB"
-    trainer.s.close()  # closes the engine
+    trainer.close()  # closes the engine
     assert engine.child_pids() == []  # type: ignore[attr-defined]
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
     engine.close()  # idempotent

@@ -159,31 +159,40 @@ class HFEngine:
                 ids[i, L - len(p) :] = torch.tensor(p, dtype=torch.long, device=dev)
                 mask[i, L - len(p) :] = 1
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            stop = torch.tensor(sorted(set(int(t) for t in stop_ids)), dtype=torch.long, device=dev)
-            cache = DynamicCache(config=config)
-            tokens: list[list[int]] = [[] for _ in range(B)]
-            logps: list[list[float]] = [[] for _ in range(B)]
-            done = torch.zeros(B, dtype=torch.bool, device=dev)
-            reason = ["length"] * B
-            step_ids, step_pos = ids, positions
-            for _ in range(max_new_tokens):
-                logits = model(
-                    input_ids=step_ids,
-                    attention_mask=mask,
-                    position_ids=step_pos,
-                    past_key_values=cache,
-                    use_cache=True,
-                ).logits[:, -1].float()  # (B, V)
-                nxt = sample_step(logits, temperature, gen, stop, done, tokens, logps, reason)
-                if bool(done.all()):
-                    break
-                step_ids = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)[:, None]
-                step_pos = step_pos[:, -1:] + 1
-                mask = torch.cat([mask, torch.ones(B, 1, dtype=mask.dtype, device=dev)], dim=1)
-            return [Sample(tokens[i], logps[i], reason[i]) for i in range(B)]
+            return decode(model, DynamicCache(config=config), mask, ids, positions, max_new_tokens=max_new_tokens,
+                          temperature=temperature, gen=gen, stop_ids=stop_ids, pad_id=self.pad_id)
         finally:
             model.train(was_training)
             config._attn_implementation = attn
+
+
+def decode(model: Any, cache: Any, mask: torch.Tensor, step_ids: torch.Tensor, step_pos: torch.Tensor, *,
+           max_new_tokens: int, temperature: float, gen: torch.Generator | None, stop_ids: Sequence[int],
+           pad_id: int, first_logits: torch.Tensor | None = None) -> list[Sample]:
+    """The decode loop of the ``hf`` engines: feed ``step_ids`` (B, n) at ``step_pos`` (B, n)
+    with the KV ``cache`` (empty: the prompts' prefill; or already holding them, then
+    ``first_logits`` (B, V) are the prompts' next-token logits), sample one token per row,
+    append it, until every row stopped or ``max_new_tokens``. ``mask`` (B, L): the cache's
+    valid columns (left padding)."""
+    B, dev = mask.shape[0], mask.device
+    stop = torch.tensor(sorted({int(t) for t in stop_ids}), dtype=torch.long, device=dev)
+    tokens: list[list[int]] = [[] for _ in range(B)]
+    logps: list[list[float]] = [[] for _ in range(B)]
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    reason = ["length"] * B
+    for step in range(max_new_tokens):
+        if step or first_logits is None:
+            logits = model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
+                           past_key_values=cache, use_cache=True).logits[:, -1].float()  # (B, V)
+        else:
+            logits = first_logits
+        nxt = sample_step(logits, temperature, gen, stop, done, tokens, logps, reason)
+        if bool(done.all()):
+            break
+        step_ids = torch.where(done, torch.full_like(nxt, pad_id), nxt)[:, None]
+        step_pos = step_pos[:, -1:] + 1
+        mask = torch.cat([mask, torch.ones(B, 1, dtype=mask.dtype, device=dev)], dim=1)
+    return [Sample(tokens[i], logps[i], reason[i]) for i in range(B)]
 
 
 def sample_step(logits: torch.Tensor, temperature: float, gen: torch.Generator | None,

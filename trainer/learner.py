@@ -1,0 +1,229 @@
+"""The learner: the policy being trained and what updates it.
+
+    learner = Learner(cfg)
+    out = learner.forward(learner.model, batch.select(rows), values=True)   # ForwardOut (B, T)
+
+It holds the tokenizer, the policy (+ the value head for ``ppo.advantage: gae``), AdamW over
+both with its warmup schedule, the frozen KL reference, where forward passes run
+(:meth:`compute`) and the processes it spans (:attr:`ranks`,
+:class:`~agentgym.trainer.distributed.Ranks`). Precision: parameters, gradients and AdamW state
+are float32 (master weights); ``model.dtype: bfloat16`` computes in bfloat16 (autocast in one
+process, FSDP2 mixed precision under torchrun, ``distributed.py``).
+
+The forward pass of a :class:`~agentgym.trainer.batch.Batch` gives per-token log-probs,
+entropy and values on its policy tokens only; the prompt prefix every row shares runs once
+(:func:`shared_prefix_len`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentgym.errors import CheckpointError, ConfigError
+from agentgym.trainer import distributed as D
+from agentgym.trainer.batch import Batch
+from agentgym.trainer.checkpoint import load_weights, save_model
+from agentgym.trainer.config import TrainConfig
+from agentgym.trainer.logprobs import ForwardOut
+
+__all__ = ["REFERENCE", "WARM_START", "Learner", "shared_prefix_len"]
+
+REFERENCE = "reference"  # RUN_DIR/reference: the KL anchor, saved once
+WARM_START = "warm_start"  # RUN_DIR/warm_start: weights, SFT AdamW state, warm_start.json
+
+
+class Learner:
+    """Tokenizer, policy (+ value head), optimizer and schedule, KL reference, forward pass."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        from agentgym.trainer.model import ValueHead
+
+        self.cfg = cfg
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        torch.manual_seed(cfg.seed)
+        dc = cfg.distributed
+        self._initial_weights = cfg.sft.load or cfg.model.init_from or None  # a saved policy to start from (else built)
+        self.dist = D.init_distributed(backend=dc.backend, device=cfg.model.device, rollout_tp=dc.rollout_tp)
+        if self.dist is not None and dc.nproc and dc.nproc != self.dist.world:
+            raise ConfigError(f"distributed.nproc={dc.nproc} but torchrun started {self.dist.world} "
+                              f"processes; run torchrun --nproc_per_node {dc.nproc} or set distributed.nproc")
+        self.ranks = D.Ranks(self.dist)
+        self.device = self.dist.device if self.dist is not None else torch.device(cfg.model.device)
+        self.compute_dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
+        self.tokenizer, self.model = self.build_policy()
+        self.pad_id = int(getattr(self.tokenizer, "pad_id", None) or self.model.config.pad_token_id or 0)
+        self.value_head = (ValueHead(self.model.config.hidden_size).to(self.device)
+                           if cfg.ppo.advantage == "gae" else None)
+        if self.dist is not None:
+            D.shard_policy(self.model, compute_dtype=self.compute_dtype,
+                           reshard_after_forward=dc.reshard_after_forward)
+            D.materialize(self.model, self.device)
+            self._load_initial_weights()
+            if self.value_head is not None:
+                D.shard_module(self.value_head, compute_dtype=self.compute_dtype)
+        elif self._initial_weights is not None:
+            load_weights(self.model, self._initial_weights)
+        self.model.train()
+        self.params = list(self.model.parameters()) + (
+            list(self.value_head.parameters()) if self.value_head is not None else [])
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.ppo.lr, weight_decay=cfg.ppo.weight_decay)
+        warm = max(cfg.ppo.warmup_steps, 1)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda i: min(1.0, (i + 1) / warm))
+        self.sft_optimizer: torch.optim.Optimizer | None = None  # the warm start's (run_sft sets it)
+        if cfg.sft.load and cfg.ppo.carry_sft_optimizer:
+            from agentgym.trainer.sft import load_moments
+
+            if self.dist is not None:
+                raise ConfigError("sft.load with ppo.carry_sft_optimizer=true under torchrun is not "
+                                  "supported; set ppo.carry_sft_optimizer=false")
+            load_moments(Path(cfg.sft.load) / "sft_optimizer.pt", self.model, self.optimizer)
+        self.ref_model: torch.nn.Module | None = None
+
+    # ------------------------------------------------------------------ building
+    def build_policy(self, *, meta: bool | None = None) -> tuple[Any, Any]:
+        """(tokenizer, policy) in float32. Under torchrun the policy is built on the meta device
+        (no memory; weights arrive after sharding, :meth:`_load_initial_weights`)."""
+        from agentgym.trainer.attention import set_attention
+        from agentgym.trainer.model import (
+            build_tiny_for,
+            build_tiny_gptoss,
+            is_tiny,
+            load_policy,
+            resolve_attention,
+            resolve_tokenizer,
+        )
+
+        m = self.cfg.model
+        meta = self.dist is not None if meta is None else meta
+        tok: Any = resolve_tokenizer(m.name, m.tokenizer)
+        model: Any
+        if meta:
+            model = D.policy_skeleton(m.name, tok.vocab_size, m.tiny, attn_implementation=m.attn_implementation,
+                                      device=self.device)
+        elif is_tiny(m.name):  # tiny: the byte tokenizer; tiny:TOKENIZER: sized for it (vocabulary, pad id)
+            model = (build_tiny_gptoss(tok.vocab_size, seed=self.cfg.seed, **m.tiny) if m.name == "tiny"
+                     else build_tiny_for(tok, seed=self.cfg.seed, **m.tiny)).to(self.device)
+            set_attention(model, resolve_attention(m.attn_implementation, self.device, model.config.head_dim))
+        else:
+            model = load_policy(m.name, device=self.device, dtype=torch.float32,
+                                attn_implementation=m.attn_implementation)
+        if m.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return tok, model
+
+    def _load_initial_weights(self) -> None:
+        """Sharded policy: rank 0 reads the initial weights (``init_from``, else the tiny seed or
+        ``model.name``), every rank receives its shards."""
+        if self._initial_weights is not None:
+            load_weights(self.model, self._initial_weights)
+            return
+        full = self.build_policy(meta=False)[1].state_dict() if self.ranks.main else {}
+        D.load_full_state(self.model, full)
+
+    # ------------------------------------------------------------------ forward
+    def compute(self) -> contextlib.AbstractContextManager[Any]:
+        """Where forward passes run: bfloat16 autocast for a single-process bf16 run (FSDP2
+        casts by itself under torchrun), nothing otherwise."""
+        if self.compute_dtype == torch.float32 or self.dist is not None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.compute_dtype)
+
+    def forward(self, model: torch.nn.Module, b: Batch, *, temperature: float = 1.0, values: bool = False,
+                entropy: bool = True, entropy_grad: bool = False) -> ForwardOut:
+        """Log-probs, entropy (and values with ``values``) of ``b``'s tokens under ``model`` (the
+        policy or the reference), in the compute context, with routing replay when ``b`` has
+        routes."""
+        with self.compute():
+            return batch_forward(model, b, temperature=temperature, with_entropy=entropy,
+                                 value_head=self.value_head if values else None, entropy_grad=entropy_grad)
+
+    @torch.no_grad()
+    def score_rows(self, model: torch.nn.Module, b: Batch, plan: list[torch.Tensor], *, temperature: float,
+                   values: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (and values) of every row, micro-batch by micro-batch -> (B, T) tensors."""
+        logp = torch.zeros_like(b.behaviour_logp)
+        vals = torch.zeros_like(b.behaviour_logp) if values else None
+        for rows in plan:
+            sub = b.select(rows)
+            out = self.forward(model, sub, temperature=temperature, values=values, entropy=False)
+            w = sub.input_ids.shape[1]
+            logp[rows, :w] = out.logprobs.float()
+            if vals is not None and out.values is not None:
+                vals[rows, :w] = out.values.float()
+        return logp, vals
+
+    # ------------------------------------------------------------------ the KL reference
+    def start_reference(self, *, resumed: bool) -> None:
+        """Save the policy as PPO starts to ``RUN_DIR/reference`` (unless resuming), and load
+        the frozen reference from there when ``ppo.kl_coef > 0``. Never re-taken on resume."""
+        ref_dir = Path(self.cfg.log.run_dir) / REFERENCE
+        if not resumed:
+            save_model(self.model, ref_dir, dtype=self.compute_dtype)
+        elif not (ref_dir / "model.safetensors").exists():
+            if self.cfg.ppo.kl_coef > 0:
+                raise CheckpointError(f"{ref_dir} is missing: the KL reference (the policy when PPO "
+                                      "started) is saved once per run and never re-taken from resumed "
+                                      "weights. Restore it, or resume with ppo.kl_coef=0")
+            return
+        if self.cfg.ppo.kl_coef <= 0 or self.cfg.algo != "ppo":
+            return
+        if self.dist is None:
+            ref = copy.deepcopy(self.model).to(self.compute_dtype)
+        else:
+            ref = self.build_policy(meta=True)[1].to(self.compute_dtype)
+            D.shard_policy(ref, compute_dtype=self.compute_dtype, mixed_precision=False,
+                           reshard_after_forward=self.cfg.distributed.reshard_after_forward)
+            D.materialize(ref, self.device)
+        load_weights(ref, ref_dir)
+        ref.eval().requires_grad_(False)
+        self.ref_model = ref
+
+    def save_warm_start(self) -> None:
+        """Save the warm start once (``RUN_DIR/warm_start``: weights, and the warm start's AdamW
+        moments in ``sft_optimizer.pt``): the common starting point of the arms of a comparison
+        (``sft.load``) and of benches such as bench/trl_grpo_bench.py."""
+        warm = Path(self.cfg.log.run_dir) / WARM_START
+        if not (warm / "config.json").exists():
+            save_model(self.model, warm)
+            if self.sft_optimizer is not None and self.dist is None:
+                from agentgym.trainer.sft import save_moments
+
+                save_moments(self.sft_optimizer, self.model, warm / "sft_optimizer.pt")
+
+
+def shared_prefix_len(input_ids: torch.Tensor, policy_mask: torch.Tensor, lengths: torch.Tensor) -> int:
+    """Length of the token prefix every row shares and the policy never sampled (the system +
+    developer prompt of an environment, ~600 tokens for the byte tokenizer)."""
+    same = (input_ids == input_ids[:1]).all(0)  # (T,)
+    n = int(same.long().cumprod(0).sum())
+    first_policy = policy_mask.bool().any(0).nonzero()
+    if first_policy.numel():
+        n = min(n, int(first_policy[0]))
+    return max(0, min(n, int(lengths.min()) - 1))
+
+
+def batch_forward(model: Any, b: Batch, *, temperature: float = 1.0, value_head: torch.nn.Module | None = None,
+                  with_entropy: bool = True, entropy_grad: bool = False, min_prefix: int = 64) -> ForwardOut:
+    """:func:`~agentgym.trainer.logprobs.policy_forward` of a :class:`Batch`: log-probs and
+    entropy on its policy tokens only, the prompt prefix every row shares computed once.
+
+    The shared prefix (P tokens) runs once at batch size 1 and the B suffixes attend to it
+    through the KV cache (``policy_forward(..., shared_prefix=P)``): the prefix is B times
+    cheaper and attention is (T - P) x T instead of T x T. Below ``min_prefix`` shared tokens
+    the rows run whole. Values (with ``value_head``) cover every position. With replayed
+    routes (``b.routes``) the engine's experts are used, row by row (no shared prefix).
+    """
+    from agentgym.trainer.logprobs import policy_forward
+    from agentgym.trainer.routing import replay_batch
+
+    P = 0 if b.routes is not None else shared_prefix_len(b.input_ids, b.policy_mask, b.lengths)
+    with replay_batch(model, b.routes):
+        return policy_forward(model, b.input_ids, b.attention_mask, temperature=temperature,
+                              value_head=value_head, with_entropy=with_entropy, entropy_grad=entropy_grad,
+                              shared_prefix=P if P >= min_prefix else 0, score_mask=b.policy_mask)
