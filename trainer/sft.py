@@ -31,11 +31,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from agentgym.errors import ConfigError
-from agentgym.oracles import get_oracle, load_callable, play_episode
+from agentgym.oracles import StepPolicy, get_oracle, load_callable, play_episode
 from agentgym.registration import capabilities, ids_with
 from agentgym.trainer.batch import make_batch
 from agentgym.trainer.learner import Learner, batch_forward
@@ -47,9 +46,8 @@ if TYPE_CHECKING:
 __all__ = ["demonstrations", "find_oracle", "load_moments", "make_teacher", "run_sft", "save_moments",
            "sft_optimizer", "sft_step", "stop_reason"]
 
-Policy = Callable[[Any], np.ndarray]  # env -> the next action's token ids
 
-def find_oracle(env_id: str) -> Policy:
+def find_oracle(env_id: str) -> StepPolicy:
     """The oracle of an env that declares warm-start teachers (the demonstrations' source)."""
     if not capabilities(env_id).teachers:
         raise ConfigError(f"no oracle policy known for {env_id!r}: warm start (sft.steps > 0) needs an env "
@@ -59,7 +57,7 @@ def find_oracle(env_id: str) -> Policy:
     return get_oracle(env_id)
 
 
-def make_teacher(env_id: str, sft_config: Any) -> Policy:
+def make_teacher(env_id: str, sft_config: Any) -> StepPolicy:
     """The demonstration policy ``sft_config.teacher`` that ``env_id`` declares."""
     oracle = find_oracle(env_id)
     teachers = capabilities(env_id).teachers
@@ -67,12 +65,12 @@ def make_teacher(env_id: str, sft_config: Any) -> Policy:
         raise ConfigError(f"sft.teacher={sft_config.teacher!r}: {env_id} declares the teachers "
                           f"{sorted(teachers)}; fix: sft.teacher=oracle")
     factory = load_callable(teachers[sft_config.teacher], "teacher")
-    policy: Policy = factory(oracle, skip_tool=sft_config.skip_tool, guess_right=sft_config.guess_right,
+    policy: StepPolicy = factory(oracle, skip_tool=sft_config.skip_tool, guess_right=sft_config.guess_right,
                              sign_error=sft_config.sign_error)
     return policy
 
 
-def demonstrations(env: Any, oracle: Policy, seeds: list[int],
+def demonstrations(env: Any, oracle: StepPolicy, seeds: list[int],
                    options: dict[str, Any] | None = None, held: Any = None) -> list[Trajectory]:
     """Run a teacher (e.g. the oracle) through ``env`` once per seed; the trajectories are the
     demonstrations. ``held`` (a :class:`~agentgym.trainer.heldout.HeldOut`): replace the seeds
