@@ -61,9 +61,30 @@ class _CollectionSkipsFail:
                                f"markers): {reason}")
 
 
+class _XdistGroupIds:
+    """pytest-xdist 3.8 tells its ``loadgroup`` scheduler a test's group by renaming the test to
+    ``ID@group`` through ``item._nodeid``; pytest 9.2 keeps the id in ``item._id``, so the rename
+    is lost and every group is silently split across workers (pytest-dev/pytest-xdist#1386). Runs
+    after xdist's own hook and renames only the tests it left unrenamed."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if not config.getvalue("loadgroup"):  # set in xdist workers under --dist loadgroup
+            return
+        from _pytest.nodeid import NodeId
+
+        for item in items:
+            names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                            for m in item.iter_markers("xdist_group")})
+            if names and "@" not in item.nodeid.rsplit("]", 1)[-1]:
+                item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # type: ignore[attr-defined]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if _in_ci():
         config.pluginmanager.register(_CollectionSkipsFail(), "agentgym-collection-skips-fail-in-ci")
+    if hasattr(config.option, "loadgroup"):  # an xdist worker
+        config.pluginmanager.register(_XdistGroupIds(), "agentgym-xdist-group-ids")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
