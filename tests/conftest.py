@@ -73,6 +73,10 @@ class _XdistGroupIds:
             return
         from _pytest.nodeid import NodeId
 
+        # Slow tests first (a stable sort: every worker collects the same order), so that the
+        # longest ones do not start last, while the other worker sits idle.
+        items.sort(key=lambda item: not item.get_closest_marker("slow"))
+
         for item in items:
             names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
                             for m in item.iter_markers("xdist_group")})
