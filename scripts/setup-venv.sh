@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv at the repo root and install agentgym with the CPU training, scale (Ray,
 # websockets: remote envs and Ray collection are tested in CI), interop (the other hubs' envs)
-# and dev extras (pytest, ..., mkdocs + mkdocs-material: the docs site is built and tested in CI).
+# and dev extras (pytest, pytest-xdist: the suite runs on 2 workers, ..., mkdocs + mkdocs-material:
+# the docs site is built and tested in CI).
 # torch is pinned first: `pip install torch==2.13.0` takes the CPU build; an unpinned torch
 # would pull a multi-GB CUDA build.
 set -euo pipefail

@@ -5,7 +5,10 @@ cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh
 bash scripts/setup-system.sh
 set +e
-.venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 "$@"
+# Two workers (pytest-xdist); tests that share a module's fixture or must not run side by side stay on
+# one worker (xdist_group, see tests/conftest.py). --durations: every log shows where the time goes.
+.venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 -n "${AGENTGYM_TEST_WORKERS:-2}" --dist loadgroup \
+  --durations=25 "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -10,6 +10,11 @@ A module skipped while it is collected (``pytest.importorskip`` at module level,
 or a conftest) is a failure under CI too, whatever its markers: the skip happens before pytest
 sees the module's tests and their markers, and CI installs everything the suite needs.
 GPU tests skip cleanly without CUDA everywhere.
+
+In parallel (``pytest -n 2 --dist loadgroup``, as ``scripts/test.sh`` runs it) the tests of one
+module that share a module- or class-scoped fixture (a server, an engine, a built model) run on
+one worker, so the fixture is built once; tests that must not run beside each other share a named
+``xdist_group`` (docs/internals/development.md lists them).
 """
 
 from __future__ import annotations
@@ -56,12 +61,54 @@ class _CollectionSkipsFail:
                                f"markers): {reason}")
 
 
+class _XdistGroupIds:
+    """pytest-xdist 3.8 tells its ``loadgroup`` scheduler a test's group by renaming the test to
+    ``ID@group`` through ``item._nodeid``; pytest 9.2 keeps the id in ``item._id``, so the rename
+    is lost and every group is silently split across workers (pytest-dev/pytest-xdist#1386). Runs
+    after xdist's own hook and renames only the tests it left unrenamed."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if not config.getvalue("loadgroup"):  # set in xdist workers under --dist loadgroup
+            return
+        from _pytest.nodeid import NodeId
+
+        # Slow tests first (a stable sort: every worker collects the same order), so that the
+        # longest ones do not start last, while the other worker sits idle.
+        items.sort(key=lambda item: not item.get_closest_marker("slow"))
+
+        for item in items:
+            names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                            for m in item.iter_markers("xdist_group")})
+            if names and "@" not in item.nodeid.rsplit("]", 1)[-1]:
+                item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # type: ignore[attr-defined]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if _in_ci():
         config.pluginmanager.register(_CollectionSkipsFail(), "agentgym-collection-skips-fail-in-ci")
+    if hasattr(config.option, "loadgroup"):  # an xdist worker
+        config.pluginmanager.register(_XdistGroupIds(), "agentgym-xdist-group-ids")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _group_shared_fixtures(items)
+    _skip_gpu_tests_without_cuda(items)
+
+
+def _group_shared_fixtures(items: list[pytest.Item]) -> None:
+    """Tests of a module that share a fixture wider than a test and narrower than the session go
+    to one xdist worker (``--dist loadgroup``); a test's own ``xdist_group`` mark wins."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None or item.get_closest_marker("xdist_group"):
+            continue
+        if any(defs and defs[-1].scope in ("module", "class") for defs in info.name2fixturedefs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+def _skip_gpu_tests_without_cuda(items: list[pytest.Item]) -> None:
     try:
         import torch
 

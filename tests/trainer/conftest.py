@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the trainer needs the [train] extra")
 
 
-@pytest.fixture(autouse=True, scope="module")
+@pytest.fixture(autouse=True)
 def _one_torch_thread() -> Iterator[None]:
     """Tiny models gain nothing from intra-op threads, and on a busy 2-core box spinning
     OpenMP threads slow each step down many times over."""

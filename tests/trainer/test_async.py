@@ -236,6 +236,7 @@ def test_a_short_async_run_trains_within_the_bound(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.scale
+@pytest.mark.xdist_group("ray")  # one Ray at a time (tests/trainer/test_ray_rollout.py)
 def test_async_on_ray_loses_no_episode_when_a_worker_is_killed(tmp_path: Path) -> None:
     import os
     import signal

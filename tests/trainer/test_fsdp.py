@@ -18,7 +18,8 @@ import torch
 from agentgym.trainer.config import load_config
 from agentgym.trainer.distributed import DistInfo, group_tasks, tp_rows
 
-pytestmark = pytest.mark.distributed
+# torchrun runs one at a time: two 2-rank jobs on 2 cores only slow each other down.
+pytestmark = [pytest.mark.distributed, pytest.mark.xdist_group("torchrun")]
 
 WORKER = Path(__file__).parent / "_fsdp_worker.py"
 BASE = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false", "log.eval_every=0",

@@ -23,7 +23,8 @@ from agentgym.trainer.ray_rollout import RayCollector, WorkerSpec, drop_failed, 
 from agentgym.trainer.rollout import Collector
 
 ray = pytest.importorskip("ray", reason="Ray collection needs the [scale] extra")
-pytestmark = pytest.mark.scale
+# One Ray at a time: ray.init() with no address may join another worker's local cluster.
+pytestmark = [pytest.mark.scale, pytest.mark.xdist_group("ray")]
 
 ENV = "agentgym/MathCalc-v1"
 SEEDS = list(range(200, 212))

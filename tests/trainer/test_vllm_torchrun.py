@@ -15,7 +15,7 @@ import pytest
 
 from tests.trainer.test_fsdp import BASE, torchrun
 
-pytestmark = [pytest.mark.vllm, pytest.mark.distributed, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.distributed, pytest.mark.slow, pytest.mark.xdist_group("torchrun")]
 VLLM = ["rollout.engine=vllm", "rollout.engine_kwargs={dtype: float32, max_model_len: 1024, kv_cache_gib: 1}",
         "model.tiny={num_hidden_layers: 2}", "rollout.samples_per_task=2", "log.eval_episodes_final=2", "controls=[]"]
 

@@ -30,3 +30,10 @@ def final(env: gym.Env, text: str) -> tuple[float, dict]:
     _, reward, terminated, _, info = env.step(u.codec.final_ids(text))
     assert terminated
     return float(reward), info
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """In parallel runs the WebAPI tests stay on one worker, in file order, as in a serial run:
+    test_load and test_reliability count the episodes and references on this process's shared
+    server, which other WebAPI tests' envs (module-scoped ones included) also hold."""
+    item.add_marker(pytest.mark.xdist_group("webapi-server"))
