@@ -36,7 +36,7 @@ import torch
 from agentgym.errors import ConfigError
 from agentgym.oracles import StepPolicy, get_oracle, load_callable, play_episode
 from agentgym.registration import capabilities, ids_with
-from agentgym.trainer.batch import make_batch
+from agentgym.trainer.batch import make_batch, micro_batches
 from agentgym.trainer.learner import Learner, batch_forward
 from agentgym.trajectory import Trajectory
 
@@ -84,19 +84,21 @@ def demonstrations(env: Any, oracle: StepPolicy, seeds: list[int],
 
 
 def sft_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trajs: list[Trajectory], *,
-             pad_id: int, max_grad_norm: float, device: torch.device) -> dict[str, float]:
+             pad_id: int, max_grad_norm: float, device: torch.device,
+             max_tokens: int = 8192) -> dict[str, float]:
     """One optimizer step of NLL (mean over all policy tokens) on the policy tokens of ``trajs``.
 
-    Demonstrations of very different lengths (a one-turn guess vs a tool call + answer) are
-    run in up to two length buckets, each padded to its own longest row, and their gradients
-    summed: the same loss as one padded batch, without paying the long rows' width for the
-    short ones.
+    The demonstrations run in micro-batches of at most ``max_tokens`` padded tokens, bucketed
+    by length (:func:`~agentgym.trainer.batch.micro_batches`, as the PPO update does), and
+    their gradients are summed: the same loss as one padded batch, without paying the long
+    rows' width for the short ones.
     """
     total = sum(t.num_policy_tokens for t in trajs)
     optimizer.zero_grad(set_to_none=True)
     loss_sum = p_sum = 0.0
-    for bucket in _length_buckets(trajs):
-        b = make_batch(bucket, list(range(len(bucket))), pad_id=pad_id).to(device)
+    full = make_batch(trajs, list(range(len(trajs))), pad_id=pad_id)
+    for rows in micro_batches(full.lengths, torch.arange(len(full)), max_tokens):
+        b = full.select(rows).to(device)
         out = batch_forward(model, b, with_entropy=False)
         m = b.policy_mask
         loss = -(out.logprobs * m).sum() / max(total, 1)
@@ -108,21 +110,6 @@ def sft_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trajs: li
     gn = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm or math.inf)
     optimizer.step()
     return {"loss": loss_sum, "grad_norm": float(gn), "demo_token_p": p_sum / len(trajs)}
-
-
-def _length_buckets(trajs: list[Trajectory]) -> list[list[Trajectory]]:
-    """One or two groups of ``trajs`` by length, whichever pads fewer tokens in total."""
-    order = sorted(trajs, key=lambda t: len(t.tokens))
-    lens = [len(t.tokens) for t in order]
-    single = len(lens) * lens[-1]
-    best, cut = single, len(lens)
-    for k in range(1, len(lens)):
-        cost = k * lens[k - 1] + (len(lens) - k) * lens[-1]
-        if cost < best:
-            best, cut = cost, k
-    if best > 0.8 * single:  # a second forward pass must save at least a fifth of the padding
-        return [order]
-    return [order[:cut], order[cut:]]
 
 
 def stop_reason(sc: Any, check: dict[str, float]) -> str | None:
@@ -184,6 +171,7 @@ def run_sft(cfg: Any, learner: Learner, rollouts: Rollouts, log: Any, *, held: A
             trajs = demonstrations(env, oracle if i < sc.oracle_steps else teacher, seeds, options, held)
             overlap = held.overlap(trajs, f"warm-start step {i + 1}") if held is not None else 0
             stats = sft_step(learner.model, opt, trajs, pad_id=learner.pad_id,
+                             max_tokens=cfg.ppo.micro_batch_tokens,
                              max_grad_norm=sc.max_grad_norm, device=learner.device)
             sched.step()
             done = i + 1

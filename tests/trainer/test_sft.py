@@ -11,10 +11,10 @@ import torch
 import agentgym
 from agentgym.environments.math.teachers import flip_sign, guess_answer
 from agentgym.errors import ConfigError
-from agentgym.trainer.batch import make_batch
+from agentgym.trainer.batch import make_batch, micro_batches
 from agentgym.trainer.config import SFTConfig
 from agentgym.trainer.model import build_tiny_gptoss
-from agentgym.trainer.sft import _length_buckets, demonstrations, find_oracle, make_teacher, sft_step
+from agentgym.trainer.sft import demonstrations, find_oracle, make_teacher, sft_step
 
 PAD = 263
 
@@ -125,12 +125,20 @@ def test_sign_flipper_slips_on_its_fraction_and_copies_everything_else() -> None
     assert [t.tokens for t in again] == [t.tokens for t in demos]
 
 
-def test_length_buckets_split_only_when_padding_drops() -> None:
+def test_sft_micro_batches_by_length_give_the_one_batch_step() -> None:
     env = gym.make("agentgym/MathCalc-v1", prompt="compact")  # short prompt: lengths differ a lot
     sc = SFTConfig(teacher="defect-blind-guesser", skip_tool=0.5)
     demos = demonstrations(env, make_teacher("agentgym/MathCalc-v1", sc), list(range(16)))
-    buckets = _length_buckets(demos)
-    assert sorted(len(t.tokens) for b in buckets for t in b) == sorted(len(t.tokens) for t in demos)
-    assert len(buckets) == 2 and max(len(t.tokens) for t in buckets[0]) <= min(len(t.tokens) for t in buckets[1])
-    same = demonstrations(env, find_oracle("agentgym/MathCalc-v1"), list(range(4)))
-    assert len(_length_buckets(same)) == 1
+    b = make_batch(demos, list(range(len(demos))), pad_id=PAD)
+    assert len(micro_batches(b.lengths, torch.arange(len(b)), 2000)) >= 3  # the budget really splits
+    updates, stats = [], []
+    for max_tokens in (0, 2000):  # 0: one padded batch
+        model = build_tiny_gptoss(264, seed=0)
+        before = [q.detach().clone() for q in model.parameters()]
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)  # the step is the (clipped) gradient itself
+        stats.append(sft_step(model, opt, demos, pad_id=PAD, max_grad_norm=1.0, device=torch.device("cpu"),
+                              max_tokens=max_tokens))
+        updates.append(torch.cat([(b - q.detach()).flatten() for b, q in zip(before, model.parameters())]))
+    assert stats[0]["loss"] == pytest.approx(stats[1]["loss"], rel=1e-5)
+    assert stats[0]["demo_token_p"] == pytest.approx(stats[1]["demo_token_p"], rel=1e-5)
+    torch.testing.assert_close(updates[0], updates[1], rtol=1e-5, atol=1e-6)
