@@ -206,7 +206,8 @@ class PPOConfig:
     micro_batch_tokens: int = 8192
     """Token budget of one forward/backward (rows x padded length, rows bucketed by length);
     gradients accumulate over a minibatch's micro-batches, normalised by its policy-token
-    count, so the update does not depend on it. 0 = the whole minibatch at once."""
+    count, so the update does not depend on it. 0 = the whole minibatch at once. The warm
+    start's SFT steps use the same budget."""
     clip_low: float = 0.2
     """Lower clip of the ratio: 1 - clip_low."""
     clip_high: float = 0.28
