@@ -176,6 +176,19 @@ def test_a_producer_error_reaches_the_learner() -> None:
     p.close()
 
 
+def _train(t: Any, steps: int) -> list[dict[str, Any]]:
+    """``steps`` PPO steps of Trainer ``t`` (its producer stopped and the trainer closed after)."""
+    out = []
+    try:
+        for step in range(steps):
+            out.append(t.train_step(step))
+            t.step = step + 1
+    finally:
+        t.rollouts.stop_producer()
+        t.close()
+    return out
+
+
 def _traj(versions: list[int]) -> Trajectory:
     t = Trajectory(env_id=ENV, seed=0, task_id="", tokenizer="")
     t.tokens = list(range(len(versions)))
@@ -294,15 +307,7 @@ def test_async_with_a_served_engine_in_its_own_server(tmp_path: Path) -> None:
             f"rollout.max_staleness={k}", "rollout.engine=openai-http", "rollout.prefix_cache=false",
             f"rollout.engine_kwargs={{base_url: '{server.url}', checkpoint_dir: '{tmp_path / 'sync'}'}}",
             "ppo.lr=1e-2", "ppo.entropy_coef=0.5", "ppo.kl_coef=0"])
-        t = Trainer(cfg)
-        out = []
-        try:
-            for step in range(steps):
-                out.append(t.train_step(step))
-                t.step = step + 1
-        finally:
-            t.rollouts.stop_producer()
-            t.close()
+        out = _train(Trainer(cfg), steps)
     assert out[0]["staleness_max"] == 0 and out[0]["mismatch_abs_dlogp_max"] < 1e-3  # synced at the start
     for m in out:
         assert m["staleness_max"] <= k and m["episodes_used"] == 4 and m["async_dropped_stale"] == 0
@@ -332,15 +337,7 @@ def test_async_with_vllm_cpu_and_in_memory_sync(tmp_path: Path) -> None:
         *SMALL, f"log.run_dir={tmp_path / 'run'}", f"ppo.steps={steps}", "rollout.mode=async",
         f"rollout.max_staleness={k}", "rollout.engine=vllm", "rollout.prefix_cache=false",
         "model.tiny={num_hidden_layers: 2}", "ppo.lr=1e-2", "ppo.entropy_coef=0.5", "ppo.kl_coef=0"])
-    t = Trainer(cfg, engine=engine)
-    out = []
-    try:
-        for step in range(steps):
-            out.append(t.train_step(step))
-            t.step = step + 1
-    finally:
-        t.rollouts.stop_producer()
-        t.close()
+    out = _train(Trainer(cfg, engine=engine), steps)
     assert out[0]["staleness_max"] == 0 and out[0]["mismatch_abs_dlogp_max"] < 1e-3
     for m in out:
         assert m["staleness_max"] <= k and m["episodes_used"] == 4 and m["async_dropped_stale"] == 0
