@@ -100,7 +100,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """``agentgym serve env|model ...`` -> exit code (wrapped in ``guarded`` by ``agentgym``)."""
-    if argv and not argv[0].startswith("-") and argv[0] not in ("env", "model"):
+    # The old spelling, options first or not (`agentgym serve --port 8700 ENV_ID`): no env|model word.
+    if argv and not {"env", "model", "-h", "--help"} & set(argv):
         print(f"agentgym serve: {_OLD}", file=sys.stderr)
         return 2
     args = _parser().parse_args(argv)

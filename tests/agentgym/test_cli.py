@@ -46,6 +46,7 @@ def test_version_and_list_show_what_is_installed() -> None:
     (["serve", "env", "agentgym/Maths-v0"], ["did you mean 'agentgym/Math-v1'?"]),
     # the old spelling (before `serve model` existed) names the new one
     (["serve", "agentgym/Math-v1"], ["`agentgym serve ENV_ID` is now `agentgym serve env ENV_ID`"]),
+    (["serve", "--port", "8700", "agentgym/Math-v1"], ["is now `agentgym serve env ENV_ID`"]),
 ])
 def test_usage_mistakes_exit_2_with_one_line(args: list[str], needles: list[str]) -> None:
     _one_line_error(run_cli(*args), 2, *needles)
