@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,11 +125,16 @@ def build_app(engine: HFEngine, model_name: str = "agentgym", *, tokenizer: Toke
             n = load_safetensors_into(engine.model, path)
         return {"ok": True, "loaded_tensors": n, "path": path}
 
-    async def completions(request: Request) -> JSONResponse:
+    async def answer(request: Request, fn: Callable[[Any], dict[str, Any]],
+                     errors: tuple[type[Exception], ...], kind: str) -> JSONResponse:
+        """``fn(body)`` off the event loop as JSON; ``errors`` are the caller's: a 400 of type ``kind``."""
         try:
-            return JSONResponse(await run_in_threadpool(_complete, await request.json()))
-        except (ValueError, TypeError) as e:
-            return JSONResponse({"error": {"message": str(e), "type": "invalid_request"}}, status_code=400)
+            return JSONResponse(await run_in_threadpool(fn, await request.json()))
+        except errors as e:
+            return JSONResponse({"error": {"message": str(e), "type": kind}}, status_code=400)
+
+    async def completions(request: Request) -> JSONResponse:
+        return await answer(request, _complete, (ValueError, TypeError), "invalid_request")
 
     async def chat(request: Request) -> Response:
         try:
@@ -144,10 +150,7 @@ def build_app(engine: HFEngine, model_name: str = "agentgym", *, tokenizer: Toke
             return JSONResponse({"error": {"message": str(e), "type": "invalid_request"}}, status_code=400)
 
     async def reload(request: Request) -> JSONResponse:
-        try:
-            return JSONResponse(await run_in_threadpool(_reload, await request.json()))
-        except (ValueError, CheckpointError) as e:
-            return JSONResponse({"error": {"message": str(e), "type": "reload_failed"}}, status_code=400)
+        return await answer(request, _reload, (ValueError, CheckpointError), "reload_failed")
 
     async def health(_: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
