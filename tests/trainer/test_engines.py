@@ -119,8 +119,9 @@ def test_openai_http_end_to_end_with_weight_sync(policy: torch.nn.Module, tmp_pa
             assert _max_mismatch(policy, PROMPTS[:2], unseeded, 1.0) < 1e-5
             r = httpx.post(f"{server.url}/v1/completions", json={"prompt": "text", "max_tokens": 2})
             assert r.status_code == 400 and "token ids" in r.text
+            assert r.json()["error"]["type"] == "invalid_request"
             r = httpx.post(f"{server.url}/reload_weights", json={"path": str(tmp_path / "nope")})
-            assert r.status_code == 400
+            assert r.status_code == 400 and r.json()["error"]["type"] == "reload_failed"
         finally:
             eng.close()
 
