@@ -2,7 +2,9 @@
 # System pieces the test suite uses for real: the Docker engine (started if not running),
 # debootstrap and bubblewrap for the sandboxes, PostgreSQL for WebAPI-v1's database option,
 # chromium + chromedriver for the leaderboard page's browser test;
-# then the sandbox image (built without any container registry, cached by content hash).
+# then the sandbox image (built without any container registry, cached by content hash), which
+# needs .venv (scripts/setup-venv.sh). `--no-image` stops before the image: scripts/test.sh installs
+# the packages beside the venv and builds the image after both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -24,4 +26,6 @@ if ! docker info >/dev/null 2>&1; then
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   docker info >/dev/null 2>&1 || { echo "dockerd did not start; see /tmp/agentgym-dockerd.log"; exit 1; }
 fi
-.venv/bin/agentgym sandbox build
+if [ "${1:-}" != "--no-image" ]; then
+  .venv/bin/agentgym sandbox build
+fi

@@ -2,8 +2,14 @@
 # The whole test suite on a fresh machine: .venv, Docker + sandbox image + PostgreSQL, then pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The system packages (downloads, dpkg) install beside the venv (uv, bytecode); the sandbox image
+# needs both. A failure of either stops the run (after the other has finished: no dpkg cut off).
+bash scripts/setup-system.sh --no-image &
+system=$!
+trap 'wait "$system" 2>/dev/null || true' EXIT
 bash scripts/setup-venv.sh
-bash scripts/setup-system.sh
+wait "$system"
+.venv/bin/agentgym sandbox build
 set +e
 # Two workers (pytest-xdist); tests that share a module's fixture or must not run side by side stay on
 # one worker (xdist_group, see tests/conftest.py). --durations: every log shows where the time goes.
