@@ -5,11 +5,11 @@ that did not learn its tool loop fails loudly."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from agentgym.errors import WarmStartFailed
 from agentgym.trainer.cli import main
@@ -155,4 +155,8 @@ def test_run_seeds_runs_every_arm_of_every_seed_as_processes(tmp_path: Path) -> 
     table = seeds_table(res, list(arms), "ppo", "sampled_")
     assert table[0].split()[:4] == ["seed", "warm", "ppo", "rft"]
     assert len(table) == 3 and all("±" in row for row in table[1:])
-    assert sys.executable  # the processes ran with this interpreter
+    for r in res.values():  # each arm started from its own seed's warm start and trained its step
+        for arm in arms:
+            run = yaml.safe_load((Path(r["dirs"][arm]) / "config.yaml").read_text())
+            assert run["seed"] == r["seed"] and run["sft"]["load"] == f"{r['dirs']['warm']}/warm_start", run["sft"]
+            assert len(read_metrics(r["dirs"][arm], "train")) == 1
