@@ -25,8 +25,16 @@ transformers' eager attention; :func:`dense_sink_attention` is a plain-torch ref
 the same (output, LSE) split, used by the tests to check the correction and its gradients.
 
 :func:`register_sink_attention` registers the kernel with transformers' ``AttentionInterface``
-as ``"agentgym_flex"`` (and transformers' flex ``BlockMask`` builder as its mask function,
-which encodes causality, padding and the sliding window of the layer).
+as ``"agentgym_flex"``, with :func:`sink_block_mask` as its ``BlockMask`` builder.
+
+Why our own mask builder: compiled flex attention specialises on the code of the mask function.
+transformers builds a new nest of closures per mask (causal or sliding window, with or without
+padding, ``and_masks`` around them), and compiled flex (and ``create_block_mask``) guard on each
+closure's code: a GPT-OSS learner with varying padding met 4+ variants per shape and hit dynamo's
+recompile limit (8) on its first steps on an H200, after which flex falls back to the unfused
+kernel that materialises every (query, key) score. :func:`sink_block_mask` expresses causality,
+the window, the offsets and padding with one mask function whose state is tensors, so one
+compiled kernel (dynamic in shape after the second length) serves every layer and batch.
 """
 
 from __future__ import annotations
@@ -44,11 +52,14 @@ __all__ = [
     "flex_sink_attention",
     "register_sink_attention",
     "set_attention",
+    "sink_block_mask",
+    "sink_mask_mod",
     "sink_attention_forward",
 ]
 
 ATTN_NAME = "agentgym_flex"
 _compiled_flex: Any = None
+_compiled_block_mask: Any = None
 
 
 def apply_sinks(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:
@@ -178,13 +189,118 @@ def causal_block_mask(q_len: int, kv_len: int, window: int | None, device: torch
     return create_block_mask(mask_mod, None, None, q_len, kv_len, device=device)
 
 
+_FULL = 1 << 30  # the "window" of a full-attention layer: wider than any sequence
+
+
+def _mask_mod(valid: torch.Tensor, q_offset: torch.Tensor, kv_offset: torch.Tensor, window: torch.Tensor) -> Any:
+    """The one mask function of every ``sink_block_mask``: its state is in tensors (module doc)."""
+
+    def mask_mod(b: Any, h: Any, q: Any, kv: Any) -> Any:
+        qpos = q + q_offset
+        kpos = kv + kv_offset
+        return (kpos <= qpos) & (qpos - kpos < window) & valid[b, kv]
+
+    return mask_mod
+
+
+def _window_of(mask_function: Any, local_size: int | None) -> int | None:
+    """The window transformers' ``mask_function`` encodes: ``_FULL`` for plain causal, the sliding
+    window for ``and_masks(sliding_window_overlay(w), causal_mask_function)``, None for anything
+    else (packed sequences, custom and/or masks), which :func:`sink_block_mask` hands back."""
+    import inspect
+
+    from transformers.masking_utils import causal_mask_function
+
+    if mask_function is causal_mask_function:
+        return _FULL
+    if local_size is None or getattr(mask_function, "__qualname__", "") != "and_masks.<locals>.and_mask":
+        return None
+    parts = inspect.getclosurevars(mask_function).nonlocals.get("mask_functions", ())
+    if len(parts) != 2 or parts[1] is not causal_mask_function:
+        return None
+    overlay = parts[0]
+    if getattr(overlay, "__qualname__", "") != "sliding_window_overlay.<locals>.inner_mask":
+        return None
+    window = inspect.getclosurevars(overlay).nonlocals.get("sliding_window")
+    return int(local_size) if window == local_size else None
+
+
+def sink_mask_mod(
+    batch_size: int,
+    q_offset: int,
+    kv_length: int,
+    kv_offset: int,
+    mask_function: Any,
+    attention_mask: torch.Tensor | None,
+    device: torch.device | str,
+    local_size: int | None,
+) -> Any:
+    """The mask function of :func:`sink_block_mask`, or None for a mask it does not recognise."""
+    window = _window_of(mask_function, local_size)
+    if window is None:
+        return None
+    if attention_mask is None:
+        valid = torch.ones(batch_size, kv_length, dtype=torch.bool, device=device)
+    else:
+        pad = kv_offset + kv_length - attention_mask.shape[-1]
+        full = torch.nn.functional.pad(attention_mask, (0, pad)) if pad > 0 else attention_mask
+        # a fresh contiguous copy: compiled code guards on a captured tensor's strides and storage
+        # offset, and a slice of the mask (sliding layers behind a KV cache) varies in both
+        valid = full[:, kv_offset : kv_offset + kv_length].to(device=device, dtype=torch.bool)
+        valid = valid.clone(memory_format=torch.contiguous_format)
+    state = [torch.as_tensor(x, device=device) for x in (q_offset, kv_offset, window)]
+    return _mask_mod(valid, *state)
+
+
+def sink_block_mask(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int = 0,
+    kv_offset: int = 0,
+    mask_function: Any = None,
+    attention_mask: torch.Tensor | None = None,
+    device: torch.device | str = "cpu",
+    local_size: int | None = None,
+    **kwargs: Any,
+) -> Any:
+    """transformers mask builder (``ALL_MASK_ATTENTION_FUNCTIONS``) for ``"agentgym_flex"``.
+
+    Same arguments and the same mask as transformers' ``flex_attention_mask`` (query i at
+    ``i + q_offset`` sees key j at ``j + kv_offset`` when it is not later, within the layer's
+    window, and not padding in ``attention_mask`` (B, >= kv_offset + kv_length)), built from one
+    mask function for every layer and batch (module doc). Masks it does not recognise go to
+    transformers' builder unchanged.
+    """
+    from transformers.masking_utils import causal_mask_function, flex_attention_mask
+
+    mask_function = causal_mask_function if mask_function is None else mask_function
+    mask_mod = sink_mask_mod(batch_size, q_offset, kv_length, kv_offset, mask_function, attention_mask, device,
+                             local_size)
+    if mask_mod is None:
+        return flex_attention_mask(batch_size, q_length, kv_length, q_offset, kv_offset, mask_function,
+                                   attention_mask, device, local_size=local_size, **kwargs)
+    return _block_mask_builder()(mask_mod, batch_size, None, q_length, kv_length, device=device)
+
+
+def _block_mask_builder() -> Any:
+    """``create_block_mask``, compiled once (as transformers' ``_compile=True`` does, without its
+    deprecation): the eager one materialises the whole (B, Q, KV) mask."""
+    global _compiled_block_mask
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    if _compiled_block_mask is None:
+        _compiled_block_mask = torch.compile(create_block_mask)
+    return _compiled_block_mask
+
+
 def register_sink_attention(name: str = ATTN_NAME) -> str:
     """Register the kernel and its BlockMask builder with transformers; returns ``name``."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flex_attention_mask
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
     AttentionInterface.register(name, sink_attention_forward)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(name, flex_attention_mask)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(name, sink_block_mask)
     return name
 
 

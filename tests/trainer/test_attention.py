@@ -103,6 +103,61 @@ def test_flex_forward_matches_eager_on_cpu() -> None:
     torch.testing.assert_close(out[1, 17:], ref[1, 17:], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("window", [None, WINDOW])
+@pytest.mark.parametrize("padding", ["none", "left", "right"])
+@pytest.mark.parametrize(("q_offset", "kv_offset"), [(0, 0), (10, 0), (10, 4)])
+def test_sink_block_mask_is_transformers_mask_from_one_mask_function(
+    window: int | None, padding: str, q_offset: int, kv_offset: int
+) -> None:
+    """The token mask of transformers' flex builder (its composition of mask functions, rebuilt
+    here), from one mask function's code for every layer type, padding and offset, so compiled
+    flex does not recompile per variant."""
+    from torch.nn.attention.flex_attention import create_mask
+    from transformers.masking_utils import (
+        add_offsets_to_mask_function,
+        and_masks,
+        causal_mask_function,
+        padding_mask_function,
+        prepare_padding_mask,
+        sliding_window_causal_mask_function,
+    )
+
+    from agentgym.trainer.attention import sink_mask_mod
+
+    b, kv = 3, 40 - kv_offset
+    q = kv + kv_offset - q_offset
+    mask_function = causal_mask_function if window is None else sliding_window_causal_mask_function(window)
+    attention = {"none": None, "left": torch.arange(40)[None].expand(b, -1) >= torch.tensor([[0], [5], [9]]),
+                 "right": torch.arange(40)[None].expand(b, -1) < torch.tensor([[40], [31], [22]])}[padding]
+    ours = sink_mask_mod(b, q_offset, kv, kv_offset, mask_function, attention, "cpu", window)
+    ref = mask_function
+    if attention is not None:
+        ref = and_masks(ref, padding_mask_function(prepare_padding_mask(attention, kv, kv_offset)))
+    ref = add_offsets_to_mask_function(ref, q_offset, kv_offset)
+    assert torch.equal(create_mask(ours, b, 1, q, kv), create_mask(ref, b, 1, q, kv))
+    other = sink_mask_mod(1, 0, 2, 0, causal_mask_function, None, "cpu", None)
+    assert ours.__code__ is other.__code__
+    captured = [c.cell_contents for c in ours.__closure__ or () if isinstance(c.cell_contents, torch.Tensor)]
+    valid = next(t for t in captured if t.dim() == 2)  # compiled code guards on its layout
+    assert valid.shape == (b, kv) and valid.is_contiguous() and valid.storage_offset() == 0
+
+
+def test_sink_block_mask_hands_masks_it_does_not_know_to_transformers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Packed sequences (an and_mask of causal and a packed-sequence mask) go to transformers'
+    builder with the arguments as they came."""
+    import transformers.masking_utils as mu
+
+    from agentgym.trainer.attention import sink_block_mask, sink_mask_mod
+
+    packed = torch.tensor([[0] * 7 + [1] * 9])
+    mask_function = mu.and_masks(mu.causal_mask_function, mu.packed_sequence_mask_function(packed))
+    assert sink_mask_mod(1, 0, 16, 0, mask_function, None, "cpu", None) is None
+    calls = []
+    monkeypatch.setattr(mu, "flex_attention_mask", lambda *a, **k: calls.append((a, k)) or "transformers' mask")
+    assert sink_block_mask(1, 16, 16, 0, 0, mask_function, None, "cpu") == "transformers' mask"
+    assert calls == [((1, 16, 16, 0, 0, mask_function, None, "cpu"), {"local_size": None})]
+
+
 def test_kernel_without_mask_is_causal_with_window() -> None:
     """Called with attention_mask=None the kernel must not fall back to full attention."""
     from agentgym.trainer.attention import sink_attention_forward
@@ -198,3 +253,28 @@ def test_tiny_model_flex_matches_eager_on_gpu_with_gradients() -> None:
     for n, ga in grads[0].items():
         torch.testing.assert_close(grads[1][n], ga, rtol=1e-3, atol=1e-4, msg=n)
     assert any("sinks" in n for n in grads[1])
+
+
+@pytest.mark.gpu
+@cuda
+def test_training_on_gpu_compiles_flex_a_bounded_number_of_times() -> None:
+    """Varying lengths, batch sizes and padding through both layer types, forward and backward,
+    never reach dynamo's recompile limit (transformers' own flex masks did, within a few steps,
+    and flex then fell back to its unfused kernel)."""
+    import torch._dynamo
+
+    from agentgym.trainer.logprobs import policy_forward
+
+    flag = next(f for f in ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit") if hasattr(torch._dynamo.config, f))
+    torch._dynamo.reset()  # other tests' masks count towards the same limit
+    model = build_tiny_gptoss(264, seed=2).cuda()
+    set_attention(model, "agentgym_flex")
+    with torch._dynamo.config.patch(**{flag: True}):
+        for t, pad in [(30, 0), (50, 7), (130, 0), (300, 11), (600, 0), (257, 3), (1000, 20), (64, 5)]:
+            ids = torch.randint(0, 263, (2 + pad % 2, t), device="cuda")
+            attention = torch.ones_like(ids)
+            attention[-1, t - pad :] = 0  # right padding, as the learner's batches have
+            for prefix in (0, t // 3):  # the learner's shared-prefix path: sliding layers behind a KV cache
+                ids[:, :prefix] = ids[:1, :prefix]
+                lp = policy_forward(model, ids, attention, shared_prefix=prefix).logprobs
+                lp.sum().backward()
