@@ -48,7 +48,8 @@ def wilson(k: float, n: float, z: float = Z95) -> tuple[float, float]:
     d = 1 + z * z / n
     mid = (p + z * z / (2 * n)) / d
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return max(0.0, mid - half), min(1.0, mid + half)
+    # the interval contains p; at p = 1 rounding left mid + half at 0.9999999999999999
+    return max(0.0, min(p, mid - half)), min(1.0, max(p, mid + half))
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

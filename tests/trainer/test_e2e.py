@@ -1,13 +1,8 @@
-"""End to end: warm start + PPO on a real environment, and the reward really rises.
+"""End to end: warm start + PPO on a real environment; the reward rises, and PPO beats its placebo.
 
-The loop on a task a few SFT steps nearly solve: Math-v1 on a one-answer dataset ("reply with the number 7"; shaped reward: +1 for the right
-number, and on a right answer only +0.1 for a well-formed final message and -0.01 per turn;
-a wrong or unparsable answer earns 0) with the tiny GPT-OSS. A short warm start leaves about
-40% of the sampled answers malformed, most of them unreadable; PPO must fix that. Seeded and
-deterministic on CPU; measured margins: the last five steps beat the first five by ~0.3
-(threshold 0.02) and the malformed fraction falls from ~0.4 to ~0.18 (threshold -0.1) for
-seeds 0 and 1. (Arithmetic, used before, needs hundreds of warm-start steps to answer right
-at all; its old signal was format credit on wrong answers, which the reward no longer pays.)
+The loop on a task a few SFT steps nearly solve: Math-v1 on a one-answer dataset ("reply with
+the number 7"; sparse reward) with the tiny GPT-OSS. A 30-step warm start leaves about 40% of the
+sampled answers malformed; PPO must fix that. Seeded and deterministic on CPU.
 """
 
 from __future__ import annotations
@@ -19,36 +14,6 @@ import pytest
 
 from agentgym.trainer.config import load_config
 from agentgym.trainer.metrics import read_metrics
-from agentgym.trainer.train import Trainer
-
-
-@pytest.mark.slow
-def test_reward_rises_with_warm_start_plus_ppo(tmp_path: Path) -> None:
-    data = tmp_path / "say7.jsonl"
-    data.write_text("".join(json.dumps({"id": f"say-{i}", "question": f"Request {i}: reply with the number 7.",
-                                        "answer": "7"}) + "\n" for i in range(32)))
-    cfg = load_config("cpu-quickstart", [
-        f"log.run_dir={tmp_path}", "seed=0", "threads=1", "env.id=agentgym/Math-v1",
-        f"env.kwargs={{dataset: {data}}}", "env.reward_mode=shaped",
-        "env.max_turns=1", "env.max_action_tokens=48", "sft.steps=30", "sft.batch_size=8", "sft.teacher=oracle",
-        "sft.lr=3e-3", "sft.schedule=cosine", "sft.warmup_steps=5", "env.prompt=harmony", "ppo.steps=20", "ppo.lr=1e-3", "ppo.warmup_steps=2",
-        "ppo.kl_coef=0", "ppo.carry_sft_optimizer=true", "correction.mode=seq_tis",
-        "rollout.temperature=1.0", "rollout.tasks_per_step=4", "rollout.samples_per_task=8",
-        "log.eval_every=0", "log.checkpoint_every=0", "log.progress=false", "log.tensorboard=false",
-        "log.eval_episodes=16", "log.eval_episodes_final=0", "controls=[]",
-        "sft.min_wellformed=0"])  # a warm start left imperfect on purpose: PPO must fix its format
-    Trainer(cfg).run()
-    train = read_metrics(tmp_path, "train")
-    assert len(train) == 20
-    first = sum(r["reward_mean"] for r in train[:5]) / 5
-    last = sum(r["reward_mean"] for r in train[-5:]) / 5
-    bad_first = sum(r["errors_mean"] for r in train[:5]) / 5
-    bad_last = sum(r["errors_mean"] for r in train[-5:]) / 5
-    assert last > first + 0.02, (first, last)
-    assert bad_last < bad_first - 0.1, (bad_first, bad_last)
-    # the engine's log-probs of the sampled tokens were the learner's own (float noise apart)
-    assert max(r["mismatch_abs_dlogp_max"] for r in train) < 1e-3
-    assert (tmp_path / "plots" / "reward.png").exists()
 
 
 @pytest.mark.slow
@@ -76,7 +41,7 @@ def test_ppo_beats_its_placebo_on_held_out_problems_when_the_reward_has_somethin
         "rollout.temperature=1.0", "rollout.tasks_per_step=4", "rollout.samples_per_task=8",
         "log.eval_every=20", "log.eval_episodes=24", "log.eval_episodes_final=0", "log.eval_samples=4",
         "log.eval_seed_start=0", "log.checkpoint_every=0", "log.progress=false", "log.tensorboard=false",
-        "log.plots=false", "controls=[placebo]"])
+        "correction.mode=seq_tis", "controls=[placebo]"])
     _, lines = run_with_controls(cfg)
     ppo, placebo, warm = final_eval(run), final_eval(run / CONTROLS_DIR / "placebo"), warm_eval(run)
     assert ppo is not None and placebo is not None and warm is not None and ppo["sampled_problems"] >= 20
@@ -86,3 +51,14 @@ def test_ppo_beats_its_placebo_on_held_out_problems_when_the_reward_has_somethin
     assert g is not None and g["gain"] >= 0.2 and g["z"] >= 4, (g, lines)
     own = gain(warm, ppo, "sampled_")
     assert own is not None and own["gain"] >= 0.1 and own["z"] >= 2.5, (own, lines)
+    # the training reward rises and the malformed answers fall (PPO's run; measured, seed 0: reward
+    # 0.56 -> 0.82 and malformed 0.44 -> 0.18 over the first and last 5 steps)
+    train = read_metrics(run, "train")
+    assert len(train) == 20
+    first, last = (sum(r["reward_mean"] for r in rows) / 5 for rows in (train[:5], train[-5:]))
+    bad_first, bad_last = (sum(r["errors_mean"] for r in rows) / 5 for rows in (train[:5], train[-5:]))
+    assert last > first + 0.1, (first, last)
+    assert bad_last < bad_first - 0.05, (bad_first, bad_last)
+    # the engine's log-probs of the sampled tokens were the learner's own (float noise apart)
+    assert max(r["mismatch_abs_dlogp_max"] for r in train) < 1e-3
+    assert (run / "plots" / "reward.png").exists()
