@@ -1,12 +1,14 @@
 """One PPO update on fixed episodes, in one plain process or under torchrun (FSDP2, gloo).
 
     python tests/trainer/_fsdp_worker.py EPISODES.jsonl OUT_DIR [overrides...]
-    torchrun --nproc_per_node 2 tests/trainer/_fsdp_worker.py EPISODES.jsonl OUT_DIR [overrides...]
+    torchrun --nproc_per_node 2 tests/trainer/_fsdp_worker.py EPISODES.jsonl OUT_DIR [overrides...] \
+        [--and OUT_DIR2 [more overrides...]]
 
 Each rank takes the episodes of its share of the tasks (as ``Trainer.train_step`` assigns
 them), runs ``ppo_update`` and rank 0 writes ``OUT_DIR/result.pt``: the update's metrics, the
 full gradient and the full weights after the update. ``tests/trainer/test_fsdp.py`` compares
-the two.
+the two. ``--and``: a second update in the same processes (one torchrun start-up less), from
+the same initial weights, with the overrides plus the more overrides, written to ``OUT_DIR2``.
 """
 
 from __future__ import annotations
@@ -48,4 +50,8 @@ def main(episodes: str, out: str, overrides: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3:])
+    args = sys.argv[3:]
+    then = args.index("--and") if "--and" in args else len(args)
+    main(sys.argv[1], sys.argv[2], args[:then])
+    if then < len(args):
+        main(sys.argv[1], args[then + 1], args[:then] + args[then + 2 :])

@@ -77,7 +77,9 @@ def test_two_processes_make_the_single_process_update(tmp_path: Path) -> None:
     single = subprocess.run([sys.executable, str(WORKER), str(eps), str(tmp_path / "one"), *over],
                             env=_env(), capture_output=True, text=True, timeout=600)
     assert single.returncode == 0, single.stderr[-5000:]
-    torchrun(2, str(WORKER), str(eps), str(tmp_path / "two"), *over)
+    # the bf16 update (below) runs in the same two processes, after the float32 one
+    torchrun(2, str(WORKER), str(eps), str(tmp_path / "two"), *over, "--and", str(tmp_path / "bf16"),
+             "model.dtype=bfloat16")
     one = torch.load(tmp_path / "one" / "result.pt", weights_only=False)
     two = torch.load(tmp_path / "two" / "result.pt", weights_only=False)
     assert (one["world"], two["world"]) == (1, 2)
@@ -97,7 +99,6 @@ def test_two_processes_make_the_single_process_update(tmp_path: Path) -> None:
     start = load_policy(str(tmp_path / "mxfp4")).state_dict()  # the update really moved them
     assert max(float((one["weights"][k] - start[k]).abs().max()) for k in start) > 1e-4
     # FSDP2 mixed precision: bf16 compute, float32 master weights; the update tracks fp32's
-    torchrun(2, str(WORKER), str(eps), str(tmp_path / "bf16"), *over, "model.dtype=bfloat16")
     bf16 = torch.load(tmp_path / "bf16" / "result.pt", weights_only=False)
     assert all(w.dtype == torch.float32 for w in bf16["weights"].values())
     flat = [torch.cat([r["grads"][n].double().flatten() for n in one["grads"]]) for r in (one, bf16)]
