@@ -30,7 +30,7 @@ from pathlib import Path
 from agentgym.errors import SandboxUnavailable
 from agentgym.sandboxes import runner as runner_module
 from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT
-from agentgym.sandboxes.image import RUNNER_PATH, SANDBOX_UID, WORKDIR, cache_dir, rootfs_path
+from agentgym.sandboxes.image import RUNNER_PATH, SANDBOX_UID, WORKDIR, cache_dir, rootfs_path, wait_for_build
 from agentgym.sandboxes.runner_client import PipeTransport, RunnerClient, RunnerGone, RunnerSandbox
 
 __all__ = ["BwrapSandbox", "bwrap_available"]
@@ -139,6 +139,8 @@ class BwrapSandbox(RunnerSandbox):
             raise SandboxUnavailable(f"the bwrap backend cannot run: {problem}")
         if rootfs is None:
             path = rootfs_path()
+            if not (path / RUNNER_PATH.lstrip("/")).is_file():
+                wait_for_build()  # `agentgym sandbox build` may be running: its rootfs, once done
             if not (path / RUNNER_PATH.lstrip("/")).is_file():
                 raise SandboxUnavailable(
                     f"expected the sandbox rootfs at {path}, it is missing; build it with "

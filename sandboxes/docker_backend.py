@@ -34,7 +34,7 @@ from agentgym.errors import (
 )
 from agentgym.sandboxes.attach import AttachTransport
 from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT, check_options
-from agentgym.sandboxes.image import RUNNER_CMD, SANDBOX_UID, WORKDIR, image_tag
+from agentgym.sandboxes.image import RUNNER_CMD, SANDBOX_UID, WORKDIR, image_tag, wait_for_build
 from agentgym.sandboxes.orphans import LABEL, OWNER_LABEL, owner_id, remove_orphans
 from agentgym.sandboxes.runner_client import RunnerClient, RunnerSandbox
 
@@ -117,7 +117,11 @@ class SandboxPool:
         self.client = client or docker_client()
         self.image = self.options.image or image_tag()
         try:
-            self.client.images.get(self.image)
+            try:
+                self.client.images.get(self.image)
+            except Exception:
+                wait_for_build()  # `agentgym sandbox build` may be running: its image, once done
+                self.client.images.get(self.image)
         except Exception as exc:
             raise SandboxUnavailable(
                 f"expected the sandbox image {self.image} in the Docker engine, it is missing "

@@ -12,6 +12,8 @@ tag from :data:`DOCKERFILE` instead.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -21,6 +23,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +96,60 @@ def cache_dir() -> Path:
     return Path(base) / "sandbox"
 
 
+_held = False  # this process holds the build lock (build_image -> build_rootfs nest)
+
+
+def build_lock_path() -> Path:
+    """The lock a build holds: ``agentgym sandbox build`` and the backends agree through it."""
+    return cache_dir() / "build.lock"
+
+
+@contextlib.contextmanager
+def build_lock() -> Iterator[None]:
+    """Hold the build lock (exclusive, across processes): one build at a time, and a backend that
+    finds the image missing waits for a build in progress (:func:`wait_for_build`)."""
+    global _held
+    if _held:
+        yield
+        return
+    path = build_lock_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        _held = True
+        try:
+            yield
+        finally:
+            _held = False
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def wait_for_build(timeout: float = 900.0, log: Any = print) -> None:
+    """Return once no build of the image is in progress (at once when none is); a backend calls it
+    before it reports the image missing. Raises :class:`SandboxUnavailable` after ``timeout`` s."""
+    path = build_lock_path()
+    if _held or not path.exists():
+        return
+    with open(path) as f:
+        deadline = time.monotonic() + timeout
+        said = False
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(f, fcntl.LOCK_UN)
+                return
+            except BlockingIOError:
+                if not said:
+                    log(f"waiting for the sandbox image build in progress (lock {path}) ...")
+                    said = True
+                if time.monotonic() > deadline:
+                    raise SandboxUnavailable(
+                        f"expected the sandbox image build in progress to finish within {timeout:.0f} s, "
+                        f"it still holds {path}; check the process running `agentgym sandbox build`"
+                    ) from None
+                time.sleep(0.2)
+
+
 def rootfs_path() -> Path:
     """Where the current recipe's rootfs lives (it exists once ``build_rootfs`` ran)."""
     return cache_dir() / recipe_hash() / "rootfs"
@@ -150,7 +207,13 @@ def _finish_rootfs(root: Path) -> None:
 
 
 def build_rootfs(*, force: bool = False, log: Any = print) -> Path:
-    """Debootstrap the rootfs into the cache (needs root and ``debootstrap``); return its path."""
+    """Debootstrap the rootfs into the cache (needs root and ``debootstrap``); return its path.
+    Under the build lock: a concurrent build is waited for, then its result used."""
+    with build_lock():
+        return _build_rootfs(force=force, log=log)
+
+
+def _build_rootfs(*, force: bool, log: Any) -> Path:
     final = rootfs_path()
     if final.is_dir() and not force:
         return final
@@ -201,7 +264,13 @@ def _docker_client() -> Any:
 
 
 def build_image(*, force: bool = False, dockerfile: bool = False, log: Any = print) -> str:
-    """Make sure ``image_tag()`` exists in the Docker engine (build it if not); return the tag."""
+    """Make sure ``image_tag()`` exists in the Docker engine (build it if not); return the tag.
+    Under the build lock (and so the rootfs with it)."""
+    with build_lock():
+        return _build_image(force=force, dockerfile=dockerfile, log=log)
+
+
+def _build_image(*, force: bool, dockerfile: bool, log: Any) -> str:
     t0 = time.monotonic()
     client = _docker_client()
     tag = image_tag()

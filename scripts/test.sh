@@ -9,14 +9,30 @@ system=$!
 trap 'wait "$system" 2>/dev/null || true' EXIT
 bash scripts/setup-venv.sh
 wait "$system"
-.venv/bin/agentgym sandbox build
+# The sandbox image (~25 s) builds beside the first tests, under its build lock: a test (or backend)
+# that needs the image before it is done waits for the build (agentgym.sandboxes.image.wait_for_build).
+lock=$(.venv/bin/python -c "from agentgym.sandboxes.image import build_lock_path; print(build_lock_path())")
+mkdir -p "$(dirname "$lock")"
+build_log=$(mktemp)
+.venv/bin/agentgym sandbox build > "$build_log" 2>&1 &
+build=$!
+trap 'wait "$system" "$build" 2>/dev/null || true' EXIT
+while kill -0 "$build" 2>/dev/null && flock -n "$lock" true; do sleep 0.1; done  # until it holds the lock
 set +e
-# Two workers (pytest-xdist); tests that share a module's fixture or must not run side by side stay on
-# one worker (xdist_group, see tests/conftest.py). --durations: every log shows where the time goes.
-.venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 -n "${AGENTGYM_TEST_WORKERS:-2}" --dist loadgroup \
+# Three workers (pytest-xdist) on two cores: a quarter of the tests' time is spent waiting on
+# subprocesses, servers, containers and Ray. Tests that share a module's fixture or must not run side
+# by side stay on one worker (xdist_group, see tests/conftest.py). --durations: where the time goes.
+.venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 -n "${AGENTGYM_TEST_WORKERS:-3}" --dist loadgroup \
   --durations=25 "$@"
 rc=$?
+wait "$build"
+built=$?
 set -e
+cat "$build_log"
+if [ "$built" -ne 0 ]; then
+  echo "agentgym sandbox build failed (exit $built): see its output above" >&2
+  [ "$rc" -eq 0 ] && rc=1
+fi
 if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: that is a failure, not a pass" >&2
   exit 1

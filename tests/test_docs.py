@@ -44,6 +44,7 @@ def _need_docker() -> None:
     from agentgym.sandboxes.docker_backend import docker_client
 
     try:
+        image.wait_for_build()  # scripts/test.sh builds the image beside the first tests
         docker_client().images.get(image.image_tag())
     except Exception as e:
         pytest.skip(f"the docker sandbox is unavailable: {e}")

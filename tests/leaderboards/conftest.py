@@ -65,6 +65,7 @@ def docker_ready() -> None:
     from agentgym.sandboxes.docker_backend import docker_client
 
     try:
+        image.wait_for_build()  # scripts/test.sh builds the image beside the first tests
         docker_client().images.get(image.image_tag())
     except SandboxUnavailable as e:
         pytest.skip(f"docker backend unavailable: {e}")

@@ -133,3 +133,45 @@ def test_unknown_backend_options_are_named_with_the_closest_one() -> None:
         make_sandbox("bwrap", mem_limit=1 << 28)
     with pytest.raises(ConfigError, match=r"'timeout' for the unsafe-local sandbox"):
         make_sandbox("unsafe-local", timeout=3)
+
+
+def test_a_backend_waits_for_a_build_in_progress(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`agentgym sandbox build` holds the build lock: a backend that finds the rootfs missing
+    waits for that build (wait_for_build) and then finds its result, instead of failing
+    (scripts/test.sh builds the image beside the first tests)."""
+    import subprocess
+    import sys
+    import time
+
+    from agentgym.sandboxes import image
+
+    monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path))
+    runner_file = image.rootfs_path() / image.RUNNER_PATH.lstrip("/")
+    # a stand-in build: holds the lock for 1.5 s, then the rootfs appears
+    build = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from agentgym.sandboxes import image\n"
+        "with image.build_lock():\n"
+        "    print('locked', flush=True); time.sleep(1.5)\n"
+        f"    p = Path({str(runner_file)!r}); p.parent.mkdir(parents=True); p.write_text('')\n")],
+        env={**os.environ}, stdout=subprocess.PIPE, text=True)
+    assert build.stdout is not None and build.stdout.readline() == "locked\n"
+    said: list[str] = []
+    t0 = time.monotonic()
+    image.wait_for_build(log=said.append)
+    assert time.monotonic() - t0 > 0.5 and runner_file.is_file() and "in progress" in said[0]
+    assert build.wait(timeout=30) == 0
+    t0 = time.monotonic()
+    image.wait_for_build(log=said.append)  # no build running: at once, silently
+    assert time.monotonic() - t0 < 0.5 and len(said) == 1
+    # a build that never ends: a clear error after the timeout, not a hang
+    hold = subprocess.Popen([sys.executable, "-c", (
+        "import time; from agentgym.sandboxes import image\n"
+        "with image.build_lock():\n    print('locked', flush=True); time.sleep(60)\n")],
+        env={**os.environ}, stdout=subprocess.PIPE, text=True)
+    try:
+        assert hold.stdout is not None and hold.stdout.readline() == "locked\n"
+        with pytest.raises(SandboxUnavailable, match="build in progress to finish within 1 s"):
+            image.wait_for_build(timeout=1, log=lambda _: None)
+    finally:
+        hold.kill()
+        hold.wait()
