@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 from typing import Any, ClassVar
 
@@ -144,6 +145,7 @@ class ReasoningGymEnv(HubEnv):
         return self._positions[split]
 
 
+@functools.cache  # read once: importlib.metadata parses the METADATA file (~0.7 ms) on every call
 def _version(dist: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
 

@@ -22,6 +22,20 @@ VF_PLUGINS = Path(__file__).parent / "vf_plugins"  # verifiers plugins are top-l
 memorized = chat_conftest.memorized  # the fixture: a tiny GPT-OSS that plays MathCalc-v1 seed 0 (~40 s)
 
 
+def require(module: str) -> None:
+    """Skip the calling test module when ``module`` is not installed, without importing it:
+    ``pytest.importorskip("openenv.core")`` imports gradio with it, ~5 s in the collection of every
+    xdist worker, most of which never run these tests. The tests import it where they use it."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        found = False
+    if not found:
+        pytest.skip(f"{module} is not installed: pip install 'agentgym-suite[interop]'", allow_module_level=True)
+
+
 def write_suite(tmp: Path, name: str, envs: list[dict[str, Any]], trials: int = 1) -> Path:
     content: dict[str, Any] = {"name": name, "trials": trials, "seed": 0, "sampling": {"temperature": 1.0},
                                "envs": envs}

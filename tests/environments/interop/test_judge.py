@@ -12,8 +12,9 @@ import pytest
 
 from agentgym.judge import Judge, JudgeConfig, JudgeError, parse_score
 from agentgym.trajectory import Trajectory
+from tests.environments.interop.conftest import require
 
-pytest.importorskip("reasoning_gym", reason="pip install 'agentgym-suite[interop]'")
+require("reasoning_gym")
 torch = pytest.importorskip("torch", reason="the chat server needs the [train] extra")
 
 RUBRIC = "Question: {question}\nAnswer: {answer}\nReference: {reference}\nGrade it."

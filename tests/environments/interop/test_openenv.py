@@ -12,9 +12,9 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from tests.environments.interop.conftest import MATH_ID, write_suite
+from tests.environments.interop.conftest import MATH_ID, require, write_suite
 
-pytest.importorskip("openenv.core", reason="pip install 'agentgym-suite[interop]'")
+require("openenv.core")
 
 
 def test_openenvs_own_client_drives_exported_math(openenv_math: str) -> None:

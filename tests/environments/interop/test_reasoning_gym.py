@@ -12,8 +12,9 @@ import agentgym
 from agentgym.errors import ConfigError
 from agentgym.leaderboards.validate import validate_env
 from agentgym.oracles import run_oracle
+from tests.environments.interop.conftest import require
 
-pytest.importorskip("reasoning_gym", reason="pip install 'agentgym-suite[interop]'")
+require("reasoning_gym")
 
 RG = "agentgym/ReasoningGym-v0"
 

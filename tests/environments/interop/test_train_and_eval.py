@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.environments.interop.conftest import write_suite
+from tests.environments.interop.conftest import require, write_suite
 
-pytest.importorskip("reasoning_gym", reason="pip install 'agentgym-suite[interop]'")
+require("reasoning_gym")
 pytest.importorskip("torch", reason="agentgym-train needs the [train] extra")
 
 RG = "agentgym/ReasoningGym-v0"
