@@ -66,14 +66,44 @@ def ray_instance() -> Iterator[None]:
     ray.shutdown()
 
 
-def _collector(engine: ReplayEngine, **kw: Any) -> RayCollector:
+class _Announced(gym.Wrapper):
+    """Appends "pid seed" to a file at each reset: the test sees inside the workers which episode
+    started where, and kills on that event rather than after a guessed delay (CI is slow)."""
+
+    def __init__(self, env: gym.Env, path: str) -> None:
+        super().__init__(env)
+        self.path = path
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        with open(self.path, "a") as f:
+            f.write(f"{os.getpid()} {seed}\n")
+        return super().reset(seed=seed, options=options)
+
+
+def _collector(engine: ReplayEngine, announce: str | None = None, **kw: Any) -> RayCollector:
     kw.setdefault("num_workers", 2)
     kw.setdefault("episodes_per_call", 2)
-    return RayCollector(WorkerSpec(make_env, lambda _model: engine, max_new_tokens=96), env_id=ENV, **kw)
+    factory = make_env if announce is None else (lambda: _Announced(make_env(), announce))
+    return RayCollector(WorkerSpec(factory, lambda _model: engine, max_new_tokens=96), env_id=ENV, **kw)
 
 
-def _kill_after(pid: int, seconds: float) -> threading.Timer:
-    t = threading.Timer(seconds, lambda: os.kill(pid, signal.SIGKILL))
+def _kill_when_reset(pid: int, path: str, seed: int | None = None, timeout: float = 120.0) -> threading.Thread:
+    """SIGKILLs ``pid`` once it has reset an episode (``seed``, or any): mid-rollout by construction."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                lines = open(path).read().split("\n")
+            except FileNotFoundError:
+                lines = []
+            if any(line.split() == [str(pid), str(seed)] if seed is not None else line.startswith(f"{pid} ")
+                   for line in lines):
+                os.kill(pid, signal.SIGKILL)
+                return
+            time.sleep(0.02)
+
+    t = threading.Thread(target=watch, daemon=True)
     t.start()
     return t
 
@@ -90,11 +120,11 @@ def test_ray_collects_the_same_records_as_the_local_collector(engine, local_reco
         col.close()
 
 
-def test_a_killed_worker_loses_only_its_unit_which_is_retried_elsewhere(engine, local_records) -> None:
-    col = _collector(engine, max_restarts=1)
+def test_a_killed_worker_loses_only_its_unit_which_is_retried_elsewhere(engine, local_records, tmp_path) -> None:
+    col = _collector(engine, announce=str(tmp_path / "resets"), max_restarts=1)
     try:
-        pids = col.worker_pids()  # workers are up: the kill lands mid-rollout
-        timer = _kill_after(pids[0] or 0, 0.6)
+        pids = col.worker_pids()
+        timer = _kill_when_reset(pids[0] or 0, str(tmp_path / "resets"))  # mid-rollout
         trajs, _ = col.collect(SEEDS, temperature=1.0, sample_seed=5)
         timer.join()
         assert col.last.worker_deaths == 1 and col.last.retried_episodes >= 1
@@ -107,11 +137,11 @@ def test_a_killed_worker_loses_only_its_unit_which_is_retried_elsewhere(engine, 
         col.close()
 
 
-def test_episodes_that_may_have_had_side_effects_are_failed_and_masked(engine, local_records) -> None:
-    col = _collector(engine, retry="never", max_restarts=0)
+def test_episodes_that_may_have_had_side_effects_are_failed_and_masked(engine, local_records, tmp_path) -> None:
+    col = _collector(engine, announce=str(tmp_path / "resets"), retry="never", max_restarts=0)
     try:
         pids = col.worker_pids()
-        timer = _kill_after(pids[0] or 0, 0.6)
+        timer = _kill_when_reset(pids[0] or 0, str(tmp_path / "resets"))
         trajs, _ = col.collect(SEEDS, temperature=1.0, sample_seed=5)
         timer.join()
         failed = [i for i, t in enumerate(trajs) if "failed" in t.meta]
@@ -132,11 +162,12 @@ def test_episodes_that_may_have_had_side_effects_are_failed_and_masked(engine, l
         col.close()
 
 
-def test_when_every_worker_is_gone_the_rest_is_reported_failed_and_kept_work_is_returned(engine) -> None:
-    col = _collector(engine, num_workers=1, episodes_per_call=2, max_restarts=0)
+def test_when_every_worker_is_gone_the_rest_is_reported_failed_and_kept_work_is_returned(engine, tmp_path) -> None:
+    col = _collector(engine, announce=str(tmp_path / "resets"), num_workers=1, episodes_per_call=2, max_restarts=0)
     try:
         pid = col.worker_pids()[0]
-        timer = _kill_after(pid or 0, 1.3)  # after the first unit (2 rounds x 0.4 s) came back
+        # one worker: the second unit starts only after the driver has the first one back
+        timer = _kill_when_reset(pid or 0, str(tmp_path / "resets"), seed=SEEDS[2])
         trajs, _ = col.collect(SEEDS, temperature=1.0, sample_seed=5)
         timer.join()
         reasons = [t.meta.get("failed") for t in trajs]
