@@ -8,7 +8,9 @@ bash scripts/setup-system.sh --no-image &
 system=$!
 trap 'wait "$system" 2>/dev/null || true' EXIT
 bash scripts/setup-venv.sh
+venv_s=$SECONDS
 wait "$system"
+setup_s=$SECONDS
 # The sandbox image (~25 s) builds beside the first tests, under its build lock: a test (or backend)
 # that needs the image before it is done waits for the build (agentgym.sandboxes.image.wait_for_build).
 lock=$(.venv/bin/python -c "from agentgym.sandboxes.image import build_lock_path; print(build_lock_path())")
@@ -25,10 +27,14 @@ set +e
 .venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 -n "${AGENTGYM_TEST_WORKERS:-3}" --dist loadgroup \
   --durations=25 "$@"
 rc=$?
+pytest_s=$((SECONDS - setup_s))
 wait "$build"
 built=$?
 set -e
 cat "$build_log"
+# Where the wall time went (the last lines CI shows).
+echo "test.sh: setup ${setup_s} s (venv ${venv_s} s, system packages waited for $((setup_s - venv_s)) s)," \
+  "pytest ${pytest_s} s, total ${SECONDS} s"
 if [ "$built" -ne 0 ]; then
   echo "agentgym sandbox build failed (exit $built): see its output above" >&2
   [ "$rc" -eq 0 ] && rc=1
