@@ -6,11 +6,13 @@ killed with SIGKILL mid-rollout, as an OOM kill or a lost node would do it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -90,17 +92,17 @@ def _collector(engine: ReplayEngine, announce: str | None = None, **kw: Any) -> 
 def _kill_when_reset(pid: int, path: str, seed: int | None = None, timeout: float = 120.0) -> threading.Thread:
     """SIGKILLs ``pid`` once it has reset an episode (``seed``, or any): mid-rollout by construction."""
 
+    def announced(line: str) -> bool:
+        got_pid, _, got_seed = line.partition(" ")
+        return got_pid == str(pid) and (seed is None or got_seed == str(seed))
+
     def watch() -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                lines = open(path).read().split("\n")
-            except FileNotFoundError:
-                lines = []
-            if any(line.split() == [str(pid), str(seed)] if seed is not None else line.startswith(f"{pid} ")
-                   for line in lines):
-                os.kill(pid, signal.SIGKILL)
-                return
+            with contextlib.suppress(FileNotFoundError):
+                if any(announced(line) for line in Path(path).read_text().splitlines()):
+                    os.kill(pid, signal.SIGKILL)
+                    return
             time.sleep(0.02)
 
     t = threading.Thread(target=watch, daemon=True)
