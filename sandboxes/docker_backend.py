@@ -36,7 +36,7 @@ from agentgym.sandboxes.attach import AttachTransport
 from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT, check_options
 from agentgym.sandboxes.image import RUNNER_CMD, SANDBOX_UID, WORKDIR, image_tag, wait_for_build
 from agentgym.sandboxes.orphans import LABEL, OWNER_LABEL, owner_id, remove_orphans
-from agentgym.sandboxes.runner_client import RunnerClient, RunnerSandbox
+from agentgym.sandboxes.runner_client import RunnerClient, RunnerGone, RunnerSandbox
 
 __all__ = ["AttachTransport", "DockerOptions", "DockerSandbox", "SandboxPool",
            "default_pool", "docker_client", "make_docker_sandbox"]
@@ -205,12 +205,26 @@ class SandboxPool:
             raise
         return _Warm(container, conn)
 
+    def _start(self) -> _Warm:
+        """``_create``, tried twice: a container whose runner did not answer its start ping (or
+        exited at once) is removed by ``_create`` and replaced once. That is the engine's fault
+        (seen under a full CI load), not a reason to fail an episode."""
+        try:
+            return self._create()
+        except RunnerGone as first:
+            if self._closed:
+                raise
+            try:
+                return self._create()
+            except RunnerGone as exc:
+                raise RunnerGone(f"{exc} (two containers tried)") from first
+
     def _fill_one(self) -> None:
         with self._lock:
             if self._closed:
                 return
         try:
-            warm: _Warm | BaseException = self._create()
+            warm: _Warm | BaseException = self._start()
         except BaseException as exc:  # handed to the next acquire() to raise
             warm = exc
         with self._lock:
@@ -261,12 +275,12 @@ class SandboxPool:
         if item is None:
             if self.size == 0:
                 try:
-                    return self._create()
+                    return self._start()
                 except (SandboxUnavailable, SandboxStateError):
                     raise
                 except Exception as exc:
                     raise SandboxStartFailed(f"could not start a sandbox container: {exc}") from exc
-            wait = _START_TIMEOUT_S * 2
+            wait = _START_TIMEOUT_S * 3  # two tries (``_start``), then some
             try:
                 item = self._ready.get(timeout=wait)
             except queue.Empty:

@@ -21,6 +21,10 @@ build=$!
 trap 'wait "$system" "$build" 2>/dev/null || true' EXIT
 while kill -0 "$build" 2>/dev/null && flock -n "$lock" true; do sleep 0.1; done  # until it holds the lock
 set +e
+# Bytecode caches are written: the suite starts ~250 Python processes, and with
+# PYTHONDONTWRITEBYTECODE set each one recompiles the repo's modules and every pytest worker
+# rewrites every test module's asserts again (~3.5 CPU-s per worker).
+unset PYTHONDONTWRITEBYTECODE
 # Three workers (pytest-xdist) on two cores: a quarter of the tests' time is spent waiting on
 # subprocesses, servers, containers and Ray. Tests that share a module's fixture or must not run side
 # by side stay on one worker (xdist_group, see tests/conftest.py). --durations: where the time goes.

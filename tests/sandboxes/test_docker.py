@@ -258,6 +258,47 @@ def test_a_container_start_that_times_out_is_sandbox_unavailable(monkeypatch: py
     assert pool._live == set()  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("size", [0, 1])  # started on demand, and refilled in the background
+def test_a_container_whose_runner_never_answered_is_replaced_once(monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+    """A stalled engine can leave a started container's runner unheard (seen once under CI's
+    load): the pool removes that container, starts another, and the episode gets a working
+    sandbox. Two in a row are an error (the test above)."""
+    from agentgym.sandboxes import docker_backend
+    from agentgym.sandboxes.runner_client import RunnerClient, RunnerGone
+
+    lost: list[int] = []
+
+    class LosesTheFirstPing(RunnerClient):
+        def call(self, req, timeout):  # type: ignore[no-untyped-def]
+            if req.get("op") == "ping" and not lost:
+                lost.append(1)
+                raise RunnerGone("runner did not answer in time")
+            return super().call(req, timeout)
+
+    removed: list[str] = []
+    real_remove = SandboxPool._remove
+
+    def remove(pool: SandboxPool, cid: str) -> None:
+        removed.append(cid)
+        real_remove(pool, cid)
+
+    monkeypatch.setattr(docker_backend, "RunnerClient", LosesTheFirstPing)
+    monkeypatch.setattr(SandboxPool, "_remove", remove)
+    pool = SandboxPool(size=size)
+    try:
+        deadline = time.monotonic() + 120
+        while size and pool._ready.empty() and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            time.sleep(0.05)  # the background start (and its replacement) is over before the ask
+        sb = pool.acquire()
+        assert sb.run("echo ok").stdout == "ok\n"
+        assert lost == [1] and len(removed) == 1 and removed[0] != sb.container_id  # type: ignore[attr-defined]
+        assert _gone_within(pool.client, removed[0])
+        sb.close()
+    finally:
+        pool.close()
+    assert pool._live == set()  # type: ignore[attr-defined]
+
+
 def test_the_shared_pool_refuses_options_it_was_not_made_with(monkeypatch: pytest.MonkeyPatch) -> None:
     from agentgym.errors import ConfigError
     from agentgym.sandboxes import docker_backend
