@@ -25,10 +25,11 @@ set +e
 # PYTHONDONTWRITEBYTECODE set each one recompiles the repo's modules and every pytest worker
 # rewrites every test module's asserts again (~3.5 CPU-s per worker).
 unset PYTHONDONTWRITEBYTECODE
-# Four workers (pytest-xdist) on two cores: part of the tests' time is spent waiting on
-# subprocesses, servers, containers and Ray (docs/internals/development.md: 4 beat 3 and 3 beat 2). Tests that share a module's fixture or must not run side
+# Three workers (pytest-xdist) on two cores: part of the tests' time is spent waiting on
+# subprocesses, servers, containers and Ray (docs/internals/development.md: 3 beat 2; 4 did not
+# beat 3 on fresh clones). Tests that share a module's fixture or must not run side
 # by side stay on one worker (xdist_group, see tests/conftest.py). --durations: where the time goes.
-.venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 -n "${AGENTGYM_TEST_WORKERS:-4}" --dist loadgroup \
+.venv/bin/python -m pytest -q -p no:cacheprovider --timeout=900 -n "${AGENTGYM_TEST_WORKERS:-3}" --dist loadgroup \
   --durations=25 "$@"
 rc=$?
 pytest_s=$((SECONDS - setup_s))
