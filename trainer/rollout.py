@@ -18,7 +18,6 @@ a remote env whose server is gone, an engine that times out, or an env's own
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -183,7 +182,7 @@ class Collector:
         for i in range(n):
             u = envs[i].unwrapped
             traj = (Trajectory(env_id=u.env_id, seed=seeds[i], task_id="", tokenizer="")
-                    if i in no_episode else copy.deepcopy(u.trajectory))
+                    if i in no_episode else u.trajectory.copy())
             if i in lost:
                 traj.meta["infra_error"] = lost[i]
             if "token_versions" in traj.meta:  # env tokens after the last action
