@@ -26,8 +26,8 @@ set +e
 # rewrites every test module's asserts again (~3.5 CPU-s per worker).
 unset PYTHONDONTWRITEBYTECODE
 # glibc malloc serves blocks above a dynamic threshold (at most 32 MiB) with mmap and unmaps them
-# on free, so each of a training step's large temporaries (~100 MiB apiece in the CPU quickstart,
-# hundreds per run) came as fresh zeroed pages: ~25% of a CPU training process's time was kernel
+# on free, so each of a training step's large temporaries (~90 MiB apiece in the CPU quickstart,
+# hundreds per run) came as fresh zeroed pages: 10-25% of a CPU training process's time was kernel
 # time. Kept on the heap, the suite uses ~8% less CPU (docs/internals/development.md). Results are
 # bitwise the same; peak memory is higher (a process keeps up to 1 GiB of freed heap).
 export MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824
