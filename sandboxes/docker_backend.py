@@ -109,6 +109,8 @@ class SandboxPool:
     background. ``close()`` removes everything the pool owns (also run at exit).
     """
 
+    runner_client: type[RunnerClient] = RunnerClient  # speaks to a started container's runner
+
     def __init__(self, size: int = 2, *, client: Any = None, cleanup_orphans: bool = True,
                  **options: Any) -> None:
         check_options("docker", options, OPTION_NAMES)
@@ -194,7 +196,7 @@ class SandboxPool:
         try:
             sock = container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             container.start()
-            conn = RunnerClient(AttachTransport(sock))
+            conn = self.runner_client(AttachTransport(sock))
             pong = conn.call({"op": "ping"}, _START_TIMEOUT_S)
             if not pong.get("ok") or pong.get("pid") != 1:
                 raise SandboxError(f"runner in {container.short_id} answered {pong!r} to ping")

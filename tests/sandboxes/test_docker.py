@@ -244,16 +244,17 @@ def test_a_private_pool_holds_one_container_per_sandbox() -> None:
     assert pool._live == set()  # type: ignore[attr-defined]
 
 
-def test_a_container_start_that_times_out_is_sandbox_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentgym.sandboxes import docker_backend
+def test_a_container_start_that_times_out_is_sandbox_unavailable() -> None:
     from agentgym.sandboxes.runner_client import RunnerClient
 
     class NoTimeToAnswer(RunnerClient):  # the start ping's deadline has passed when the answer is read:
         def call(self, req, timeout):  # type: ignore[no-untyped-def]  # a real timeout, on any machine
             return super().call(req, 0.0 if req.get("op") == "ping" else timeout)
 
-    monkeypatch.setattr(docker_backend, "RunnerClient", NoTimeToAnswer)
-    pool = SandboxPool(size=1)
+    class Pool(SandboxPool):  # this pool only: the shared pool may be starting containers meanwhile
+        runner_client = NoTimeToAnswer
+
+    pool = Pool(size=1)
     try:
         with pytest.raises(SandboxUnavailable, match="runner did not answer in time") as e:
             pool.acquire()
@@ -264,14 +265,14 @@ def test_a_container_start_that_times_out_is_sandbox_unavailable(monkeypatch: py
 
 
 @pytest.mark.parametrize("size", [0, 1])  # started on demand, and refilled in the background
-def test_a_container_whose_runner_never_answered_is_replaced_once(monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+def test_a_container_whose_runner_never_answered_is_replaced_once(size: int) -> None:
     """A stalled engine can leave a started container's runner unheard (seen once under CI's
     load): the pool removes that container, starts another, and the episode gets a working
     sandbox. Two in a row are an error (the test above)."""
-    from agentgym.sandboxes import docker_backend
     from agentgym.sandboxes.runner_client import RunnerClient, RunnerGone
 
     lost: list[int] = []
+    removed: list[str] = []
 
     class LosesTheFirstPing(RunnerClient):
         def call(self, req, timeout):  # type: ignore[no-untyped-def]
@@ -280,16 +281,14 @@ def test_a_container_whose_runner_never_answered_is_replaced_once(monkeypatch: p
                 raise RunnerGone("runner did not answer in time")
             return super().call(req, timeout)
 
-    removed: list[str] = []
-    real_remove = SandboxPool._remove
+    class Pool(SandboxPool):  # this pool only: the shared pool may be starting containers meanwhile
+        runner_client = LosesTheFirstPing
 
-    def remove(pool: SandboxPool, cid: str) -> None:
-        removed.append(cid)
-        real_remove(pool, cid)
+        def _remove(self, cid: str) -> None:
+            removed.append(cid)
+            super()._remove(cid)
 
-    monkeypatch.setattr(docker_backend, "RunnerClient", LosesTheFirstPing)
-    monkeypatch.setattr(SandboxPool, "_remove", remove)
-    pool = SandboxPool(size=size)
+    pool = Pool(size=size)
     try:
         deadline = time.monotonic() + 120
         while size and pool._ready.empty() and time.monotonic() < deadline:  # type: ignore[attr-defined]
