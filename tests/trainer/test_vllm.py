@@ -10,7 +10,6 @@ The sync is checked to stay in memory (no file, no byte written to storage).
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,16 +89,19 @@ def _disk_writes(pids: list[int]) -> int:
     return total
 
 
-def _files(*roots: Path) -> set[tuple[str, int]]:
-    """(path, size) of the files under ``roots``; tests running beside this one (xdist workers)
-    create and delete their own temp files meanwhile, so a file that vanishes is skipped."""
-    out = set()
-    for r in roots:
-        for d, _, names in os.walk(r):
-            for n in names:
-                with contextlib.suppress(OSError):
-                    out.add((os.path.join(d, n), os.stat(os.path.join(d, n)).st_size))
-    return out
+def _files(*roots: Path) -> set[str]:
+    """The paths of the files under ``roots`` (names only: a busy /tmp holds millions of files,
+    too many to stat twice)."""
+    return {os.path.join(d, n) for r in roots for d, _, names in os.walk(r) for n in names}
+
+
+def _size(path: str) -> int:
+    """A file's size; 0 for one gone already (tests running beside this one, in other xdist
+    workers, create and delete their own temp files meanwhile)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def test_sync_weights_in_memory_then_logprobs_equal_the_trainers(engine: Engine, tmp_path: Path) -> None:
@@ -121,10 +123,9 @@ def test_sync_weights_in_memory_then_logprobs_equal_the_trainers(engine: Engine,
     # running beside this one write their own small files there, and theirs under their tmp_path;
     # files that existed before may grow meanwhile, e.g. dockerd's log: the write counter above
     # covers this process's and the engine's writes to them)
-    others = tmp_path.parent.parent
-    existed = {path for path, _ in files}
-    new = {f for f in _files(*roots) if f[0] not in existed and (str(tmp_path) in f[0]
-           or (not f[0].startswith(str(others)) and f[1] >= model_bytes))}
+    others = str(tmp_path.parent.parent)
+    new = {(f, _size(f)) for f in _files(*roots) - files
+           if str(tmp_path) in f or (not f.startswith(others) and _size(f) >= model_bytes)}
     assert new == set()
     assert engine.last_sync["bytes"] == model_bytes and engine.last_sync["seconds"] > 0  # type: ignore[attr-defined]
     after = engine.generate(PROMPTS, max_new_tokens=12, temperature=1.0, stop_ids=STOPS, seed=1)
