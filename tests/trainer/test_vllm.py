@@ -26,6 +26,7 @@ from agentgym.trainer.model import build_tiny_gptoss
 
 pytestmark = pytest.mark.vllm
 TOK = ByteTokenizer()
+ENV_AT_START = dict(os.environ)  # before this module's engine starts
 STOPS = list(HarmonyCodec(TOK).stop_ids)
 PROMPTS = [TOK.encode("What is 2+3?"), TOK.encode("hi"), TOK.encode("x" * 70)]  # 70 > sliding window 64
 
@@ -169,6 +170,37 @@ def test_too_long_prompt_is_a_clear_error(engine: Engine) -> None:
         engine.generate([[1] * 1024], max_new_tokens=4, temperature=1.0, stop_ids=[])
     out = engine.generate([[1] * 1020], max_new_tokens=16, temperature=1.0, stop_ids=[], seed=0)
     assert len(out[0].tokens) <= 4 and out[0].finish_reason == "length"  # cut at the context length
+
+
+def test_the_engines_processes_run_uncompiled_and_keep_their_sockets_in_a_folder_of_ours(engine: Engine) -> None:
+    """On CPU vLLM's processes start with TORCHDYNAMO_DISABLE (no inductor C++ build at the
+    first sample) and keep their temporary files in this process's folder (this process's own
+    settings are left as they were), and vLLM's ZeroMQ socket files are in that folder, not
+    loose in the system temp folder."""
+    import tempfile
+
+    from agentgym.trainer.engines.vllm import vllm_env
+
+    pids = engine.child_pids()  # type: ignore[attr-defined]
+    assert pids
+    rpc = Path(vllm_env()["VLLM_RPC_BASE_PATH"])
+    ours = {"TORCHDYNAMO_DISABLE": "1", "TMPDIR": str(rpc)}
+    for pid in pids:  # what the user exported wins
+        env = dict(kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in kv)
+        assert {k: env.get(k) for k in ours} == {k: ENV_AT_START.get(k, v) for k, v in ours.items()}, pid
+    assert {k: os.environ.get(k) for k in ours} == {k: ENV_AT_START.get(k) for k in ours}  # ours: as it was
+    assert rpc.parent == Path(tempfile.gettempdir()) and rpc.name.startswith("agentgym-vllm-rpc-")
+    assert any(p.is_socket() for p in rpc.iterdir())  # the running engine's
+
+
+def test_the_socket_folder_is_removed_at_exit() -> None:
+    import subprocess
+    import sys
+
+    code = "from agentgym.trainer.engines.vllm import vllm_env; print(vllm_env()['VLLM_RPC_BASE_PATH'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    folder = Path(out.stdout.strip())
+    assert folder.name.startswith("agentgym-vllm-rpc-") and not folder.exists()
 
 
 def test_ppo_step_with_vllm_then_close_leaves_no_engine_process(engine: Engine, tmp_path: Path) -> None:

