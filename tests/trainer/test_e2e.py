@@ -46,7 +46,11 @@ def test_ppo_beats_its_placebo_on_held_out_problems_when_the_reward_has_somethin
     ppo, placebo, warm = final_eval(run), final_eval(run / CONTROLS_DIR / "placebo"), warm_eval(run)
     assert ppo is not None and placebo is not None and warm is not None and ppo["sampled_problems"] >= 20
     # measured (seed 0, 24 problems x 4 at T=1): warm start 0.625, PPO 0.833, placebo 0.000. The gap
-    # to the placebo is mostly the placebo's damage (lr 1e-3, no KL), so PPO's own gain is asserted too
+    # to the placebo is mostly the placebo's damage (lr 1e-3, no KL), so PPO's own gain is asserted too.
+    # The bounds hold for seed 0 (on Intel Xeon and AMD EPYC), not for every seed: on seeds 1-4 (AMD)
+    # the placebo gap was 0.84, 0.17 (z 4.0: the placebo kept 0.68), 0.85, 0.81, PPO's own gain
+    # 0.21-0.25 (z >= 5), and seed 4's training reward rose by only 0.05. A float change that moves
+    # seed 0's trajectory can fail this test without a bug; 12 PPO steps failed on 2 of 6 seeds.
     g = gain(placebo, ppo, "sampled_")  # PPO - placebo, paired on the same held-out problems
     assert g is not None and g["gain"] >= 0.2 and g["z"] >= 4, (g, lines)
     own = gain(warm, ppo, "sampled_")
