@@ -280,15 +280,18 @@ def sink_block_mask(
     if mask_mod is None:
         return flex_attention_mask(batch_size, q_length, kv_length, q_offset, kv_offset, mask_function,
                                    attention_mask, device, local_size=local_size, **kwargs)
-    return _block_mask_builder()(mask_mod, batch_size, None, q_length, kv_length, device=device)
+    return _block_mask_builder(device)(mask_mod, batch_size, None, q_length, kv_length, device=device)
 
 
-def _block_mask_builder() -> Any:
-    """``create_block_mask``, compiled once (as transformers' ``_compile=True`` does, without its
-    deprecation): the eager one materialises the whole (B, Q, KV) mask."""
+def _block_mask_builder(device: torch.device | str) -> Any:
+    """``create_block_mask``, compiled once for CUDA (as transformers' ``_compile=True`` does,
+    without its deprecation): the eager one materialises the whole (B, Q, KV) mask. On CPU it
+    stays eager, like flex itself there (:func:`_flex`): no inductor C++ build for a mask."""
     global _compiled_block_mask
     from torch.nn.attention.flex_attention import create_block_mask
 
+    if torch.device(device).type != "cuda":
+        return create_block_mask
     if _compiled_block_mask is None:
         _compiled_block_mask = torch.compile(create_block_mask)
     return _compiled_block_mask
