@@ -71,20 +71,29 @@ def test_collect_records_exact_tokens_logprobs_and_groups() -> None:
 
 
 def test_prefix_engine_samples_what_the_plain_hf_engine_samples() -> None:
+    """Also with repeated prompts (the samples of one task): each distinct suffix is prefilled
+    once, and the repeats still sample on their own."""
     model = build_tiny_gptoss(264, seed=3)
     env = _env()
     prompts = []
     for i in range(4):
         obs, _ = env.reset(seed=i)
         prompts.append(obs.tolist() + ([] if i % 2 else list(range(40, 40 + 3 * i))))
+    prompts += [prompts[1], prompts[2], prompts[1]]
     stop = list(env.unwrapped.codec.stop_ids)
     a = HFEngine(model, pad_id=PAD).generate(prompts, max_new_tokens=12, temperature=1.0,
                                              stop_ids=stop, seed=5)
+    batch_one = []  # forwards at batch 1: the shared prefix, then one per distinct suffix
+    hook = model.register_forward_pre_hook(
+        lambda _m, args, kw: batch_one.append(1) if kw["input_ids"].shape[0] == 1 else None, with_kwargs=True)
     b = make_prefix_engine(model, pad_id=PAD).generate(prompts, max_new_tokens=12, temperature=1.0,
                                                        stop_ids=stop, seed=5)
+    hook.remove()
+    assert len(batch_one) == 1 + 4
     for x, y in zip(a, b):
         assert x.tokens == y.tokens and x.finish_reason == y.finish_reason
         assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) < 1e-4
+    assert len({tuple(b[i].tokens) for i in (1, 4, 6)}) > 1  # prompt 1's three samples: not one copy
 
 
 def test_decoding_attention_equals_the_models_eager_attention() -> None:
