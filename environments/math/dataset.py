@@ -18,6 +18,7 @@ under two ids (or in two splits) would count one problem twice and could leak ev
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -37,8 +38,19 @@ def load_dataset(path: str | Path) -> list[Problem]:
     """Read a JSONL problem set; every bad row is a :class:`DatasetError` naming its line.
 
     ``answer`` may be a string or a number (``3`` is read as ``"3"``). Blank lines are skipped.
+    A file read before is not parsed again while its size and modification time stay the same
+    (a trainer makes one env per episode slot, each with the whole dataset).
     """
     p = Path(path)
+    try:
+        st = p.stat()
+    except OSError as e:
+        raise DatasetError(f"cannot read dataset {str(p)!r}: {e}; expected a JSONL file path") from e
+    return list(_parsed(p.resolve(), st.st_size, st.st_mtime_ns, p))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(_key: Path, _size: int, _mtime_ns: int, p: Path) -> tuple[Problem, ...]:
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
@@ -94,4 +106,4 @@ def load_dataset(path: str | Path) -> list[Problem]:
                            str(row.get("level", "custom")), None, form, split, given))
     if not out:
         raise DatasetError(f"{p}: the dataset has no problems; expected JSONL rows {{\"id\", \"question\", \"answer\"}}")
-    return out
+    return tuple(out)

@@ -189,6 +189,20 @@ def test_dataset_errors_name_the_line(tmp_path: Path, lines: list[str], match: s
         MathEnv(dataset=_write(tmp_path, lines))
 
 
+def test_a_dataset_is_parsed_once_and_again_when_it_changes(tmp_path: Path) -> None:
+    from agentgym.environments.math import dataset
+
+    path = _write(tmp_path, ['{"id": "a", "question": "q", "answer": "1"}'])
+    first = dataset.load_dataset(path)
+    hits = dataset._parsed.cache_info().hits
+    assert dataset.load_dataset(str(path)) == first and dataset._parsed.cache_info().hits == hits + 1
+    path.write_text('{"id": "a", "question": "q", "answer": "12"}\n', encoding="utf-8")  # another size
+    assert [p.answer for p in dataset.load_dataset(path)] == ["12"]
+    path.write_text("{broken\n", encoding="utf-8")
+    with pytest.raises(DatasetError, match=":1: not valid JSON"):
+        dataset.load_dataset(path)
+
+
 def test_dataset_missing_file(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="cannot read"):
         MathEnv(dataset=tmp_path / "nope.jsonl")
