@@ -15,7 +15,11 @@ on the step's metrics:
   ``max_grad_norm_ratio`` x the baseline and above ``min_grad_norm``: updates getting larger
   and larger.
 * ``reward``: from step ``reward_patience`` on, the mean reward of the last ``window`` steps
-  is not above the baseline's by ``min_reward_gain``: the run is not learning.
+  is not above the baseline's by ``min_reward_gain``, beyond noise: even the difference plus
+  ``reward_z`` standard errors (from the spread of the per-step means in both windows) is not
+  above it. The run is falling back, or flat with nothing to learn from. A sampled reward of a
+  few tasks a step swings from step to step; compared raw (``reward_z=0``), two windows of 5
+  steps disagree by chance in most runs.
 * ``mismatch``: the engine that sampled and the learner disagree on the sampled tokens:
   ``mismatch_k3`` (k3 estimate of KL(engine || learner)) above ``max_mismatch_k3`` or the mean
   |log pi_learner - log pi_engine| above ``max_mismatch_abs_dlogp``. Kernels and precision
@@ -36,6 +40,8 @@ metrics; :func:`health_summary` condenses a run's alerts for the final report.
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -65,7 +71,10 @@ class HealthConfig:
     reward_patience: int = 10
     """First step at which a reward that has not risen is an alert."""
     min_reward_gain: float = 0.0
-    """The recent mean reward must beat the baseline's by more than this."""
+    """The recent mean reward must beat the baseline's by more than this..."""
+    reward_z: float = 3.0
+    """...give or take this many standard errors of the difference (0: the raw means). At 3, a
+    20-step run whose reward does not change raises it in ~5% of runs (0: ~80%)."""
     max_mismatch_k3: float = 0.05
     """Alert when the engine-vs-learner k3 (KL(engine || learner) per policy token) exceeds this."""
     max_mismatch_abs_dlogp: float = 0.2
@@ -86,6 +95,8 @@ class HealthConfig:
                     "max_mismatch_abs_dlogp"):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"health.{key}: expected a positive number, got {getattr(self, key)!r}")
+        if not self.reward_z >= 0:
+            raise ConfigError(f"health.reward_z: expected a number of standard errors >= 0, got {self.reward_z!r}")
         for key in ("min_ess", "max_capped_frac"):
             if not 0 <= getattr(self, key) <= 1:
                 raise ConfigError(f"health.{key}: expected a share in [0, 1], got {getattr(self, key)!r}")
@@ -154,16 +165,18 @@ class HealthMonitor:
         return None
 
     def _reward(self, step: int) -> str | None:
-        base, xs = self._baseline("reward_mean"), self.series["reward_mean"]
-        w = self.cfg.window
-        if base is None or step < self.cfg.reward_patience or len(xs) < 2 * w:
+        xs, w = self.series["reward_mean"], self.cfg.window
+        if step < self.cfg.reward_patience or len(xs) < 2 * w:
             return None
-        recent = _mean(xs[-w:])
-        if recent <= base + self.cfg.min_reward_gain:
-            return (f"{LABELS['reward']}: mean {recent:.3f} over the last {w} steps <= "
-                    f"{base:.3f} over the first {w}" + (f" + {self.cfg.min_reward_gain:g}"
-                                                        if self.cfg.min_reward_gain else "")
-                    + f" at step {step}")
+        first, last = xs[:w], xs[-w:]
+        gain = _mean(last) - _mean(first)
+        # Welch's standard error of the difference of the two window means (0 for one-step windows)
+        se = math.sqrt((statistics.variance(first) + statistics.variance(last)) / w) if w > 1 else 0.0
+        z, floor = self.cfg.reward_z, self.cfg.min_reward_gain
+        if gain + z * se <= floor:
+            noise = f" ± {se:.3f}, at most {gain + z * se:+.3f} at {z:g} SE" if z and se else ""
+            return (f"{LABELS['reward']}: mean {_mean(last):.3f} over the last {w} steps against "
+                    f"{_mean(first):.3f} over the first {w} ({gain:+.3f}{noise}; bound {floor:+g}) at step {step}")
         return None
 
 
