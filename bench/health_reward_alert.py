@@ -26,8 +26,8 @@ ZS = (0.0, 2.0, 2.5, 3.0)
 
 def fired_steps(rewards: list[float], z: float) -> list[int]:
     mon = HealthMonitor(HealthConfig(reward_z=z))
-    return [step for step, r in enumerate(rewards, 1) if any(
-        a.startswith("reward") for a in mon.check(step, {"reward_mean": r}))]
+    return [step for step, r in enumerate(rewards, 1)
+            if mon.flags(mon.check(step, {"reward_mean": r}))["health_reward"]]
 
 
 def simulated_run(rng: random.Random, steps: int, a: float, b: float, fall: float = 0.0,
