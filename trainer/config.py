@@ -224,6 +224,12 @@ class PPOConfig:
     """Divide group advantages by the group's score std (GRPO); false = Dr.GRPO style."""
     kl_coef: float = 0.0
     """Weight of the KL to a frozen reference (the warm-started policy); 0 disables it."""
+    kl_target: float | None = None
+    """Adaptive KL penalty (Schulman et al. 2017, sec. 4, with a floor): after each step whose KL
+    to the reference (``kl_ref``, the value the health monitor watches) is above 1.5 x this
+    target, the coefficient doubles; below target / 1.5 it halves, but never below ``kl_coef``,
+    its starting value. null (default): a fixed ``kl_coef``. Loss only (``kl_in: loss``).
+    Logged as ``kl_coef``; kept in checkpoints."""
     kl_estimator: str = "k3"
     """Estimator of KL(policy || reference) from the sampled tokens (ppo.py ``kl_estimate``):
     ``k3`` (in the loss its gradient optimises KL(reference || policy)), ``k2`` (0.5 x squared
@@ -555,6 +561,11 @@ class TrainConfig:
                               "grad log pi, zero in expectation, so it pulls nowhere; fix: "
                               "ppo.kl_estimator=k2 (gradient of KL(pi || ref)) or k3 (KL(ref || pi)), "
                               "or ppo.kl_in=reward")
+        if p.kl_target is not None and not (p.kl_target > 0 and p.kl_coef > 0 and p.kl_in == "loss"):
+            raise ConfigError(f"ppo.kl_target={p.kl_target} adapts the KL penalty in the loss from ppo.kl_coef; "
+                              f"expected kl_target > 0, kl_coef > 0 and kl_in=loss, got kl_coef={p.kl_coef}, "
+                              f"kl_in={p.kl_in}; fix: e.g. ppo.kl_coef=0.1 ppo.kl_in=loss, or "
+                              "ppo.kl_target=null for a fixed coefficient")
         for key, opts in (("env.train_options", self.env.train_options), ("env.eval_options", self.env.eval_options)):
             if "split" in opts:
                 which = "train" if "train" in key else "eval"

@@ -21,6 +21,7 @@ import torch
 from agentgym.errors import ConfigError
 
 __all__ = [
+    "AdaptiveKL",
     "KL_ESTIMATORS",
     "KL_IN_LOSS",
     "gae",
@@ -54,6 +55,27 @@ class RewardNorm:
 
     def state(self) -> list[float]:
         return [self.n, self.mean, self.m2]
+
+
+class AdaptiveKL:
+    """``ppo.kl_target``: the KL penalty's coefficient, adapted after each step (the adaptive KL
+    penalty of Schulman et al. 2017, with a floor): doubled when the step's KL to the reference
+    was above 1.5 x ``target``, halved when below ``target`` / 1.5 but never below its starting
+    value ``coef`` (at the first steps KL is ~0, and halving from there would leave no pull by
+    the time KL rises), kept otherwise. ``target`` None: fixed at ``coef``."""
+
+    def __init__(self, coef: float, target: float | None) -> None:
+        self.floor = self.coef = coef
+        self.target = target
+
+    def update(self, kl: float | None) -> float:
+        """After a step whose KL to the reference was ``kl`` -> the coefficient of the next one."""
+        if self.target is not None and kl is not None and math.isfinite(kl):
+            if kl > 1.5 * self.target:
+                self.coef *= 2.0
+            elif kl < self.target / 1.5:
+                self.coef = max(self.coef / 2.0, self.floor)
+        return self.coef
 
 
 LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: finite in float32, far beyond any clip range

@@ -38,7 +38,7 @@ from agentgym.trainer.evaluation import Evaluator
 from agentgym.trainer.health import HealthMonitor
 from agentgym.trainer.learner import Learner
 from agentgym.trainer.metrics import MetricsLogger, Progress, read_metrics, truncate_metrics
-from agentgym.trainer.ppo import RewardNorm
+from agentgym.trainer.ppo import AdaptiveKL, RewardNorm
 from agentgym.trainer.rollouts import Rollouts
 from agentgym.trainer.update import compute_advantages, ppo_update, score
 
@@ -78,6 +78,7 @@ class Trainer:
         self.sft_done = cfg.sft.steps == 0
         self.resumed = False
         self.reward_norm = RewardNorm() if cfg.ppo.normalize_rewards else None
+        self.kl = AdaptiveKL(cfg.ppo.kl_coef, cfg.ppo.kl_target)  # the KL penalty's weight, fixed or adapted
         self.health = HealthMonitor(cfg.health)
         self.sft_resume: tuple[int, Any, Any] | None = None  # (step, optimizer, scheduler) of a killed warm start
         self.sft_summary: dict[str, Any] = {}  # the warm start's steps and stop reason (for its verdict)
@@ -114,7 +115,8 @@ class Trainer:
         elif (batch := rollouts.batch(trajs, groups, metrics)) is not None:
             batch = score(batch.to(learner.device), cfg, step, self.ranks, self.reward_norm)
             metrics.update(compute_advantages(learner, batch, cfg, step))
-            metrics.update(ppo_update(learner, batch, cfg, step))
+            metrics.update(ppo_update(learner, batch, cfg, step, self.kl.coef), kl_coef=self.kl.coef)
+            self.kl.update(metrics.get("kl_ref"))
         if (step + 1) % cfg.rollout.sync_every == 0:
             metrics.update(rollouts.sync(step + 1))
         t_update, t_step = time.perf_counter() - t0, time.perf_counter() - t_start
@@ -208,7 +210,7 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
     def _state(self, **extra: Any) -> dict[str, Any]:
         return {"sft_done": self.sft_done, "sft_summary": self.sft_summary,
-                "score_stats": self.reward_norm.state() if self.reward_norm else [0, 0.0, 0.0],
+                "score_stats": self.reward_norm.state() if self.reward_norm else [0, 0.0, 0.0], "kl_coef": self.kl.coef,
                 "metrics_lines": len(read_metrics(self.cfg.log.run_dir)) if self.ranks.main else 0,
                 "world_size": self.ranks.world, "curriculum": self.rollouts.curriculum.state_dict(), **extra}
 
@@ -228,6 +230,7 @@ class Trainer:
         self.sft_summary = dict(state.get("sft_summary", {}))
         if self.reward_norm is not None:
             self.reward_norm = RewardNorm(list(state["score_stats"]))
+        self.kl.coef = float(state.get("kl_coef", self.kl.coef))
         if "curriculum" in state:
             self.rollouts.curriculum.load_state_dict(state["curriculum"])
         if self.ranks.main:

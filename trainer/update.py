@@ -160,11 +160,11 @@ def compute_advantages(learner: Learner, b: Batch, cfg: TrainConfig, step: int) 
     return metrics
 
 
-def ppo_update(learner: Learner, b: Batch, cfg: TrainConfig, step: int) -> dict[str, float]:
+def ppo_update(learner: Learner, b: Batch, cfg: TrainConfig, step: int, kl_coef: float | None = None) -> dict[str, float]:
     """PPO's clipped update of step ``step`` on this rank's rows ``b``, whose advantages
     :func:`compute_advantages` set: ``ppo.epochs`` passes over ``ppo.minibatches`` shuffled
     minibatches, one optimizer step each, its gradient accumulated over micro-batches (module
-    doc). -> the metrics, each the mean over the optimizer steps (``*_first``: the first step's;
+    doc); the KL penalty's weight is ``kl_coef`` (default ``ppo.kl_coef``). -> the metrics, each the mean over the optimizer steps (``*_first``: the first step's;
     ``ratio_max`` / ``ratio_min``: the extremes) and the engine/learner mismatch statistics."""
     p, c, mask = cfg.ppo, cfg.correction, b.policy_mask
     old_full = torch.zeros_like(b.behaviour_logp)  # the old log-probs and weights, for mismatch stats
@@ -178,7 +178,8 @@ def ppo_update(learner: Learner, b: Batch, cfg: TrainConfig, step: int) -> dict[
             st = _Stats()
             learner.optimizer.zero_grad(set_to_none=True)
             for rows in micro_batches(b.lengths, mb, p.micro_batch_tokens):
-                old_lp, weights = _micro_batch(learner, b.select(rows), cfg, step, n_tok, st)
+                old_lp, weights = _micro_batch(learner, b.select(rows), cfg, step, n_tok, st,
+                                               p.kl_coef if kl_coef is None else kl_coef)
                 if epoch == 0:
                     w = old_lp.shape[1]
                     old_full[rows, :w], w_full[rows, :w] = old_lp, weights
@@ -198,7 +199,7 @@ def ppo_update(learner: Learner, b: Batch, cfg: TrainConfig, step: int) -> dict[
 
 
 def _micro_batch(learner: Learner, sub: Batch, cfg: TrainConfig, step: int, n_tok: float,
-                 st: _Stats) -> tuple[torch.Tensor, torch.Tensor]:
+                 st: _Stats, kl_coef: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward and backward of one micro-batch: the clipped policy loss, minus the entropy
     bonus, plus the value loss (GAE) and the KL to the reference (``kl_in: loss``), each a sum
     over its policy tokens / ``n_tok``. -> its old log-probs and correction weights (b, w)."""
@@ -222,7 +223,7 @@ def _micro_batch(learner: Learner, sub: Batch, cfg: TrainConfig, step: int, n_to
         kl = masked_mean(kl_estimate(out.logprobs, sub.ref_logp, _estimator(cfg)), m, n_tok)
         st.add("kl_ref", kl.item())
         if p.kl_in == "loss":
-            loss = loss + p.kl_coef * kl
+            loss = loss + kl_coef * kl
     check_finite("loss", loss.detach(), step, "Lower ppo.lr, check rewards, or enable "
                  "rollout correction (correction.mode).")
     if loss.requires_grad:  # a micro-batch without policy tokens (all masked) has no graph

@@ -63,6 +63,7 @@ def test_unknown_key_in_yaml_is_rejected(tmp_path) -> None:  # type: ignore[no-u
     ("ppo=3", "expected a section"),
     ("noequals", "KEY=VALUE"),
     ("ppo.kl_estimator=k1", r"k1 with ppo.kl_in=loss.*zero in expectation.*fix: ppo.kl_estimator=k2"),
+    ("ppo.kl_target=0.05", r"ppo.kl_target=0.05 adapts.*got kl_coef=0.0.*fix: e.g. ppo.kl_coef=0.1"),
     ("sft.teacher=sign-flipper", r"now 'defect-sign-flipper': it plants a defect"),
     ("sft.teacher=guesser", "now 'defect-guesser'"),
     ("env.train_options={split: train}", r"fix: env.train_split=train"),
@@ -88,6 +89,9 @@ def test_evidence_combinations_are_refused_with_a_fix() -> None:
         load_config(None, ["sft.load=somewhere", "sft.steps=10"])
     with pytest.raises(ConfigError, match="engine_weights / engine_dtype are for the hf engine"):
         load_config(None, ["rollout.engine=vllm", "rollout.engine_dtype=bfloat16"])
+    with pytest.raises(ConfigError, match="expected kl_target > 0, kl_coef > 0 and kl_in=loss"):
+        load_config(None, ["ppo.kl_coef=0.1", "ppo.kl_target=0.05", "ppo.kl_in=reward"])
+    assert load_config(None, ["ppo.kl_coef=0.1", "ppo.kl_target=0.05"]).ppo.kl_target == 0.05
     cfg = load_config(None, ["ppo.kl_estimator=k1", "ppo.kl_in=reward"])  # k1 as a reward penalty is fine
     assert cfg.ppo.kl_estimator == "k1"
     cfg = load_config(None, ["rollout.engine_weights=copy", "rollout.sync_every=3", "ppo.kl_estimator=k2"])

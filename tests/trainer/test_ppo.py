@@ -11,6 +11,7 @@ from agentgym.errors import ConfigError
 from agentgym.trainer.logprobs import policy_forward
 from agentgym.trainer.model import build_tiny_gptoss
 from agentgym.trainer.ppo import (
+    AdaptiveKL,
     gae,
     group_advantages,
     group_advantages_with_kl,
@@ -252,3 +253,11 @@ def test_policy_mask_excludes_environment_tokens(tiny: torch.nn.Module) -> None:
     predicts_policy = pmask[:, 1:].bool()
     assert torch.all(grad[~predicts_policy] == 0)  # env, prompt and padding: exactly zero
     assert torch.all(grad[predicts_policy].abs().sum(-1) > 0)
+
+
+def test_adaptive_kl_doubles_above_the_band_and_halves_below_it_down_to_its_start() -> None:
+    kl = AdaptiveKL(0.1, target=0.04)  # band: (0.04 / 1.5, 0.06]
+    assert [kl.update(x) for x in (0.0, 0.07, 0.07, 0.05, None, float("nan"), 0.02, 0.02, 0.0)] == \
+        pytest.approx([0.1, 0.2, 0.4, 0.4, 0.4, 0.4, 0.2, 0.1, 0.1])
+    fixed = AdaptiveKL(0.1, target=None)
+    assert [fixed.update(x) for x in (0.0, 5.0)] == [0.1, 0.1]

@@ -231,13 +231,17 @@ def test_dynamic_sampling_drops_uniform_groups_and_overlong_actions_are_masked(t
 
 
 def test_kl_reference_is_the_initial_policy_without_warm_start_and_after_resume(tmp_path: Path) -> None:
-    args = [*SMALL, *ONE_TASK, "ppo.kl_coef=0.1"]  # SMALL has sft.steps=0: no warm start
+    """The KL anchor is the initial policy and survives a resume; so does the adaptive KL
+    coefficient (``ppo.kl_target``: doubled after a step above 1.5 x target, never under its start)."""
+    args = [*SMALL, *ONE_TASK, "ppo.kl_coef=0.1", "ppo.kl_target=1e-5"]  # SMALL: sft.steps=0, no warm start
     full = Trainer(load_config("cpu-quickstart", [*args, f"log.run_dir={tmp_path / 'full'}", "ppo.steps=3"]))
     initial = {k: v.clone() for k, v in full.learner.model.state_dict().items()}
     full.run()
     rows = read_metrics(tmp_path / "full", "train")
     assert all("kl_ref" in r for r in rows), "no KL term although ppo.kl_coef > 0"
     assert abs(rows[0]["kl_ref"]) < 1e-6 and rows[-1]["kl_ref"] > 1e-4  # anchored at the start
+    assert rows[1]["kl_ref"] > 1.5e-5, rows[1]
+    assert [r["kl_coef"] for r in rows] == [0.1, 0.1, 0.2]  # KL ~0 at step 1 keeps the floor
     Trainer(load_config("cpu-quickstart", [*args, f"log.run_dir={tmp_path / 'part'}", "ppo.steps=2"])).run()
     resumed = Trainer(load_config("cpu-quickstart", [*args, f"log.run_dir={tmp_path / 'part'}",
                                                      "ppo.steps=3"]), resume=True)
