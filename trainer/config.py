@@ -190,7 +190,9 @@ class PPOConfig:
     steps: int = 30
     """Number of PPO steps (collect -> update) after the warm start."""
     advantage: str = "group"
-    """``group`` (baseline = mean score of the task's samples, no critic) or ``gae`` (value head)."""
+    """``group`` (baseline = mean score of the task's samples, no critic), ``batch`` (baseline =
+    mean score of the whole step's episodes, all tasks together, as REINFORCE++: a solved easy
+    task is still reinforced) or ``gae`` (value head)."""
     lr: float = 5e-4
     """AdamW learning rate of the policy (and value head)."""
     warmup_steps: int = 2
@@ -451,7 +453,7 @@ class TrainConfig:
         choices = {
             "env.reward_mode": (self.env.reward_mode, ("sparse", "shaped")),
             "env.prompt": (self.env.prompt, tuple(PROMPT_STYLES)),
-            "ppo.advantage": (self.ppo.advantage, ("group", "gae")),
+            "ppo.advantage": (self.ppo.advantage, ("group", "batch", "gae")),
             "ppo.kl_estimator": (self.ppo.kl_estimator, ("k1", "k2", "k3")),
             "algo": (self.algo, ALGOS),
             "rollout.engine_weights": (self.rollout.engine_weights, ("shared", "copy")),

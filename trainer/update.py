@@ -148,6 +148,8 @@ def compute_advantages(learner: Learner, b: Batch, cfg: TrainConfig, step: int) 
         check_finite("advantages", b.advantages, step, "Check rewards and the value head.")
         return metrics
     groups, all_scores = ranks.gather_rows(b.group_ids + 0), ranks.gather_rows(b.scores)  # global task ids
+    if p.advantage == "batch":  # one baseline for the whole step
+        groups = torch.zeros_like(groups)
     if pen is None:
         seq_adv = group_advantages(all_scores, groups, normalize_std=p.group_std_normalize)
     else:  # normalise the outcome first, then the (centred) KL penalty

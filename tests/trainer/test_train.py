@@ -210,6 +210,28 @@ def test_placebo_permutes_the_scores_of_the_batch(tmp_path: Path) -> None:
     assert stats[True]["pg_loss"] != stats[False]["pg_loss"]  # other episodes' returns, same samples
 
 
+@pytest.mark.parametrize("std", [True, False])
+def test_batch_advantage_has_one_baseline_for_the_whole_step(tmp_path: Path, std: bool) -> None:
+    """``ppo.advantage=batch``: (score - mean of all the step's scores) [/ their std]; a task whose
+    samples all succeeded still gets a positive advantage (under the group baseline: zero)."""
+    from agentgym.trainer.update import compute_advantages, score
+
+    cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "ppo.advantage=batch",
+                                         f"ppo.group_std_normalize={str(std).lower()}"])
+    t = Trainer(cfg)
+    trajs, groups, _ = t.rollouts.collect(0)
+    for i, tr in enumerate(trajs):  # task 0: both samples solved it; task 1: one of two
+        tr.turns[-1].reward = float(i != 3)
+    b = score(t.rollouts.batch(trajs, groups, {}), cfg, 0, t.ranks)
+    compute_advantages(t.learner, b, cfg, 0)
+    t.close()
+    s = torch.tensor([float(i != 3) for i in range(len(trajs))])
+    want = (s - s.mean()) / (s.std() + 1e-6) if std else s - s.mean()
+    got = torch.stack([row[m.bool()][0] for row, m in zip(b.advantages, b.policy_mask, strict=True)])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert float(got[0]) > 0 and float(got[1]) > 0  # the all-solved task is reinforced
+
+
 def test_dynamic_sampling_drops_uniform_groups_and_overlong_actions_are_masked(tmp_path: Path) -> None:
     cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path / 'ds'}", "ppo.drop_uniform_groups=true"])
     t = Trainer(cfg)
