@@ -568,6 +568,10 @@ class TrainConfig:
                               f"expected kl_target > 0, kl_coef > 0 and kl_in=loss, got kl_coef={p.kl_coef}, "
                               f"kl_in={p.kl_in}; fix: e.g. ppo.kl_coef=0.1 ppo.kl_in=loss, or "
                               "ppo.kl_target=null for a fixed coefficient")
+        if p.advantage == "batch" and p.drop_uniform_groups:
+            raise ConfigError("ppo.drop_uniform_groups drops tasks whose samples all scored the same, but "
+                              "with ppo.advantage=batch those still carry signal (one baseline for the step); "
+                              "fix: ppo.drop_uniform_groups=false, or ppo.advantage=group")
         for key, opts in (("env.train_options", self.env.train_options), ("env.eval_options", self.env.eval_options)):
             if "split" in opts:
                 which = "train" if "train" in key else "eval"

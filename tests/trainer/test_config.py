@@ -92,6 +92,8 @@ def test_evidence_combinations_are_refused_with_a_fix() -> None:
     with pytest.raises(ConfigError, match="expected kl_target > 0, kl_coef > 0 and kl_in=loss"):
         load_config(None, ["ppo.kl_coef=0.1", "ppo.kl_target=0.05", "ppo.kl_in=reward"])
     assert load_config(None, ["ppo.kl_coef=0.1", "ppo.kl_target=0.05"]).ppo.kl_target == 0.05
+    with pytest.raises(ConfigError, match="with ppo.advantage=batch those still carry signal"):
+        load_config(None, ["ppo.advantage=batch", "ppo.drop_uniform_groups=true"])
     cfg = load_config(None, ["ppo.kl_estimator=k1", "ppo.kl_in=reward"])  # k1 as a reward penalty is fine
     assert cfg.ppo.kl_estimator == "k1"
     cfg = load_config(None, ["rollout.engine_weights=copy", "rollout.sync_every=3", "ppo.kl_estimator=k2"])
