@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/controls.py --seeds 17 23 31 --jobs 4
     .venv/bin/python bench/controls.py --seeds 5 --recipe cpu-quickstart --out runs/ctl ppo.steps=30
-    .venv/bin/python bench/controls.py --seeds 17 23 --out runs/ctl --analyse-only
+    .venv/bin/python bench/controls.py --seeds 17 23 --out runs/ctl --analyse-only --kl
 
 Per seed, the recipe's warm start runs once (``agentgym-train --config RECIPE seed=S ppo.steps=0``
 in ``OUT/seed-S/warm``: SFT, its held-out evaluation, the saved ``warm_start/``); then every arm
@@ -17,7 +17,9 @@ problems: the paired difference, its standard error and z. A seed whose warm sta
 learn the tool loop (exit status 3) is listed as failed. Then the bar (defaults from the
 claim "RL beats the controls"): PPO - placebo >= +0.10 and >= 4 paired SE at the training
 temperature, PPO - RFT not below -2 SE, no health alert; exit status 1 if a seed misses it
-(or failed). Also the wall time of every process and the children's CPU time.
+(or failed). Also the wall time of every process and the children's CPU time. With ``--kl``,
+how far each arm moved: KL(arm || warm start) per policy token on the arm's own held-out
+episodes (``controls.kl_to_warm_start``), next to its gain over the warm start.
 """
 
 from __future__ import annotations
@@ -32,7 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.trainer.config import ARMS
-from agentgym.trainer.controls import arm_overrides, arm_stats, final_eval, run_seeds, seeds_table
+from agentgym.trainer.controls import (
+    arm_overrides,
+    arm_stats,
+    final_eval,
+    kl_to_warm_start,
+    run_seeds,
+    seeds_table,
+)
 from agentgym.trainer.evaluation import gain
 
 
@@ -62,6 +71,29 @@ def verdict(r: dict[str, Any], base: str, bar: argparse.Namespace) -> tuple[bool
     return ok, ", ".join(why) or "nothing to compare"
 
 
+def kl_table(res: dict[int, dict[str, Any]], arms: list[str], samples: int) -> str:
+    """Per seed and arm: KL(arm || warm start) per policy token on the arm's own held-out
+    episodes at the training temperature, ± its SE, and the arm's gain over the warm start there."""
+    lines = [f"\nKL to the warm start per policy token (k3 ± SE; 256 held-out problems x {samples} samples at the "
+             "training temperature, the arm's own episodes); in brackets the arm's T=1 gain over the warm start"]
+    lines.append(f"{'seed':>5} " + " ".join(f"{a:>24}" for a in arms))
+    for s, r in res.items():
+        if r["status"] != "ok":
+            continue
+        cells = []
+        for a in arms:
+            d = Path(r["dirs"][a])
+            fin, ws = final_eval(d) if d.exists() else None, final_eval(r["dirs"]["warm"])
+            if fin is None or fin.get("stage") != "ppo" or ws is None:
+                cells.append(f"{'-':>24}")
+                continue
+            k = kl_to_warm_start(d, samples=samples)
+            g = fin["sampled_success"] - ws["sampled_success"]
+            cells.append(f"{k['kl']:.3f}±{k['kl_se']:.3f} ({g:+.3f})".rjust(24))
+        lines.append(f"{s:>5} " + " ".join(cells))
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", required=True)
@@ -74,6 +106,9 @@ def main() -> int:
     ap.add_argument("--bar-gain", type=float, default=0.10)
     ap.add_argument("--bar-z", type=float, default=4.0)
     ap.add_argument("--bar-rft-z", type=float, default=2.0)
+    ap.add_argument("--kl", action="store_true",
+                    help="also measure each arm's KL to its warm start on its own held-out episodes (~1 min an arm)")
+    ap.add_argument("--kl-samples", type=int, default=4, help="samples per held-out problem for --kl")
     ap.add_argument("--json", help="also write the per-seed results here")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE overrides for every run (warm starts included)")
     args = ap.parse_args()
@@ -104,6 +139,8 @@ def main() -> int:
         alerts = {a: arm_stats(d)["alerts"] for a, d in r["dirs"].items() if a != "warm" and Path(d).exists()}
         print(f"{s:>5}  {'yes' if ok else 'NO '}  {why}; alerts {({a: v for a, v in alerts.items() if v}) or 'none'}"
               + (f"; min {walls}" if walls else ""))
+    if args.kl:
+        print(kl_table(res, list(arms), args.kl_samples))
     if not args.analyse_only:
         print(f"\nwall {wall / 60:.1f} min for all; children CPU user {usage.ru_utime / 60:.1f} min, "
               f"sys {usage.ru_stime / 60:.1f} min; load average now {os.getloadavg()[0]:.1f}")

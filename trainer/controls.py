@@ -36,7 +36,7 @@ from agentgym.trainer.evaluation import ARM_NAMES, fmt_gain, gain
 from agentgym.trainer.metrics import read_metrics
 
 __all__ = ["FAILED_WARM_START", "arm_config", "arm_overrides", "comparison_lines", "final_eval",
-           "run_seeds", "run_with_controls", "seeds_table"]
+           "kl_to_warm_start", "run_seeds", "run_with_controls", "seeds_table"]
 
 FAILED_WARM_START = 3  # agentgym-train's exit status when the warm start did not learn
 CONTROLS_DIR = "controls"
@@ -155,6 +155,70 @@ def comparison_lines(main_dir: str, arms: dict[str, str], main_arm: str = "ppo")
         if gaps:
             lines.append("  " + "; ".join(gaps))
     return lines
+
+
+def kl_to_warm_start(run_dir: str | Path, *, problems: int = 256, samples: int = 1) -> dict[str, float]:
+    """How far a finished arm moved from its warm start: KL(arm || warm start) per policy token,
+    on the arm's own episodes.
+
+    The arm's final weights (its latest checkpoint) play the first ``problems`` held-out problems
+    of its evaluation, ``samples`` times each, at the rollout temperature; both the arm and its
+    KL reference (``RUN_DIR/reference``: the policy as its steps began, the warm start for every
+    arm) score those tokens. -> ``kl`` (the mean of k3 = r - 1 - log r, r = warm / arm, over the
+    policy tokens: unbiased, what the health monitor's ``kl_ref`` reads on training episodes),
+    ``kl_se`` (its standard error over episodes), ``kl_k1`` (the mean log-ratio, also unbiased), ``success`` (of those episodes), ``episodes``
+    and ``tokens``. Paired with the arm's gain, it says how much each arm bought per nat.
+    """
+    import copy
+    import tempfile
+
+    import torch
+
+    from agentgym.errors import ConfigError
+    from agentgym.trainer.batch import make_batch, micro_batches
+    from agentgym.trainer.checkpoint import latest_checkpoint, load_weights
+    from agentgym.trainer.config import load_config
+    from agentgym.trainer.evaluation import collect_fixed
+    from agentgym.trainer.metrics import episode_success
+    from agentgym.trainer.ppo import kl_estimate
+    from agentgym.trainer.train import Trainer
+
+    run_dir = Path(run_dir)
+    if latest_checkpoint(run_dir) is None or not (run_dir / "reference" / "model.safetensors").exists():
+        raise ConfigError(f"{run_dir}: expected a finished run dir with a checkpoint and its reference/ "
+                          "(what agentgym-train writes); train the arm first")
+    d = config_to_dict(load_config(run_dir / "config.yaml"))
+    with tempfile.TemporaryDirectory() as tmp:
+        d["log"].update(run_dir=tmp, progress=False, plots=False, tensorboard=False, wandb=False)
+        d["controls"] = []
+        cfg = config_from_dict(d)
+        t = Trainer(cfg)
+        try:
+            learner = t.learner
+            load_weights(learner.model, run_dir)
+            ref = copy.deepcopy(learner.model)
+            load_weights(ref, run_dir / "reference")
+            ref.eval().requires_grad_(False)
+            held, temp = t.rollouts.held, cfg.rollout.temperature
+            with learner.compute(), torch.no_grad():
+                trajs = collect_fixed(t.rollouts.eval_collector, temperature=temp, sample_seed=54321,
+                                      options=t.rollouts.eval_options(), seeds=held.eval_seeds(problems),
+                                      samples=samples)
+                b = make_batch(trajs, list(range(len(trajs))), pad_id=learner.pad_id).to(learner.device)
+                plan = micro_batches(b.lengths, torch.arange(len(b)), cfg.ppo.micro_batch_tokens)
+                logp, _ = learner.score_rows(learner.model, b, plan, temperature=temp, values=False)
+                ref_logp, _ = learner.score_rows(ref, b, plan, temperature=temp, values=False)
+        finally:
+            t.log.close()
+            t.close()
+    mask = b.policy_mask
+    per_ep, n_ep = (kl_estimate(logp, ref_logp, "k3") * mask).sum(1).double(), mask.sum(1).double()
+    n = float(n_ep.sum())
+    kl = float(per_ep.sum()) / n
+    se = float(((per_ep - kl * n_ep) ** 2).sum().sqrt()) / n  # of a ratio of sums over episodes
+    return {"kl": kl, "kl_se": se, "kl_k1": float(((logp - ref_logp) * mask).sum()) / n,
+            "success": sum(episode_success(x) for x in trajs) / len(trajs),
+            "episodes": float(len(trajs)), "tokens": n}
 
 
 # ---------------------------------------------------------------------------- several seeds

@@ -112,6 +112,30 @@ def test_imitation_update_raises_the_likelihood_of_what_it_imitates(tmp_path: Pa
     t.close()
 
 
+def test_kl_to_warm_start_measures_how_far_an_arm_moved(tmp_path: Path) -> None:
+    """An arm's KL to its warm start on its own held-out episodes: above 0 after a step at a large
+    lr, exactly 0 once the reference is the arm's own final weights; a dir with no finished run
+    is refused with the fix."""
+    import shutil
+
+    from agentgym.errors import ConfigError
+    from agentgym.trainer.checkpoint import latest_checkpoint
+    from agentgym.trainer.controls import kl_to_warm_start
+
+    run = tmp_path / "run"
+    Trainer(load_config("cpu-quickstart", [*TINY, f"log.run_dir={run}", "sft.steps=2", "log.checkpoint_every=1"])).run()
+    moved = kl_to_warm_start(run, problems=3, samples=2)
+    assert moved["episodes"] == 6 and moved["tokens"] > 0
+    assert moved["kl"] > 1e-4 and moved["kl_se"] > 0 and abs(moved["kl_k1"]) > 1e-4
+    ckpt = latest_checkpoint(run)
+    assert ckpt is not None
+    shutil.copy(ckpt / "model" / "model.safetensors", run / "reference" / "model.safetensors")
+    same = kl_to_warm_start(run, problems=3, samples=2)
+    assert same["kl"] == 0.0 and same["kl_k1"] == 0.0
+    with pytest.raises(ConfigError, match="train the arm first"):
+        kl_to_warm_start(tmp_path / "nothing")
+
+
 def test_the_warm_start_stops_at_its_held_out_criterion(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
