@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import sys
@@ -71,11 +72,12 @@ def verdict(r: dict[str, Any], base: str, bar: argparse.Namespace) -> tuple[bool
     return ok, ", ".join(why) or "nothing to compare"
 
 
-def kl_table(res: dict[int, dict[str, Any]], arms: list[str], samples: int) -> str:
+def kl_table(res: dict[int, dict[str, Any]], arms: list[str], samples: int, problems: int = 256) -> str:
     """Per seed and arm: KL(arm || warm start) per policy token on the arm's own held-out
     episodes at the training temperature, ± its SE, and the arm's gain over the warm start there."""
-    lines = [f"\nKL to the warm start per policy token (k3 ± SE; 256 held-out problems x {samples} samples at the "
-             "training temperature, the arm's own episodes); in brackets the arm's T=1 gain over the warm start"]
+    lines = [f"\nKL to the warm start per policy token (k3 ± SE; {problems} held-out problems x {samples} samples "
+             "at the training temperature, the arm's own episodes); in brackets the arm's gain over the warm "
+             "start at that temperature"]
     lines.append(f"{'seed':>5} " + " ".join(f"{a:>24}" for a in arms))
     for s, r in res.items():
         if r["status"] != "ok":
@@ -87,8 +89,8 @@ def kl_table(res: dict[int, dict[str, Any]], arms: list[str], samples: int) -> s
             if fin is None or fin.get("stage") != "ppo" or ws is None:
                 cells.append(f"{'-':>24}")
                 continue
-            k = kl_to_warm_start(d, samples=samples)
-            g = fin["sampled_success"] - ws["sampled_success"]
+            k = kl_to_warm_start(d, problems=problems, samples=samples)
+            g = fin.get("sampled_success", math.nan) - ws.get("sampled_success", math.nan)
             cells.append(f"{k['kl']:.3f}±{k['kl_se']:.3f} ({g:+.3f})".rjust(24))
         lines.append(f"{s:>5} " + " ".join(cells))
     return "\n".join(lines)

@@ -166,8 +166,9 @@ def kl_to_warm_start(run_dir: str | Path, *, problems: int = 256, samples: int =
     KL reference (``RUN_DIR/reference``: the policy as its steps began, the warm start for every
     arm) score those tokens. -> ``kl`` (the mean of k3 = r - 1 - log r, r = warm / arm, over the
     policy tokens: unbiased, what the health monitor's ``kl_ref`` reads on training episodes),
-    ``kl_se`` (its standard error over episodes), ``kl_k1`` (the mean log-ratio, also unbiased), ``success`` (of those episodes), ``episodes``
-    and ``tokens``. Paired with the arm's gain, it says how much each arm bought per nat.
+    ``kl_se`` (its standard error over episodes), ``kl_k1`` (the mean log-ratio, also unbiased),
+    ``success`` (of those episodes), ``episodes`` and ``tokens``. Paired with the arm's gain, it
+    says how much each arm bought per nat.
     """
     import copy
     import tempfile
