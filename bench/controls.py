@@ -127,10 +127,11 @@ def main() -> int:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(f"\n{args.recipe}, seeds {args.seeds}, arms {args.arms}; {base} - each arm is paired on the "
           "same held-out problems: difference ± SE (z)")
-    for prefix, what in (("sampled_", "held-out success at the training temperature (primary)"),
-                         ("", "held-out success, greedy (secondary)")):
+    for prefix, what, at_k in (("sampled_", "held-out success at the training temperature (primary)", False),
+                               ("", "held-out success, greedy (secondary)", False),
+                               ("sampled_", "held-out pass@k at the training temperature (k = samples per problem)", True)):
         print(f"\n{what}")
-        print("\n".join(seeds_table(res, list(arms), base, prefix)))
+        print("\n".join(seeds_table(res, list(arms), base, prefix, pass_at_k=at_k)))
     print(f"\nper seed: bar ({base} - placebo >= +{args.bar_gain:.2f} and >= {args.bar_z:g} SE at T; "
           f"{base} - RFT >= -{args.bar_rft_z:g} SE; no alerts), health, minutes per process")
     all_ok = True

@@ -317,16 +317,18 @@ def arm_stats(run_dir: str) -> dict[str, Any]:
             "alerts": health_summary(train), "t_step": m("t_step")}
 
 
-def _cell(e: dict[str, Any] | None, prefix: str) -> str:
-    return f"{e[prefix + 'success']:>6.3f}" if e and prefix + "success" in e else f"{'-':>6}"
+def _cell(e: dict[str, Any] | None, prefix: str, pass_at_k: bool = False) -> str:
+    key = prefix + (f"pass_at_{int(e.get(prefix + 'samples', 1))}" if pass_at_k and e else "success")
+    return f"{e[key]:>6.3f}" if e and key in e else f"{'-':>6}"
 
 
 def seeds_table(results: dict[int, dict[str, Any]], arms: Sequence[str], base: str, prefix: str, *,
-                minus_base: bool = False) -> list[str]:
+                minus_base: bool = False, pass_at_k: bool = False) -> list[str]:
     """One row per seed: the warm start (as the ``base`` arm evaluated it) and every arm's held-out
     success (``prefix``: ``sampled_`` for the training temperature, ``""`` greedy), then the
     paired difference, its standard error and z on the same problems: ``base`` - each other arm,
-    or each other arm - ``base`` with ``minus_base``."""
+    or each other arm - ``base`` with ``minus_base``. ``pass_at_k``: pass@k (k = the samples per
+    problem) instead of success."""
     others = [a for a in arms if a != base]
     names = [f"{a} - {base}" if minus_base else f"{base} - {a}" for a in others]
     w = max([10, *(len(a) for a in arms)])
@@ -340,11 +342,13 @@ def seeds_table(results: dict[int, dict[str, Any]], arms: Sequence[str], base: s
         finals = {a: final_eval(r["dirs"][a]) if a in r["dirs"] and Path(r["dirs"][a]).exists() else None
                   for a in arms}
         ws = (warm_eval(r["dirs"][base]) if finals.get(base) else None) or warm_eval(r["dirs"]["warm"])
-        row = f"{seed:>5} {_cell(ws, prefix)} " + " ".join(f"{_cell(finals[a], prefix):>{w}}" for a in arms) + " | "
+        row = (f"{seed:>5} {_cell(ws, prefix, pass_at_k)} "
+               + " ".join(f"{_cell(finals[a], prefix, pass_at_k):>{w}}" for a in arms) + " | ")
         gaps = []
         for a in others:
             fa, fb = finals[a], finals[base]
-            g = (gain(fb, fa, prefix) if minus_base else gain(fa, fb, prefix)) if fa and fb else None
+            g = ((gain(fb, fa, prefix, pass_at_k=pass_at_k) if minus_base else gain(fa, fb, prefix, pass_at_k=pass_at_k))
+                 if fa and fb else None)
             gaps.append(f"{g['gain']:+.3f}±{g['se']:.3f} ({g['z']:+.1f})" if g else "-")
         lines.append(row + " ".join(f"{x:>{max(22, len(n))}}" for x, n in zip(gaps, names)))
     return lines

@@ -121,10 +121,12 @@ def eval_record(trajs: Sequence[Any], temperature: float, prefix: str = "", *, s
     return {prefix + k: v for k, v in m.items()}
 
 
-def per_problem(outcomes: str, samples: int) -> list[float]:
-    """Per-problem success rates from a problem-major 0/1 string of ``samples`` per problem."""
+def per_problem(outcomes: str, samples: int, *, any_of: bool = False) -> list[float]:
+    """Per-problem success rates from a problem-major 0/1 string of ``samples`` per problem
+    (``any_of``: 1 if any of them succeeded, pass@samples)."""
     s = max(samples, 1)
-    return [outcomes[i:i + s].count("1") / s for i in range(0, len(outcomes) - s + 1, s)]
+    chunks = [outcomes[i:i + s] for i in range(0, len(outcomes) - s + 1, s)]
+    return [float("1" in c) if any_of else c.count("1") / s for c in chunks]
 
 
 def _se(xs: Sequence[float]) -> float:
@@ -135,17 +137,20 @@ def _se(xs: Sequence[float]) -> float:
     return math.sqrt(sum((x - mu) ** 2 for x in xs) / (n - 1) / n)
 
 
-def gain(before: dict[str, Any], after: dict[str, Any], prefix: str = "") -> dict[str, float] | None:
+def gain(before: dict[str, Any], after: dict[str, Any], prefix: str = "", *,
+         pass_at_k: bool = False) -> dict[str, float] | None:
     """after - before success on the same problems, paired problem by problem: the mean of the
     per-problem differences, its standard error (``se``), the unpaired one (``se_unpaired``, a
-    conservative bound) and ``z`` = gain / se. None when the two are not the same problems."""
+    conservative bound) and ``z`` = gain / se. None when the two are not the same problems.
+    ``pass_at_k``: of pass@k instead, k the samples per problem (both must have the same k)."""
     a, b = before.get(prefix + "outcomes"), after.get(prefix + "outcomes")
     if not a or not b:
         return None
     sa, sb = int(before.get(prefix + "samples", 1)), int(after.get(prefix + "samples", 1))
     ha, hb = before.get(prefix + "problems_hash"), after.get(prefix + "problems_hash")
-    pa, pb = per_problem(a, sa), per_problem(b, sb)
-    if not pa or len(pa) != len(pb) or (ha is not None and hb is not None and ha != hb):
+    pa, pb = per_problem(a, sa, any_of=pass_at_k), per_problem(b, sb, any_of=pass_at_k)
+    if (not pa or len(pa) != len(pb) or (ha is not None and hb is not None and ha != hb)
+            or (pass_at_k and sa != sb)):
         return None
     d = [y - x for x, y in zip(pa, pb)]
     n = len(d)

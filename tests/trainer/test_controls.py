@@ -179,6 +179,8 @@ def test_run_seeds_runs_every_arm_of_every_seed_as_processes(tmp_path: Path) -> 
     table = seeds_table(res, list(arms), "ppo", "sampled_")
     assert table[0].split()[:4] == ["seed", "warm", "ppo", "rft"]
     assert len(table) == 3 and all("±" in row for row in table[1:])
+    at_k = seeds_table(res, list(arms), "ppo", "sampled_", pass_at_k=True)  # pass@2: 2 samples a problem
+    assert len(at_k) == 3 and all("±" in row and " - " not in row.split("|")[0] for row in at_k[1:])
     for r in res.values():  # each arm started from its own seed's warm start and trained its step
         for arm in arms:
             run = yaml.safe_load((Path(r["dirs"][arm]) / "config.yaml").read_text())

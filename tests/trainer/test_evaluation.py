@@ -58,6 +58,7 @@ def test_eval_record_with_samples_per_problem() -> None:
     assert r["sampled_wellformed"] == pytest.approx(5 / 6)  # one episode answered without the tool
     assert r["sampled_success_lo"] < 0.5 < r["sampled_success_hi"]
     assert per_problem("111000", 2) == [1.0, 0.5, 0.0]
+    assert per_problem("111000", 2, any_of=True) == [1.0, 1.0, 0.0]
 
 
 def test_wellformed_means_the_loop_not_the_answer() -> None:
@@ -85,6 +86,11 @@ def test_gain_is_paired_problem_by_problem() -> None:
     e = {"sampled_outcomes": "1111", "sampled_samples": 2, "sampled_problems_hash": "x"}
     assert gain(w, e, "sampled_")["gain"] == pytest.approx(0.5)  # type: ignore[index]
     assert gain(w, {**e, "sampled_problems_hash": "y"}, "sampled_") is None
+    # pass@k: a problem counts once any of its k samples solved it (here 0/2 -> 2/2 and 1/2 -> 2/2)
+    w4 = {"sampled_outcomes": "0001", "sampled_samples": 2}
+    assert gain(w4, e, "sampled_")["gain"] == pytest.approx(0.75)  # type: ignore[index]
+    assert gain(w4, e, "sampled_", pass_at_k=True)["gain"] == pytest.approx(0.5)  # type: ignore[index]
+    assert gain(w4, {"sampled_outcomes": "11", "sampled_samples": 1}, "sampled_", pass_at_k=True) is None  # k differs
 
 
 def _ev(stage: str, step: int, greedy: str, sampled: str | None, samples: int = 1) -> dict[str, object]:
