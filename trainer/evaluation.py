@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.errors import WarmStartFailed
-from agentgym.trainer.health import LABELS, health_summary
+from agentgym.trainer.health import KL_UNWATCHED, LABELS, health_summary
 from agentgym.trainer.metrics import Progress, episode_stats, episode_success, read_metrics
 
 __all__ = ["ARM_NAMES", "STAGE_NAMES", "Evaluator", "collect_fixed", "episode_wellformed", "eval_record", "gain", "pass_at_k",
@@ -238,9 +238,10 @@ def report_lines(run_dir: str) -> list[str]:
     train = [r for r in rows if r["phase"] == "train"]
     if train:
         fired = health_summary(train)
+        unwatched = _run_arm(run_dir) in ("ppo", "placebo") and not any("kl_ref" in r for r in train)
         lines.append("health: " + ("; ".join(f"{LABELS[k]} at step(s) {', '.join(map(str, v))}"
                                             for k, v in fired.items()) if fired else "no alerts")
-                     + f" in {len(train)} steps")
+                     + f" in {len(train)} steps" + (f"; {KL_UNWATCHED}" if unwatched else ""))
     if lines:
         lines.append(f"run dir: {run_dir}")
     return lines

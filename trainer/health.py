@@ -48,7 +48,11 @@ from typing import Any
 
 from agentgym.errors import ConfigError
 
-__all__ = ["CHECKS", "LABELS", "HealthConfig", "HealthMonitor", "health_summary"]
+__all__ = ["CHECKS", "KL_UNWATCHED", "LABELS", "HealthConfig", "HealthMonitor", "health_summary"]
+
+
+KL_UNWATCHED = ("KL to the reference not watched (ppo.kl_coef=0 keeps no reference model; "
+                "health.watch_kl=true keeps one for the check)")
 
 
 @dataclass
@@ -58,7 +62,12 @@ class HealthConfig:
     window: int = 5
     """Steps averaged for the baseline (the first ones) and for the recent grad-norm/reward."""
     max_kl_ref: float = 0.1
-    """Alert when the KL to the reference policy exceeds this (nats per policy token)."""
+    """Alert when the KL to the reference policy exceeds this (nats per policy token; ``kl_ref``,
+    the k3 estimate on the step's episodes, whatever ``ppo.kl_estimator`` the loss uses)."""
+    watch_kl: bool = False
+    """Keep the frozen reference for the KL check even when the loss does not need it
+    (``ppo.kl_coef: 0``): one more forward pass a step, and the reference's memory. Without it
+    such a run logs no ``kl_ref``, and it says so when it starts and in its last lines."""
     max_entropy_ratio: float = 2.0
     """Alert when the entropy exceeds this multiple of its baseline..."""
     min_entropy: float = 0.3

@@ -35,7 +35,7 @@ from agentgym.errors import ConfigError
 from agentgym.trainer.checkpoint import check_resume_identity, latest_checkpoint, resume_learner, save_learner
 from agentgym.trainer.config import TrainConfig, config_to_dict
 from agentgym.trainer.evaluation import Evaluator
-from agentgym.trainer.health import HealthMonitor
+from agentgym.trainer.health import KL_UNWATCHED, HealthMonitor
 from agentgym.trainer.learner import Learner
 from agentgym.trainer.metrics import MetricsLogger, Progress, read_metrics, truncate_metrics
 from agentgym.trainer.ppo import AdaptiveKL, RewardNorm
@@ -147,6 +147,9 @@ class Trainer:
         elif cfg.sft.load and self.step == 0 and not self.resumed:
             ev.check_warm_start(ev.load_warm_start(self.step))
         bar = Progress(cfg.ppo.steps, cfg.arm(), cfg.log.progress and self.ranks.main)
+        watched = self.learner.ref_model is not None
+        if cfg.algo == "ppo" and cfg.health.enabled and not watched and self.step < cfg.ppo.steps:
+            bar.note(f"health: {KL_UNWATCHED}")
         try:
             while self.step < cfg.ppo.steps:
                 m = self.train_step(self.step)
@@ -156,7 +159,8 @@ class Trainer:
                 self.log.log("train", self.step, m)
                 for a in alerts:
                     bar.note(f"health: {a}")
-                bar.update(self.step, f"reward {m.get('reward_mean', 0.0):.3f} kl_ref {m.get('kl_ref', 0):.4f} "
+                kl = f" kl_ref {m['kl_ref']:.4f}" if "kl_ref" in m else ""
+                bar.update(self.step, f"reward {m.get('reward_mean', 0.0):.3f}{kl} "
                                       f"{m['t_step']:.1f}s/step" + (f" | {alerts[0]}" if alerts else ""))
                 last = self.step == cfg.ppo.steps
                 if cfg.log.eval_every and (self.step % cfg.log.eval_every == 0 or last):

@@ -129,7 +129,7 @@ def compute_advantages(learner: Learner, b: Batch, cfg: TrainConfig, step: int) 
     b.advantages = b.returns = b.old_logp = b.old_values = b.ref_logp = None
     if learner.ref_model is not None:
         b.ref_logp, _ = learner.score_rows(learner.ref_model, b, plan, temperature=T, values=False)
-    kl_reward = b.ref_logp is not None and p.kl_in == "reward"
+    kl_reward = b.ref_logp is not None and p.kl_in == "reward" and p.kl_coef > 0
     exact = p.epochs == 1 and p.minibatches == 1 and not kl_reward  # old log-probs: the update's own pass
     if not exact or gae_mode:
         old_logp, b.old_values = learner.score_rows(learner.model, b, plan, temperature=T, values=gae_mode)
@@ -222,9 +222,11 @@ def _micro_batch(learner: Learner, sub: Batch, cfg: TrainConfig, step: int, n_to
         loss = loss + p.value_coef * vl
         st.add("value_loss", vl.item())
     if sub.ref_logp is not None:
-        kl = masked_mean(kl_estimate(out.logprobs, sub.ref_logp, _estimator(cfg)), m, n_tok)
-        st.add("kl_ref", kl.item())
-        if p.kl_in == "loss":
+        est = _estimator(cfg)
+        kl = masked_mean(kl_estimate(out.logprobs, sub.ref_logp, est), m, n_tok)
+        watched = kl if est == "k3" else masked_mean(kl_estimate(out.logprobs.detach(), sub.ref_logp, "k3"), m, n_tok)
+        st.add("kl_ref", watched.item())  # the health monitor's k3, whatever the loss's estimator
+        if p.kl_in == "loss" and kl_coef > 0:
             loss = loss + kl_coef * kl
     check_finite("loss", loss.detach(), step, "Lower ppo.lr, check rewards, or enable "
                  "rollout correction (correction.mode).")

@@ -147,6 +147,33 @@ def test_bad_thresholds_are_config_errors(override: str, match: str) -> None:
 
 
 @pytest.mark.slow  # a real Trainer run
+def test_a_run_without_kl_penalty_says_kl_is_not_watched_unless_asked(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """ppo.kl_coef=0 keeps no reference, so the KL check has nothing to read: the run says so when
+    it starts and in its last lines (and the progress line shows no kl_ref, rather than 0).
+    health.watch_kl=true keeps the reference for the check alone: kl_ref is logged and alerts,
+    and the training is the same step for step (the penalty stays out of the loss)."""
+    from agentgym.trainer.evaluation import report_lines
+
+    base = ["threads=1", "log.progress=true", "log.plots=false", "log.tensorboard=false", "log.eval_every=0",
+            "sft.steps=1", "sft.batch_size=2", "env.max_action_tokens=16", "rollout.tasks_per_step=2",
+            "rollout.samples_per_task=2", "ppo.steps=2", "ppo.lr=1e-2", "ppo.kl_coef=0",
+            "health.max_kl_ref=1e-9", "sft.min_wellformed=0", "log.eval_episodes=4", "log.eval_episodes_final=0"]
+    Trainer(load_config("cpu-quickstart", [*base, f"log.run_dir={tmp_path / 'off'}"])).run()
+    cap = capsys.readouterr()
+    out = cap.out + cap.err
+    off = read_metrics(tmp_path / "off", "train")
+    assert "health: KL to the reference not watched (ppo.kl_coef=0" in out and "kl_ref" not in out
+    assert all("kl_ref" not in r and r["health_kl"] == 0 for r in off)
+    assert "KL to the reference not watched" in [x for x in report_lines(str(tmp_path / "off")) if x.startswith("health:")][0]
+    Trainer(load_config("cpu-quickstart", [*base, f"log.run_dir={tmp_path / 'on'}", "health.watch_kl=true"])).run()
+    on = read_metrics(tmp_path / "on", "train")
+    assert "not watched" not in capsys.readouterr().out
+    assert on[0]["kl_ref"] == pytest.approx(0, abs=1e-6) and on[1]["kl_ref"] > 0 and on[1]["health_kl"] == 1
+    assert [r["loss"] for r in on] == [r["loss"] for r in off]  # watching does not train
+    assert "not watched" not in " ".join(report_lines(str(tmp_path / "on")))
+
+
 def test_trainer_names_alerts_in_progress_output_and_metrics(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     cfg = load_config("cpu-quickstart", [
