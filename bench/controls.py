@@ -109,7 +109,7 @@ def main() -> int:
     ap.add_argument("--bar-z", type=float, default=4.0)
     ap.add_argument("--bar-rft-z", type=float, default=2.0)
     ap.add_argument("--kl", action="store_true",
-                    help="also measure each arm's KL to its warm start on its own held-out episodes (~1 min an arm)")
+                    help="also measure each arm's KL to its warm start on its own held-out episodes (1-2 min an arm)")
     ap.add_argument("--kl-samples", type=int, default=4, help="samples per held-out problem for --kl")
     ap.add_argument("--json", help="also write the per-seed results here")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE overrides for every run (warm starts included)")
