@@ -82,10 +82,10 @@ def kl_table(res: dict[int, dict[str, Any]], arms: list[str], samples: int, prob
     for s, r in res.items():
         if r["status"] != "ok":
             continue
-        cells = []
+        cells, ws = [], final_eval(r["dirs"]["warm"])
         for a in arms:
             d = Path(r["dirs"][a])
-            fin, ws = final_eval(d) if d.exists() else None, final_eval(r["dirs"]["warm"])
+            fin = final_eval(d) if d.exists() else None
             if fin is None or fin.get("stage") != "ppo" or ws is None:
                 cells.append(f"{'-':>24}")
                 continue

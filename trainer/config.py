@@ -651,6 +651,11 @@ class TrainConfig:
         return next(name for name, (algo, placebo) in ARMS.items()
                     if algo == self.algo and placebo == self.ppo.placebo)
 
+    def keeps_reference(self) -> bool:
+        """A PPO run keeps the frozen reference in memory for its KL penalty (``ppo.kl_coef > 0``)
+        or for the health monitor's KL check (``health.watch_kl``)."""
+        return self.algo == "ppo" and (self.ppo.kl_coef > 0 or self.health.watch_kl)
+
 
 # ---------------------------------------------------------------------------- loading
 

@@ -347,8 +347,8 @@ def seeds_table(results: dict[int, dict[str, Any]], arms: Sequence[str], base: s
         gaps = []
         for a in others:
             fa, fb = finals[a], finals[base]
-            g = ((gain(fb, fa, prefix, pass_at_k=pass_at_k) if minus_base else gain(fa, fb, prefix, pass_at_k=pass_at_k))
-                 if fa and fb else None)
+            pair = (fb, fa) if minus_base else (fa, fb)
+            g = gain(*pair, prefix, pass_at_k=pass_at_k) if fa and fb else None
             gaps.append(f"{g['gain']:+.3f}±{g['se']:.3f} ({g['z']:+.1f})" if g else "-")
         lines.append(row + " ".join(f"{x:>{max(22, len(n))}}" for x, n in zip(gaps, names)))
     return lines

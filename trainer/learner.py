@@ -159,25 +159,20 @@ class Learner:
         return logp, vals
 
     # ------------------------------------------------------------------ the KL reference
-    def keeps_reference(self) -> bool:
-        """A PPO run keeps the frozen reference in memory for its KL penalty (``ppo.kl_coef > 0``)
-        or for the health monitor's KL check (``health.watch_kl``)."""
-        return self.cfg.algo == "ppo" and (self.cfg.ppo.kl_coef > 0 or self.cfg.health.watch_kl)
-
     def start_reference(self, *, resumed: bool) -> None:
         """Save the policy as PPO starts to ``RUN_DIR/reference`` (unless resuming), and load
-        the frozen reference from there when the run keeps one (:meth:`keeps_reference`). Never
-        re-taken on resume."""
+        the frozen reference from there when the run keeps one (``TrainConfig.keeps_reference``).
+        Never re-taken on resume."""
         ref_dir = Path(self.cfg.log.run_dir) / REFERENCE
         if not resumed:
             save_model(self.model, ref_dir, dtype=self.compute_dtype)
         elif not (ref_dir / "model.safetensors").exists():
-            if self.keeps_reference():
+            if self.cfg.keeps_reference():
                 raise CheckpointError(f"{ref_dir} is missing: the KL reference (the policy when PPO "
                                       "started) is saved once per run and never re-taken from resumed "
                                       "weights. Restore it, or resume with ppo.kl_coef=0 health.watch_kl=false")
             return
-        if not self.keeps_reference():
+        if not self.cfg.keeps_reference():
             return
         if self.dist is None:
             ref = copy.deepcopy(self.model).to(self.compute_dtype)

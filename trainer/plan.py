@@ -141,8 +141,8 @@ def layer_activation_bytes(config: Any, *, precision: str, attention: str, exper
 def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -> dict[str, float]:
     """Bytes per device (see the module doc). Learner (FSDP2 over ``world`` ranks): float32
     master weights, AdamW m and v, float32 gradients, the reference in the compute dtype (when
-    ``kl_coef > 0`` or ``health.watch_kl``), all sharded; the compute-dtype weights in use (FSDP2: two gathered decoder
-    layers plus the root unit, kept through the pass; one process under bf16 autocast: autocast's
+    ``cfg.keeps_reference()``), all sharded; the compute-dtype weights in use (FSDP2: two gathered
+    decoder layers plus the root unit, kept through the pass; one process under bf16 autocast: autocast's
     bf16 copy of every weight, alive until the backward); activations of one micro-batch
     (``max(micro_batch_tokens, env.max_tokens + 1)`` tokens, rows of ``env.max_tokens + 1``):
     :func:`layer_activation_bytes` per layer, or with gradient checkpointing each layer's input
@@ -189,7 +189,7 @@ def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -
         "AdamW state fp32": 8 * P / world,
         "gradients fp32": 4 * P / world,
         "AdamW step temporary": adam_temp,
-        "KL reference": (c * P / world) if cfg.ppo.kl_coef > 0 or cfg.health.watch_kl else 0.0,
+        "KL reference": (c * P / world) if cfg.keeps_reference() else 0.0,
         "weights in compute dtype": weights_in_use,
         # with checkpointing the head's backward and a layer's recomputation come one after the other
         "activations": layers_act + root + (max(head, per_layer) if ckpt else head),
