@@ -347,8 +347,10 @@ def seeds_table(results: dict[int, dict[str, Any]], arms: Sequence[str], base: s
         gaps = []
         for a in others:
             fa, fb = finals[a], finals[base]
-            pair = (fb, fa) if minus_base else (fa, fb)
-            g = gain(*pair, prefix, pass_at_k=pass_at_k) if fa and fb else None
+            g = None
+            if fa and fb:
+                before, after = (fb, fa) if minus_base else (fa, fb)
+                g = gain(before, after, prefix, pass_at_k=pass_at_k)
             gaps.append(f"{g['gain']:+.3f}±{g['se']:.3f} ({g['z']:+.1f})" if g else "-")
         lines.append(row + " ".join(f"{x:>{max(22, len(n))}}" for x, n in zip(gaps, names)))
     return lines
