@@ -76,10 +76,15 @@ class MetricsLogger:
 
 
 def read_metrics(run_dir: str | Path, phase: str | None = None) -> list[dict[str, Any]]:
+    """The records of ``RUN_DIR/metrics.jsonl`` (of ``phase`` only, if given). Only whole lines
+    count: a run that is writing, or was killed while writing, can leave a last line without its
+    newline, and that record is not there yet."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = path.read_text()
+    whole = text if text.endswith("\n") else text[:text.rfind("\n") + 1]
+    rows = [json.loads(line) for line in whole.splitlines() if line.strip()]
     return [r for r in rows if phase is None or r["phase"] == phase]
 
 

@@ -430,3 +430,14 @@ def test_bf16_compute_update_tracks_the_fp32_update(tmp_path: Path) -> None:
     assert lost > 0.8
     for _, _, _, t in runs.values():
         t.close()
+
+
+def test_read_metrics_counts_whole_lines_only(tmp_path: Path) -> None:
+    """A run that is writing (or was killed while writing) can leave a last record without its
+    newline: a reader of the live file sees the records written so far, not a JSON error."""
+    (tmp_path / "metrics.jsonl").write_text('{"phase": "sft", "step": 1}\n{"phase": "sft", "step": 2, "loss": 1')
+    assert read_metrics(tmp_path) == [{"phase": "sft", "step": 1}]
+    (tmp_path / "metrics.jsonl").write_text('{"phase": "sft", "step": 1}\n{"phase": "ppo", "step": 2}\n')
+    assert [r["step"] for r in read_metrics(tmp_path, "ppo")] == [2]
+    (tmp_path / "metrics.jsonl").write_text('{"phase": "sft", "st')
+    assert read_metrics(tmp_path) == []
