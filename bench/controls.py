@@ -3,6 +3,8 @@
     .venv/bin/python bench/controls.py --seeds 17 23 31 --jobs 4
     .venv/bin/python bench/controls.py --seeds 5 --recipe cpu-quickstart --out runs/ctl ppo.steps=30
     .venv/bin/python bench/controls.py --seeds 17 23 --out runs/ctl --analyse-only --kl
+    .venv/bin/python bench/controls.py --seeds 5 --arms ppo rft \
+        --warm-overrides env.kwargs.families=[arithmetic] -- env.kwargs.families=[order_of_operations]
 
 Per seed, the recipe's warm start runs once (``agentgym-train --config RECIPE seed=S ppo.steps=0``
 in ``OUT/seed-S/warm``: SFT, its held-out evaluation, the saved ``warm_start/``); then every arm
@@ -52,15 +54,18 @@ def verdict(r: dict[str, Any], base: str, bar: argparse.Namespace) -> tuple[bool
         return False, r["status"]
     if r.get("arm_errors"):
         return False, f"arm errors: {r['arm_errors']}"
-    finals = {a: final_eval(d) for a, d in r["dirs"].items() if a != "warm"}
-    why = []
-    ok = True
-    if "placebo" in finals and finals.get(base):
+    finals = {a: final_eval(d) if Path(d).exists() else None for a, d in r["dirs"].items() if a != "warm"}
+    unfinished = sorted(a for a, f in finals.items() if f is None or f.get("stage") != "ppo")
+    if not finals.get(base) or finals[base].get("stage") != "ppo":
+        return False, f"{base} did not finish"
+    why = [f"unfinished: {', '.join(unfinished)}"] if unfinished else []
+    ok = not unfinished
+    if finals.get("placebo"):
         g = gain(finals["placebo"], finals[base], "sampled_")  # type: ignore[arg-type]
         hit = bool(g and g["gain"] >= bar.bar_gain and g["z"] >= bar.bar_z)
         ok &= hit
         why.append(f"placebo gap {'ok' if hit else 'MISSED'}")
-    if "rft" in finals and finals.get(base):
+    if finals.get("rft"):
         g = gain(finals["rft"], finals[base], "sampled_")  # type: ignore[arg-type]
         hit = bool(g and g["z"] >= -bar.bar_rft_z)
         ok &= hit
@@ -69,7 +74,7 @@ def verdict(r: dict[str, Any], base: str, bar: argparse.Namespace) -> tuple[bool
     if any(alerts.values()):
         ok = False
         why.append(f"health alerts {alerts[base]}")
-    return ok, ", ".join(why) or "nothing to compare"
+    return ok, ", ".join(why) or "no control arm"
 
 
 def kl_table(res: dict[int, dict[str, Any]], arms: list[str], samples: int, problems: int = 256) -> str:
@@ -112,6 +117,9 @@ def main() -> int:
                     help="also measure each arm's KL to its warm start on its own held-out episodes (1-2 min an arm)")
     ap.add_argument("--kl-samples", type=int, default=4, help="samples per held-out problem for --kl")
     ap.add_argument("--json", help="also write the per-seed results here")
+    ap.add_argument("--warm-overrides", nargs="+", default=[], metavar="KEY=VALUE",
+                    help="overrides for the warm starts only, after the common ones (e.g. the demos' "
+                         "env.kwargs.families=[arithmetic] while the arms train on another family)")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE overrides for every run (warm starts included)")
     args = ap.parse_args()
     base = args.arms[0]
@@ -122,7 +130,8 @@ def main() -> int:
                    "dirs": {"warm": str(Path(args.out) / f"seed-{s}" / "warm"),
                             **{a: str(Path(args.out) / f"seed-{s}" / a) for a in arms}}} for s in args.seeds}
     else:
-        res = run_seeds(args.recipe, args.seeds, arms, args.out, jobs=args.jobs, extra=args.overrides)
+        res = run_seeds(args.recipe, args.seeds, arms, args.out, jobs=args.jobs, extra=args.overrides,
+                        warm_extra=args.warm_overrides)
     wall = time.perf_counter() - t0
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(f"\n{args.recipe}, seeds {args.seeds}, arms {args.arms}; {base} - each arm is paired on the "

@@ -237,9 +237,15 @@ def _train_cmd(recipe: str, seed: int, run_dir: Path, overrides: Sequence[str]) 
             f"log.run_dir={run_dir}", "log.progress=false", "controls=[]", *overrides]
 
 
+def _say_line(msg: str) -> None:
+    """One whole line per message (``print`` from several threads can join two on one line)."""
+    sys.stdout.write(msg + "\n")
+    sys.stdout.flush()
+
+
 def run_seeds(recipe: str, seeds: Sequence[int], arms: dict[str, list[str]], out: str | Path, *,
               jobs: int = 1, extra: Sequence[str] = (), warm_extra: Sequence[str] = (),
-              say: Callable[[str], None] = print) -> dict[int, dict[str, Any]]:
+              say: Callable[[str], None] | None = None) -> dict[int, dict[str, Any]]:
     """Per seed: the warm start (``RECIPE seed=S ppo.steps=0``, in ``OUT/seed-S/warm``), then each
     arm (its overrides) from it (``OUT/seed-S/ARM``), as ``agentgym-train`` processes, ``jobs`` at
     a time. ``extra`` goes to every run, ``warm_extra`` to the warm starts only. Returns, per
@@ -247,6 +253,7 @@ def run_seeds(recipe: str, seeds: Sequence[int], arms: dict[str, list[str]], out
     time of every process. A run dir that already holds a finished run is reused."""
     root = Path(out)
     res: dict[int, dict[str, Any]] = {s: {"seed": s, "status": "ok", "dirs": {}, "wall": {}} for s in seeds}
+    say = say or _say_line
 
     def warm(seed: int) -> None:
         d = root / f"seed-{seed}" / "warm"

@@ -5,6 +5,8 @@ that did not learn its tool loop fails loudly."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from agentgym.trainer.metrics import read_metrics
 from agentgym.trainer.sft import stop_reason
 from agentgym.trainer.train import Trainer
 
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false", "log.eval_every=0",
         "env.max_turns=2", "env.max_action_tokens=24", "rollout.tasks_per_step=2", "rollout.samples_per_task=2",
         "log.eval_episodes=4", "log.eval_episodes_final=0", "log.eval_samples=2", "sft.batch_size=4",
@@ -186,3 +189,9 @@ def test_run_seeds_runs_every_arm_of_every_seed_as_processes(tmp_path: Path) -> 
             run = yaml.safe_load((Path(r["dirs"][arm]) / "config.yaml").read_text())
             assert run["seed"] == r["seed"] and run["sft"]["load"] == f"{r['dirs']['warm']}/warm_start", run["sft"]
             assert len(read_metrics(r["dirs"][arm], "train")) == 1
+    # bench/controls.py reads these dirs again; an arm asked for but never run is reported, not a traceback
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "controls.py"), "--seeds", "5", "6", "--out",
+                          str(tmp_path), "--analyse-only", "--arms", "ppo", "placebo", "rft"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stdout.count("NO   unfinished: placebo, vs RFT") == 2, out.stdout
