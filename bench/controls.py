@@ -44,6 +44,7 @@ from agentgym.trainer.controls import (
     kl_to_warm_start,
     run_seeds,
     seeds_table,
+    trained_eval,
 )
 from agentgym.trainer.evaluation import gain
 
@@ -54,10 +55,10 @@ def verdict(r: dict[str, Any], base: str, bar: argparse.Namespace) -> tuple[bool
         return False, r["status"]
     if r.get("arm_errors"):
         return False, f"arm errors: {r['arm_errors']}"
-    finals = {a: final_eval(d) if Path(d).exists() else None for a, d in r["dirs"].items() if a != "warm"}
-    unfinished = sorted(a for a, f in finals.items() if f is None or f.get("stage") != "ppo")
-    if not finals.get(base) or finals[base].get("stage") != "ppo":
+    finals = {a: trained_eval(d) for a, d in r["dirs"].items() if a != "warm"}
+    if finals.get(base) is None:
         return False, f"{base} did not finish"
+    unfinished = sorted(a for a, f in finals.items() if f is None)
     why = [f"unfinished: {', '.join(unfinished)}"] if unfinished else []
     ok = not unfinished
     if finals.get("placebo"):
@@ -70,10 +71,10 @@ def verdict(r: dict[str, Any], base: str, bar: argparse.Namespace) -> tuple[bool
         hit = bool(g and g["z"] >= -bar.bar_rft_z)
         ok &= hit
         why.append(f"vs RFT {'ok' if hit else 'BELOW'}")
-    alerts = {a: arm_stats(d)["alerts"] for a, d in r["dirs"].items() if a == base}
-    if any(alerts.values()):
+    alerts = arm_stats(r["dirs"][base])["alerts"]
+    if alerts:
         ok = False
-        why.append(f"health alerts {alerts[base]}")
+        why.append(f"health alerts {alerts}")
     return ok, ", ".join(why) or "no control arm"
 
 
@@ -89,12 +90,11 @@ def kl_table(res: dict[int, dict[str, Any]], arms: list[str], samples: int, prob
             continue
         cells, ws = [], final_eval(r["dirs"]["warm"])
         for a in arms:
-            d = Path(r["dirs"][a])
-            fin = final_eval(d) if d.exists() else None
-            if fin is None or fin.get("stage") != "ppo" or ws is None:
+            fin = trained_eval(r["dirs"][a])
+            if fin is None or ws is None:
                 cells.append(f"{'-':>24}")
                 continue
-            k = kl_to_warm_start(d, problems=problems, samples=samples)
+            k = kl_to_warm_start(r["dirs"][a], problems=problems, samples=samples)
             g = fin.get("sampled_success", math.nan) - ws.get("sampled_success", math.nan)
             cells.append(f"{k['kl']:.3f}±{k['kl_se']:.3f} ({g:+.3f})".rjust(24))
         lines.append(f"{s:>5} " + " ".join(cells))

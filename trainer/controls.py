@@ -36,7 +36,7 @@ from agentgym.trainer.evaluation import ARM_NAMES, fmt_gain, gain
 from agentgym.trainer.metrics import read_metrics
 
 __all__ = ["FAILED_WARM_START", "arm_config", "arm_overrides", "comparison_lines", "final_eval",
-           "kl_to_warm_start", "run_seeds", "run_with_controls", "seeds_table"]
+           "kl_to_warm_start", "run_seeds", "run_with_controls", "seeds_table", "trained_eval"]
 
 FAILED_WARM_START = 3  # agentgym-train's exit status when the warm start did not learn
 CONTROLS_DIR = "controls"
@@ -62,6 +62,13 @@ def final_eval(run_dir: str | Path) -> dict[str, Any] | None:
     """The last evaluation of a run (after its steps; the warm start's if it took none)."""
     evals = [r for r in read_metrics(run_dir, "eval") if r.get("stage") in ("ppo", "warm_start")]
     return evals[-1] if evals else None
+
+
+def trained_eval(run_dir: str | Path) -> dict[str, Any] | None:
+    """The final evaluation of a run that took its steps (None for a missing dir, or a run that
+    stopped before its first step: its last evaluation is the warm start's)."""
+    e = final_eval(run_dir)
+    return e if e is not None and e.get("stage") == "ppo" else None
 
 
 def warm_eval(run_dir: str | Path) -> dict[str, Any] | None:
@@ -111,9 +118,8 @@ def run_with_controls(cfg: TrainConfig, *, resume: bool = False,
     for arm in cfg.controls:
         run_dir = root / CONTROLS_DIR / arm
         dirs[arm] = str(run_dir)
-        e = final_eval(run_dir) if run_dir.exists() else None
-        done = e is not None and e.get("stage") == "ppo" and int(e["step"]) == cfg.ppo.steps
-        if done:
+        e = trained_eval(run_dir)
+        if e is not None and int(e["step"]) == cfg.ppo.steps:
             continue
         t = trainer_cls(arm_config(cfg, arm, src, run_dir), resume=latest_checkpoint(run_dir) is not None)
         try:
@@ -276,8 +282,7 @@ def run_seeds(recipe: str, seeds: Sequence[int], arms: dict[str, list[str]], out
         r = res[seed]
         d = root / f"seed-{seed}" / name
         r["dirs"][name] = str(d)
-        e = final_eval(d) if d.exists() else None
-        if e is not None and e.get("stage") == "ppo":
+        if trained_eval(d) is not None:
             say(f"seed {seed}: {name} reused from {d}")
             return
         if d.exists():  # a partial run: start over (its checkpoints would clash)
