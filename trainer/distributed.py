@@ -114,10 +114,18 @@ def init_distributed(*, backend: str, device: str, rollout_tp: int, timeout_s: f
 
 
 def shutdown() -> None:
-    """Leave the process group (end of a torchrun run); nothing to do otherwise."""
+    """Leave the process group (end of a torchrun run); nothing to do otherwise.
+
+    Call it once the sharded models are no longer referenced: their last garbage (DTensor shards,
+    their mesh, finished collectives) is collected here, while the group is still alive. Left to
+    the interpreter's exit, gloo's threads were torn down after the group and a finished run
+    aborted in ~5% of 2-rank runs ("terminate called without an active exception", SIGABRT)."""
+    import gc
+
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.barrier()
         dist.destroy_process_group()
 

@@ -27,8 +27,10 @@ def main(out: str) -> None:
     D.load_full_state(model, build_tiny_gptoss(264, seed=3).state_dict() if info.is_main else {})
     target = write_checkpoint(D.GatheredWeights(model, torch.bfloat16), Path(out) / "v000001")
     assert target.is_dir()
-    D.shutdown()
 
 
 if __name__ == "__main__":
+    from agentgym.trainer.distributed import shutdown
+
     main(sys.argv[1])
+    shutdown()  # after main: the sharded model is garbage by then (see shutdown)
