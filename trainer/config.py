@@ -319,7 +319,7 @@ class SFTConfig:
     one warm start."""
     check_every: int = 0
     """Held-out stopping check every N warm-start steps (0: none): pass@1 and pass@k of the
-    policy at rollout.temperature on ``check_problems`` held-out problems (eval split, none of
+    policy at ``check_temperature`` on ``check_problems`` held-out problems (eval split, none of
     them in the final evaluation). ``sft.steps`` is then the maximum."""
     check_from: int = 0
     """First warm-start step at which the check runs (before it, nothing to see)."""
@@ -327,6 +327,9 @@ class SFTConfig:
     """Held-out problems of the stopping check."""
     check_samples: int = 8
     """Samples per problem of the stopping check: the k of its pass@k."""
+    check_temperature: float | None = None
+    """Sampling temperature of the stopping check; null (default): rollout.temperature. Lets a
+    recipe that trains below T=1 keep the warm start a T=1 check chose."""
     stop_pass_at_k: float | None = None
     """Stop the warm start once pass@k reaches this: enough successes in a group for RL to learn from."""
     stop_pass_at_1: float | None = None
@@ -525,6 +528,9 @@ class TrainConfig:
         for key, v in nonneg.items():
             if v < 0:
                 raise ConfigError(f"{key}: expected >= 0, got {v!r}")
+        if self.sft.check_temperature is not None and not self.sft.check_temperature > 0:
+            raise ConfigError(f"sft.check_temperature: expected > 0 (pass@k of greedy samples is pass@1) "
+                              f"or null for rollout.temperature, got {self.sft.check_temperature!r}")
         if self.rollout.temperature == 0:
             raise ConfigError("rollout.temperature: expected > 0 for training (log-probs of greedy "
                               "sampling are not a distribution), got 0; use e.g. 1.0")

@@ -312,12 +312,14 @@ class Evaluator:
         return m
 
     def sft_check(self, step: int) -> dict[str, float]:
-        """The warm start's held-out stopping check: pass@1 and pass@k at the training temperature
-        on the check problems (none of them an evaluation problem)."""
+        """The warm start's held-out stopping check: pass@1 and pass@k at ``sft.check_temperature``
+        (default: the training temperature) on the check problems (none of them an evaluation
+        problem)."""
         cfg, k = self.cfg, self.cfg.sft.check_samples
-        trajs = collect_fixed(self.rollouts.eval_collector, temperature=cfg.rollout.temperature, sample_seed=777_000,
+        t = cfg.rollout.temperature if cfg.sft.check_temperature is None else cfg.sft.check_temperature
+        trajs = collect_fixed(self.rollouts.eval_collector, temperature=t, sample_seed=777_000,
                               options=self.rollouts.eval_options(), seeds=self.held.check_seeds, samples=k)
-        rec = eval_record(trajs, cfg.rollout.temperature, samples=k, needs_tool=self.held.needs_tool)
+        rec = eval_record(trajs, t, samples=k, needs_tool=self.held.needs_tool)
         return {"pass_at_1": rec["pass_at_1"], f"pass_at_{k}": rec[f"pass_at_{k}"], "wellformed": rec["wellformed"]}
 
     def held_out_record(self) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from agentgym.errors import WarmStartFailed
+from agentgym.errors import ConfigError, WarmStartFailed
 from agentgym.trainer.cli import main
 from agentgym.trainer.config import load_config
 from agentgym.trainer.controls import arm_config, comparison_lines, run_seeds, run_with_controls, seeds_table
@@ -154,6 +154,35 @@ def test_the_warm_start_stops_at_its_held_out_criterion(tmp_path: Path) -> None:
     assert len(sft) == 6 and "check_pass_at_2" in sft[-1] and "check_pass_at_1" not in sft[2]
     warm = read_metrics(tmp_path, "warm_start")[0]
     assert warm["steps"] == 6 and warm["stop_reason"].startswith("held-out pass@1 0.000 >= 0")
+
+
+def test_the_stopping_check_samples_at_its_own_temperature(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sft.check_temperature`` sets the check's sampling temperature apart from training's: near
+    zero, the k samples of a problem are the same episode; unset, the check samples at
+    rollout.temperature and they differ."""
+    import agentgym.trainer.evaluation as evaluation
+
+    seen: list[tuple[float, list[list[int]]]] = []
+    real = evaluation.collect_fixed
+
+    def spy(*args, **kw):  # the real collector; records what the check sampled
+        trajs = real(*args, **kw)
+        if kw.get("sample_seed") == 777_000:
+            seen.append((kw["temperature"], [list(t.tokens) for t in trajs]))
+        return trajs
+
+    monkeypatch.setattr(evaluation, "collect_fixed", spy)
+    base = [*TINY, "sft.steps=2", "sft.check_every=2", "sft.check_from=2", "sft.check_problems=3",
+            "sft.check_samples=4", "ppo.steps=0"]
+    Trainer(load_config("cpu-quickstart", [*base, f"log.run_dir={tmp_path / 'a'}", "sft.check_temperature=1e-4"])).run()
+    Trainer(load_config("cpu-quickstart", [*base, f"log.run_dir={tmp_path / 'b'}"])).run()
+    (t_cold, cold), (t_warm, warm) = seen
+    assert t_cold == 1e-4 and t_warm == 1.0
+    groups = lambda eps: [eps[i:i + 4] for i in range(0, len(eps), 4)]  # noqa: E731  (k samples of a problem)
+    assert len(cold) == 12 and all(all(e == g[0] for e in g) for g in groups(cold))
+    assert any(len({tuple(e) for e in g}) > 1 for g in groups(warm))
+    with pytest.raises(ConfigError, match="sft.check_temperature: expected > 0"):
+        load_config("cpu-quickstart", [*TINY, "sft.check_temperature=0"])
 
 
 def test_a_warm_start_that_did_not_learn_its_tool_loop_fails_loudly(tmp_path: Path,
