@@ -224,6 +224,12 @@ class PPOConfig:
     """Clip of the value update (GAE only); null to disable."""
     group_std_normalize: bool = True
     """Divide group advantages by the group's score std (GRPO); false = Dr.GRPO style."""
+    baseline_scale: float = 1.0
+    """The group (or batch) baseline is this fraction of the mean score: ``A = r - s * mean``.
+    1 = the usual baseline; 0 = REINFORCE without one (every success pushed up, failures not
+    pushed down: the direction expert iteration takes); between, a mix of the two. Any value
+    estimates the same gradient; they differ in variance and in what a finite step does. Below 1
+    it needs ``group_std_normalize=false`` (a group whose scores are all equal has std 0)."""
     kl_coef: float = 0.0
     """Weight of the KL to a frozen reference (the warm-started policy); 0 disables it."""
     kl_target: float | None = None
@@ -574,6 +580,21 @@ class TrainConfig:
                               f"expected kl_target > 0, kl_coef > 0 and kl_in=loss, got kl_coef={p.kl_coef}, "
                               f"kl_in={p.kl_in}; fix: e.g. ppo.kl_coef=0.1 ppo.kl_in=loss, or "
                               "ppo.kl_target=null for a fixed coefficient")
+        if p.baseline_scale != 1.0:
+            if not 0.0 <= p.baseline_scale <= 1.0:
+                raise ConfigError(f"ppo.baseline_scale: expected a fraction of the mean score in [0, 1], "
+                                  f"got {p.baseline_scale}; fix: e.g. ppo.baseline_scale=0.5, or 1 for the "
+                                  "usual baseline")
+            clash = [f"ppo.{k}" for k, on in (("group_std_normalize", p.group_std_normalize),
+                                              ("drop_uniform_groups", p.drop_uniform_groups)) if on]
+            if p.advantage == "gae" or clash:
+                raise ConfigError(f"ppo.baseline_scale={p.baseline_scale} scales the group baseline, so a "
+                                  "group whose scores are all equal keeps a nonzero advantage; it cannot be "
+                                  "divided by that group's std (0), nor dropped, and GAE has no group "
+                                  f"baseline; got ppo.advantage={p.advantage}"
+                                  + (f" with {' and '.join(clash)}" if clash else "")
+                                  + "; fix: ppo.advantage=group ppo.group_std_normalize=false "
+                                  "ppo.drop_uniform_groups=false, or ppo.baseline_scale=1")
         if p.advantage == "batch" and p.drop_uniform_groups:
             raise ConfigError("ppo.drop_uniform_groups drops tasks whose samples all scored the same, but "
                               "with ppo.advantage=batch those still carry signal (one baseline for the step); "

@@ -141,14 +141,23 @@ def gae(
 
 @torch.no_grad()
 def group_advantages(
-    scores: torch.Tensor, group_ids: torch.Tensor, *, normalize_std: bool = True, eps: float = 1e-6
+    scores: torch.Tensor, group_ids: torch.Tensor, *, normalize_std: bool = True, eps: float = 1e-6,
+    baseline_scale: float = 1.0,
 ) -> torch.Tensor:
     """GRPO-style baseline: ``(score - mean of its group) [/ (std of its group + eps)]`` -> (N,).
 
     ``group_ids`` (N,) marks samples of the same task. The std is the sample std (N-1, as in
     TRL's GRPO); a group of one sample gets advantage 0. Broadcast the result over each
-    episode's policy tokens to use it as a per-token advantage.
+    episode's policy tokens to use it as a per-token advantage. ``baseline_scale`` s < 1 (only
+    without the std) subtracts ``s x`` the group's mean instead: ``score - s * mean``, so every
+    episode of a group keeps ``(1 - s) x`` its score on top of the centred part (s = 0:
+    REINFORCE without a baseline).
     """
+    if baseline_scale != 1.0:
+        if normalize_std:
+            raise ValueError("baseline_scale < 1 keeps uniform groups nonzero; they have no std to divide by")
+        centered = group_advantages(scores, group_ids, normalize_std=False)
+        return centered + (1.0 - baseline_scale) * (scores.float() - centered)
     scores = scores.float()
     _, inv = torch.unique(group_ids, return_inverse=True)
     n_groups = int(inv.max().item()) + 1 if inv.numel() else 0
@@ -166,7 +175,8 @@ def group_advantages(
 
 @torch.no_grad()
 def group_advantages_with_kl(
-    scores: torch.Tensor, penalties: torch.Tensor, group_ids: torch.Tensor, *, normalize_std: bool = True
+    scores: torch.Tensor, penalties: torch.Tensor, group_ids: torch.Tensor, *, normalize_std: bool = True,
+    baseline_scale: float = 1.0,
 ) -> torch.Tensor:
     """Group baseline with the KL in the reward (``kl_in: reward``) -> (N,).
 
@@ -176,7 +186,7 @@ def group_advantages_with_kl(
     KL's noise by the std of a group whose outcomes are all equal (~0 + eps) and turns
     penalties of 1e-4 into advantages of about +-1.
     """
-    adv = group_advantages(scores, group_ids, normalize_std=normalize_std)
+    adv = group_advantages(scores, group_ids, normalize_std=normalize_std, baseline_scale=baseline_scale)
     return adv - group_advantages(penalties, group_ids, normalize_std=False)
 
 

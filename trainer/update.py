@@ -151,10 +151,11 @@ def compute_advantages(learner: Learner, b: Batch, cfg: TrainConfig, step: int) 
     if p.advantage == "batch":  # one baseline for the whole step
         groups = torch.zeros_like(groups)
     if pen is None:
-        seq_adv = group_advantages(all_scores, groups, normalize_std=p.group_std_normalize)
+        seq_adv = group_advantages(all_scores, groups, normalize_std=p.group_std_normalize,
+                                   baseline_scale=p.baseline_scale)
     else:  # normalise the outcome first, then the (centred) KL penalty
         seq_adv = group_advantages_with_kl(all_scores, ranks.gather_rows(pen.sum(-1)), groups,
-                                           normalize_std=p.group_std_normalize)
+                                           normalize_std=p.group_std_normalize, baseline_scale=p.baseline_scale)
     offset = ranks.rows_before(len(b))
     seq_adv = seq_adv[offset:offset + len(b)]
     check_finite("advantages", seq_adv, step, "Check rewards.")

@@ -94,6 +94,14 @@ def test_evidence_combinations_are_refused_with_a_fix() -> None:
     assert load_config(None, ["ppo.kl_coef=0.1", "ppo.kl_target=0.05"]).ppo.kl_target == 0.05
     with pytest.raises(ConfigError, match="with ppo.advantage=batch those still carry signal"):
         load_config(None, ["ppo.advantage=batch", "ppo.drop_uniform_groups=true"])
+    with pytest.raises(ConfigError, match="cannot be divided by that group's std.*with ppo.group_std_normalize; "
+                                          "fix: ppo.advantage=group ppo.group_std_normalize=false"):
+        load_config(None, ["ppo.baseline_scale=0.5"])
+    with pytest.raises(ConfigError, match="GAE has no group baseline; got ppo.advantage=gae"):
+        load_config(None, ["ppo.baseline_scale=0.5", "ppo.group_std_normalize=false", "ppo.advantage=gae"])
+    with pytest.raises(ConfigError, match=r"expected a fraction of the mean score in \[0, 1\], got 1.5"):
+        load_config(None, ["ppo.baseline_scale=1.5", "ppo.group_std_normalize=false"])
+    assert load_config(None, ["ppo.baseline_scale=0", "ppo.group_std_normalize=false"]).ppo.baseline_scale == 0
     cfg = load_config(None, ["ppo.kl_estimator=k1", "ppo.kl_in=reward"])  # k1 as a reward penalty is fine
     assert cfg.ppo.kl_estimator == "k1"
     cfg = load_config(None, ["rollout.engine_weights=copy", "rollout.sync_every=3", "ppo.kl_estimator=k2"])

@@ -84,6 +84,19 @@ def test_group_advantages() -> None:
     torch.testing.assert_close(raw, torch.tensor([2 / 3, -1 / 3, -1 / 3, -1.0, 1.0, 0.0]))
 
 
+def test_a_partial_baseline_subtracts_that_share_of_the_group_mean() -> None:
+    scores = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+    groups = torch.tensor([0, 0, 0, 1, 1, 2])  # a task solved once in three, one solved twice, one sample
+    half = group_advantages(scores, groups, normalize_std=False, baseline_scale=0.5)
+    torch.testing.assert_close(half, torch.tensor([1 - 1 / 6, -1 / 6, -1 / 6, 0.5, 0.5, 0.5]))
+    # 0: REINFORCE without a baseline (the scores); 1: the usual centred advantages
+    torch.testing.assert_close(group_advantages(scores, groups, normalize_std=False, baseline_scale=0.0), scores)
+    torch.testing.assert_close(group_advantages(scores, groups, normalize_std=False, baseline_scale=1.0),
+                               group_advantages(scores, groups, normalize_std=False))
+    with pytest.raises(ValueError, match="no std to divide by"):
+        group_advantages(scores, groups, baseline_scale=0.5)
+
+
 def _cleanrl_pg(newlogprob, b_logprobs, adv, clip_low, clip_high):  # type: ignore[no-untyped-def]
     logratio = newlogprob - b_logprobs
     ratio = logratio.exp()

@@ -232,6 +232,31 @@ def test_batch_advantage_has_one_baseline_for_the_whole_step(tmp_path: Path, std
     assert float(got[0]) > 0 and float(got[1]) > 0  # the all-solved task is reinforced
 
 
+@pytest.mark.parametrize("placebo", [False, True])
+def test_a_partial_baseline_reaches_the_update(tmp_path: Path, placebo: bool) -> None:
+    """``ppo.baseline_scale=0.5``: each episode's advantage is its score less half its group's
+    mean (the placebo's: of the permuted scores), so a task every sample solved is reinforced."""
+    from agentgym.trainer.update import compute_advantages, placebo_permutation, score
+
+    cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "ppo.group_std_normalize=false",
+                                         "ppo.baseline_scale=0.5", f"ppo.placebo={str(placebo).lower()}"])
+    t = Trainer(cfg)
+    trajs, groups, _ = t.rollouts.collect(0)
+    for i, tr in enumerate(trajs):  # task 0: both samples solved it; task 1: one of two
+        tr.turns[-1].reward = float(i != 3)
+    b = score(t.rollouts.batch(trajs, groups, {}), cfg, 0, t.ranks)
+    compute_advantages(t.learner, b, cfg, 0)
+    t.close()
+    s = torch.tensor([float(i != 3) for i in range(len(trajs))])
+    if placebo:
+        s = s[placebo_permutation(len(s), cfg.seed, 0)]
+    g = torch.tensor(groups)
+    mean = torch.stack([s[g == k].mean() for k in g])
+    got = torch.stack([row[m.bool()][0] for row, m in zip(b.advantages, b.policy_mask, strict=True)])
+    torch.testing.assert_close(got, s - 0.5 * mean)
+    assert (got > 0).sum() == (s > 0).sum()  # every success pushed up, whatever its group
+
+
 def test_dynamic_sampling_drops_uniform_groups_and_overlong_actions_are_masked(tmp_path: Path) -> None:
     cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path / 'ds'}", "ppo.drop_uniform_groups=true"])
     t = Trainer(cfg)
