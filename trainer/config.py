@@ -226,10 +226,11 @@ class PPOConfig:
     """Divide group advantages by the group's score std (GRPO); false = Dr.GRPO style."""
     baseline_scale: float = 1.0
     """The group (or batch) baseline is this fraction of the mean score: ``A = r - s * mean``.
-    1 = the usual baseline; 0 = REINFORCE without one (every success pushed up, failures not
-    pushed down: the direction expert iteration takes); between, a mix of the two. Any value
-    estimates the same gradient; they differ in variance and in what a finite step does. Below 1
-    it needs ``group_std_normalize=false`` (a group whose scores are all equal has std 0)."""
+    1 = the usual baseline; 0 = REINFORCE without one (with 0/1 rewards: every success pushed up,
+    failures not pushed down, the direction expert iteration takes); between, a mix of the two.
+    The expected gradient points the same way for any value; they differ in variance and in what
+    a finite step does. Below 1 it needs ``group_std_normalize=false`` (a group whose scores are
+    all equal has std 0)."""
     kl_coef: float = 0.0
     """Weight of the KL to a frozen reference (the warm-started policy); 0 disables it."""
     kl_target: float | None = None
