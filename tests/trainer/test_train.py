@@ -210,24 +210,33 @@ def test_placebo_permutes_the_scores_of_the_batch(tmp_path: Path) -> None:
     assert stats[True]["pg_loss"] != stats[False]["pg_loss"]  # other episodes' returns, same samples
 
 
-@pytest.mark.parametrize("std", [True, False])
-def test_batch_advantage_has_one_baseline_for_the_whole_step(tmp_path: Path, std: bool) -> None:
-    """``ppo.advantage=batch``: (score - mean of all the step's scores) [/ their std]; a task whose
-    samples all succeeded still gets a positive advantage (under the group baseline: zero)."""
+def _first_step_advantages(tmp_path: Path,
+                           overrides: list[str]) -> tuple[Any, torch.Tensor, list[int], torch.Tensor]:
+    """Step 0's episodes scored so that task 0's two samples both succeed and task 1's one of two,
+    through ``score`` and ``compute_advantages`` -> (config, the scores, the group ids, each
+    episode's advantage)."""
     from agentgym.trainer.update import compute_advantages, score
 
-    cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "ppo.advantage=batch",
-                                         f"ppo.group_std_normalize={str(std).lower()}"])
+    cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", *overrides])
     t = Trainer(cfg)
     trajs, groups, _ = t.rollouts.collect(0)
-    for i, tr in enumerate(trajs):  # task 0: both samples solved it; task 1: one of two
+    for i, tr in enumerate(trajs):
         tr.turns[-1].reward = float(i != 3)
     b = score(t.rollouts.batch(trajs, groups, {}), cfg, 0, t.ranks)
     compute_advantages(t.learner, b, cfg, 0)
     t.close()
     s = torch.tensor([float(i != 3) for i in range(len(trajs))])
-    want = (s - s.mean()) / (s.std() + 1e-6) if std else s - s.mean()
     got = torch.stack([row[m.bool()][0] for row, m in zip(b.advantages, b.policy_mask, strict=True)])
+    return cfg, s, list(groups), got
+
+
+@pytest.mark.parametrize("std", [True, False])
+def test_batch_advantage_has_one_baseline_for_the_whole_step(tmp_path: Path, std: bool) -> None:
+    """``ppo.advantage=batch``: (score - mean of all the step's scores) [/ their std]; a task whose
+    samples all succeeded still gets a positive advantage (under the group baseline: zero)."""
+    _, s, _, got = _first_step_advantages(tmp_path, ["ppo.advantage=batch",
+                                                     f"ppo.group_std_normalize={str(std).lower()}"])
+    want = (s - s.mean()) / (s.std() + 1e-6) if std else s - s.mean()
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     assert float(got[0]) > 0 and float(got[1]) > 0  # the all-solved task is reinforced
 
@@ -236,23 +245,15 @@ def test_batch_advantage_has_one_baseline_for_the_whole_step(tmp_path: Path, std
 def test_a_partial_baseline_reaches_the_update(tmp_path: Path, placebo: bool) -> None:
     """``ppo.baseline_scale=0.5``: each episode's advantage is its score less half its group's
     mean (the placebo's: of the permuted scores), so a task every sample solved is reinforced."""
-    from agentgym.trainer.update import compute_advantages, placebo_permutation, score
+    from agentgym.trainer.update import placebo_permutation
 
-    cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "ppo.group_std_normalize=false",
-                                         "ppo.baseline_scale=0.5", f"ppo.placebo={str(placebo).lower()}"])
-    t = Trainer(cfg)
-    trajs, groups, _ = t.rollouts.collect(0)
-    for i, tr in enumerate(trajs):  # task 0: both samples solved it; task 1: one of two
-        tr.turns[-1].reward = float(i != 3)
-    b = score(t.rollouts.batch(trajs, groups, {}), cfg, 0, t.ranks)
-    compute_advantages(t.learner, b, cfg, 0)
-    t.close()
-    s = torch.tensor([float(i != 3) for i in range(len(trajs))])
+    cfg, s, groups, got = _first_step_advantages(tmp_path, ["ppo.group_std_normalize=false",
+                                                            "ppo.baseline_scale=0.5",
+                                                            f"ppo.placebo={str(placebo).lower()}"])
     if placebo:
         s = s[placebo_permutation(len(s), cfg.seed, 0)]
     g = torch.tensor(groups)
     mean = torch.stack([s[g == k].mean() for k in g])
-    got = torch.stack([row[m.bool()][0] for row, m in zip(b.advantages, b.policy_mask, strict=True)])
     torch.testing.assert_close(got, s - 0.5 * mean)
     assert (got > 0).sum() == (s > 0).sum()  # every success pushed up, whatever its group
 
