@@ -197,6 +197,11 @@ class PPOConfig:
     """AdamW learning rate of the policy (and value head)."""
     warmup_steps: int = 2
     """Linear learning-rate warmup, in optimizer steps."""
+    schedule: str = "constant"
+    """After warmup: ``constant`` or ``cosine`` (down to 10% of ``lr`` at the last optimizer
+    step, ``steps`` x ``epochs`` x ``minibatches``: the last steps move the policy less, so the
+    final weights wander less from step to step). Every arm of a run (placebo, RFT, SFT)
+    takes the same schedule."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
@@ -472,6 +477,7 @@ class TrainConfig:
             "model.dtype": (self.model.dtype, ("float32", "bfloat16")),
             "log.export_dtype": (self.log.export_dtype, ("bfloat16", "float32")),
             "sft.schedule": (self.sft.schedule, ("cosine", "constant")),
+            "ppo.schedule": (self.ppo.schedule, ("constant", "cosine")),
             "sft.teacher": (self.sft.teacher, TEACHERS),
             "distributed.backend": (self.distributed.backend, ("auto", "nccl", "gloo")),
             "rollout.backend": (self.rollout.backend, ("local", "ray")),

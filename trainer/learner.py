@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,17 @@ __all__ = ["REFERENCE", "WARM_START", "Learner", "shared_prefix_len"]
 REFERENCE = "reference"  # RUN_DIR/reference: the KL anchor, saved once
 WARM_START = "warm_start"  # RUN_DIR/warm_start: weights, SFT AdamW state, warm_start.json
 
+
+
+def lr_factor(i: int, warmup_steps: int, total: int, schedule: str) -> float:
+    """Learning-rate factor at optimizer step ``i`` (0-based): linear warmup over
+    ``warmup_steps``, then ``constant`` (1) or ``cosine`` from 1 down to 0.1 at step ``total``."""
+    if i < warmup_steps:
+        return (i + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    frac = (i - warmup_steps) / max(1, total - warmup_steps)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
 
 class Learner:
     """Tokenizer, policy (+ value head), optimizer and schedule, KL reference, forward pass."""
@@ -73,8 +85,9 @@ class Learner:
         self.params = list(self.model.parameters()) + (
             list(self.value_head.parameters()) if self.value_head is not None else [])
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.ppo.lr, weight_decay=cfg.ppo.weight_decay)
-        warm = max(cfg.ppo.warmup_steps, 1)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda i: min(1.0, (i + 1) / warm))
+        p, total = cfg.ppo, cfg.ppo.steps * cfg.ppo.epochs * cfg.ppo.minibatches
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda i: lr_factor(i, p.warmup_steps, total, p.schedule))
         self.sft_optimizer: torch.optim.Optimizer | None = None  # the warm start's (run_sft sets it)
         if cfg.sft.load and cfg.ppo.carry_sft_optimizer:
             from agentgym.trainer.sft import load_moments

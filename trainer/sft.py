@@ -37,7 +37,7 @@ from agentgym.errors import ConfigError
 from agentgym.oracles import StepPolicy, get_oracle, load_callable, play_episode
 from agentgym.registration import capabilities, ids_with
 from agentgym.trainer.batch import make_batch, micro_batches
-from agentgym.trainer.learner import Learner, batch_forward
+from agentgym.trainer.learner import Learner, batch_forward, lr_factor
 from agentgym.trajectory import Trajectory
 
 if TYPE_CHECKING:
@@ -127,15 +127,8 @@ def sft_optimizer(cfg: Any, model: torch.nn.Module) -> tuple[torch.optim.Optimiz
     sc = cfg.sft
     opt = torch.optim.AdamW(model.parameters(), lr=sc.lr, weight_decay=0.0)
 
-    def lr_at(i: int) -> float:
-        if i < sc.warmup_steps:
-            return (i + 1) / sc.warmup_steps
-        if sc.schedule == "constant":
-            return 1.0
-        frac = (i - sc.warmup_steps) / max(1, sc.steps - sc.warmup_steps)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
-
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    return opt, torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: lr_factor(i, sc.warmup_steps, sc.steps, sc.schedule))
 
 
 def run_sft(cfg: Any, learner: Learner, rollouts: Rollouts, log: Any, *, held: Any = None,

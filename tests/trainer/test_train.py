@@ -188,6 +188,22 @@ def test_clipping_acts_with_two_epochs_and_two_minibatches(tmp_path: Path) -> No
     assert m["clip_frac"] > 0 and (m["ratio_max"] > 1.28 or m["ratio_min"] < 0.8)
 
 
+@pytest.mark.parametrize("algo", ["ppo", "sft"])
+def test_a_cosine_schedule_decays_the_lr_to_a_tenth_at_the_last_step(tmp_path: Path, algo: str) -> None:
+    """ppo.schedule=cosine over 4 steps (warmup 1): after each step the lr is 1, 0.775, 0.325,
+    then 0.1 of the peak; the imitation arms' update (here SFT's) takes the same schedule."""
+    cfg = load_config("cpu-quickstart", [*SMALL, *ONE_TASK, f"log.run_dir={tmp_path}", f"algo={algo}",
+                                         "ppo.steps=4", "ppo.warmup_steps=1", "ppo.lr=1e-3",
+                                         "ppo.schedule=cosine", "rollout.samples_per_task=4"])
+    t = Trainer(cfg)
+    lrs = []
+    for step in range(4):
+        t.train_step(step)
+        lrs.append(t.learner.optimizer.param_groups[0]["lr"])
+    t.close()
+    assert lrs == pytest.approx([1e-3, 7.75e-4, 3.25e-4, 1e-4])
+
+
 def test_placebo_permutes_the_scores_of_the_batch(tmp_path: Path) -> None:
     from agentgym.trainer.update import _on_last_policy_token, placebo_permutation
 
