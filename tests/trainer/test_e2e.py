@@ -38,6 +38,7 @@ def test_ppo_beats_its_placebo_on_held_out_problems_when_the_reward_has_somethin
         "sft.lr=3e-3", "sft.schedule=cosine", "sft.warmup_steps=5", "sft.check_every=0", "sft.min_wellformed=0",
         "sft.stop_pass_at_k=null", "sft.stop_pass_at_1=null", "env.prompt=harmony",
         "ppo.steps=20", "ppo.lr=1e-3", "ppo.warmup_steps=2", "ppo.kl_coef=0",
+        "ppo.group_std_normalize=true", "ppo.baseline_scale=1", "ppo.carry_sft_optimizer=true",
         "rollout.temperature=1.0", "rollout.tasks_per_step=4", "rollout.samples_per_task=8",
         "log.eval_every=20", "log.eval_episodes=24", "log.eval_episodes_final=0", "log.eval_samples=4",
         "log.eval_seed_start=0", "log.checkpoint_every=0", "log.progress=false", "log.tensorboard=false",

@@ -23,7 +23,8 @@ from agentgym.trainer.update import check_finite
 SMALL = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false",
          "log.eval_every=0", "sft.steps=0", "env.max_turns=2", "env.max_action_tokens=16",
          "rollout.tasks_per_step=2", "rollout.samples_per_task=2", "log.eval_episodes=2",
-         "log.eval_episodes_final=0", "controls=[]", "sft.min_wellformed=0"]
+         "log.eval_episodes_final=0", "controls=[]", "sft.min_wellformed=0",
+         "ppo.baseline_scale=1", "ppo.group_std_normalize=true"]  # GRPO's advantages, not the recipe's
 
 
 def test_engine_log_probs_agree_with_the_learners_for_tiny_moe(tmp_path: Path) -> None:
