@@ -38,7 +38,6 @@ REFERENCE = "reference"  # RUN_DIR/reference: the KL anchor, saved once
 WARM_START = "warm_start"  # RUN_DIR/warm_start: weights, SFT AdamW state, warm_start.json
 
 
-
 def lr_factor(i: int, warmup_steps: int, total: int, schedule: str) -> float:
     """Learning-rate factor at optimizer step ``i`` (0-based): linear warmup over
     ``warmup_steps``, then ``constant`` (1) or ``cosine`` from 1 down to 0.1 at step ``total``."""
@@ -48,6 +47,7 @@ def lr_factor(i: int, warmup_steps: int, total: int, schedule: str) -> float:
         return 1.0
     frac = (i - warmup_steps) / max(1, total - warmup_steps)
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+
 
 class Learner:
     """Tokenizer, policy (+ value head), optimizer and schedule, KL reference, forward pass."""
