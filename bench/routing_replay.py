@@ -52,7 +52,7 @@ def main() -> None:
     try:
         for seed in args.seeds:
             for trainer_dtype in rows:
-                r = run_doctor(model(seed), engine, "eager", "agentgym/MathCalc-v0", args.episodes,
+                r = run_doctor(model(seed), engine, "eager", "agentgym/MathCalc-v1", args.episodes,
                                max_new_tokens=args.max_new_tokens, seed=seed, trainer_dtype=trainer_dtype,
                                env_kwargs={"max_turns": 2, "prompt": "compact"})
                 stats = {k: float(r.stats[k]) for k in KEYS} | {"tokens": r.stats["n_tokens"]}
