@@ -1,4 +1,4 @@
-"""Asynchronous rollouts on the main job's task: throughput, and correction under staleness.
+"""Asynchronous rollouts on the CPU quickstart's task: throughput, and correction under staleness.
 
     .venv/bin/python bench/async_rollouts.py warm --out runs/async            # one saved warm start
     .venv/bin/python bench/async_rollouts.py throughput --out runs/async --steps 6 --repeats 2

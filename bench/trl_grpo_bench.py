@@ -1,4 +1,4 @@
-"""agentgym's PPO loop vs TRL's GRPOTrainer from the main job's imperfect warm start.
+"""agentgym's PPO loop vs TRL's GRPOTrainer from the CPU quickstart's warm start.
 
     .venv/bin/python bench/trl_grpo_bench.py --run runs/cpu-quickstart --steps 20
 
@@ -249,7 +249,7 @@ def evaluate(cfg: Any, model: Any, episodes: int) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--run", required=True, help="a finished agentgym-train run of the main job "
+    ap.add_argument("--run", required=True, help="a finished agentgym-train run of the CPU quickstart "
                     "(its config.yaml and warm_start/)")
     ap.add_argument("--steps", type=int, default=None, help="training steps (default: the run's ppo.steps)")
     ap.add_argument("--episodes", type=int, default=256, help="fixed evaluation tasks")

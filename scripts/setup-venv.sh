@@ -33,7 +33,7 @@ done
 # of the two is installed last owns its files. agentgym renders Harmony as openai-harmony does
 # (tests/agentgym/test_harmony_openai.py), so openai-harmony's files are put back last.
 .venv/bin/uv pip install -q --python .venv/bin/python --reinstall-package openai-harmony openai-harmony
-# Bytecode for what the main job imports (torch, transformers' GPT-OSS, the trainer, TensorBoard,
+# Bytecode for what the CPU quickstart imports (torch, transformers' GPT-OSS, the trainer, TensorBoard,
 # matplotlib), written by importing it once, beside the wheelhouse below. Compiling every
 # package (uv's --compile-bytecode) took ~45 s of the setup on 2 cores, mostly for modules nothing
 # here imports. Other modules are compiled when first imported, unless PYTHONDONTWRITEBYTECODE is

@@ -22,8 +22,8 @@ def test_ppo_beats_its_placebo_on_held_out_problems_when_the_reward_has_somethin
     warm start (sampled at T=1, ~60% of its held-out answers right), then 20 PPO steps on the real reward against 20 on rewards
     permuted within each batch, from the same saved warm start, scored on held-out rows (the
     dataset's eval split) at the training temperature. Only the reward's information differs.
-    This is the mechanism, not the main job: on cpu-quickstart the frozen recipe's placebo gap
-    is what bench/RESULTS.md reports for fresh seeds."""
+    This is the mechanism, not the CPU quickstart: on cpu-quickstart the placebo gap is what
+    bench/RESULTS.md reports for fresh seeds."""
     from agentgym.trainer.controls import CONTROLS_DIR, final_eval, run_with_controls, warm_eval
     from agentgym.trainer.evaluation import gain
 
