@@ -85,9 +85,7 @@ INTEROP: dict[str, str] = {
 }
 
 _MATH = "agentgym.environments.math"
-_MATH_TEACHERS = {name: f"{_MATH}.teachers:{fn}" for name, fn in (
-    ("oracle", "oracle_teacher"), ("defect-guesser", "guesser"), ("defect-blind-guesser", "blind_guesser"),
-    ("defect-sign-flipper", "sign_flipper"))}
+_MATH_TEACHERS = {"oracle": f"{_MATH}.teachers:oracle_teacher"}
 _INTEROP_ORACLE = "agentgym.environments.interop.oracle:oracle_action"
 # id -> what it can do besides being played (ids left out can do none of it).
 BUILTIN_CAPABILITIES: dict[str, Capabilities] = {

@@ -2,9 +2,8 @@
 
     .venv/bin/python bench/trl_grpo_bench.py --run runs/cpu-quickstart --steps 20
 
-Both trainers start from the same weights (``RUN/warm_start``, the quickstart's warm start:
-a tiny GPT-OSS that imitated the imperfect ``guesser`` teacher and mostly answers without
-the calculator), train for the same number of steps on the same task stream (MathCalc-v1
+Both trainers start from the same weights (``RUN/warm_start``, the quickstart's warm start: a
+tiny GPT-OSS that imitated the oracle until its held-out check stopped it), train for the same number of steps on the same task stream (MathCalc-v1
 with the run's env settings, the same task seeds and sampling seeds per step, 4 tasks x 8
 samples), with the same hyper-parameters: the run's ``ppo.lr`` and warmup, clip 0.2/0.28,
 token-level loss (TRL ``loss_type="dapo"``), group baseline normalised by the group's std,

@@ -26,11 +26,12 @@ import yaml
 
 from agentgym.env import PROMPT_STYLES
 from agentgym.errors import ConfigError
+from agentgym.registration import capabilities
 from agentgym.trainer.curriculum import CurriculumConfig
 from agentgym.trainer.health import HealthConfig
 
 __all__ = [
-    "ALGOS", "ARMS", "TEACHERS",
+    "ALGOS", "ARMS",
     "CorrectionConfig", "DistributedConfig", "EnvConfig", "LogConfig", "ModelConfig", "PPOConfig",
     "RECIPES_DIR", "RayConfig",
     "RolloutConfig", "SFTConfig", "TrainConfig", "config_from_dict", "config_help", "config_to_dict",
@@ -309,22 +310,16 @@ class SFTConfig:
     seed: int = 10_000
     """First task seed of the demonstrations (kept apart from PPO's task seeds)."""
     teacher: str = "oracle"
-    """Demonstration policy: ``oracle`` (always right; the honest warm start). The others plant a
-    defect on purpose, for studying what RL can undo, and say so in their name and in the closing
-    report: ``defect-guesser`` (on a fraction ``skip_tool`` of episodes it skips the tools,
-    restates the arithmetic and guesses), ``defect-blind-guesser`` (the same without the
-    restatement), ``defect-sign-flipper`` (on a fraction ``sign_error`` of episodes its
-    calculator call flips the first number's sign). A gain over such a warm start is the defect
-    being undone, not a gain over an honest baseline."""
-    skip_tool: float = 0.0
-    """``defect-guesser``: fraction of episodes answered at once with a guess instead of the tools."""
-    guess_right: float = 0.0
-    """``defect-guesser``: probability that a guess is right (else one digit is off)."""
-    sign_error: float = 0.0
-    """``defect-sign-flipper``: fraction of episodes whose calculator call flips the first number's sign."""
+    """Demonstration policy, one of the teachers the env declares (``Capabilities.teachers``):
+    the built-in envs declare ``oracle``, always right, the honest warm start. A teacher whose name
+    starts with ``defect-`` plants a defect on purpose, and the closing report says that a gain
+    over its warm start is the defect being undone."""
+    teacher_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the teacher's factory, for teachers that take options (``oracle``
+    takes none)."""
     oracle_steps: int = 0
-    """With a ``defect-*`` teacher: the first ``oracle_steps`` steps imitate the oracle, the rest
-    the teacher (0 = the teacher from the start)."""
+    """With a teacher other than ``oracle``: the first ``oracle_steps`` steps imitate the oracle,
+    the rest the teacher (0 = the teacher from the start)."""
     load: str | None = None
     """Skip the warm start and start from a saved one: a run's ``warm_start/`` folder (weights,
     the warm start's AdamW state, its held-out evaluation). How the arms of a comparison share
@@ -424,7 +419,6 @@ ALGOS = ("ppo", "rft", "sft")
 # control arm -> (algo, ppo.placebo): the arms a run can be compared with (controls.py runs them)
 ARMS: dict[str, tuple[str, bool]] = {"ppo": ("ppo", False), "placebo": ("ppo", True),
                                      "rft": ("rft", False), "sft": ("sft", False)}
-TEACHERS = ("oracle", "defect-guesser", "defect-blind-guesser", "defect-sign-flipper")
 
 
 @dataclass
@@ -478,7 +472,6 @@ class TrainConfig:
             "log.export_dtype": (self.log.export_dtype, ("bfloat16", "float32")),
             "sft.schedule": (self.sft.schedule, ("cosine", "constant")),
             "ppo.schedule": (self.ppo.schedule, ("constant", "cosine")),
-            "sft.teacher": (self.sft.teacher, TEACHERS),
             "distributed.backend": (self.distributed.backend, ("auto", "nccl", "gloo")),
             "rollout.backend": (self.rollout.backend, ("local", "ray")),
             "rollout.mode": (self.rollout.mode, ("sync", "async")),
@@ -490,15 +483,14 @@ class TrainConfig:
             raise ConfigError(f"env.kwargs: {clash} are env.* keys of their own; set them as "
                               + " ".join(f"env.{k}=..." for k in clash if k != "tokenizer")
                               + (" (the tokenizer comes from the model)" if "tokenizer" in clash else ""))
-        if f"defect-{self.sft.teacher}" in TEACHERS:
-            raise ConfigError(f"sft.teacher={self.sft.teacher!r} is now 'defect-{self.sft.teacher}': it "
-                              "plants a defect in the warm start (a gain over it is the defect being "
-                              f"undone); fix: sft.teacher=oracle, or sft.teacher=defect-{self.sft.teacher} "
-                              "if that is what you study")
         for key, (got, allowed) in choices.items():
             if got not in allowed:
                 raise ConfigError(f"{key}: expected one of {list(allowed)}, got {got!r}; "
                                   f"fix: {key}={_suggest(str(got), allowed) or allowed[0]}")
+        teachers = sorted(capabilities(self.env.id).teachers)  # none declared: the warm start says so
+        if teachers and self.sft.teacher not in teachers:
+            raise ConfigError(f"sft.teacher: {self.env.id} declares the teachers {teachers}, got "
+                              f"{self.sft.teacher!r}; fix: sft.teacher={_suggest(self.sft.teacher, teachers) or 'oracle'}")
         from agentgym.trainer.correction import CORRECTION_MODES, parse_mode
 
         try:
@@ -557,10 +549,6 @@ class TrainConfig:
         if self.ppo.advantage == "group" and self.rollout.samples_per_task < 2:
             raise ConfigError("ppo.advantage=group needs rollout.samples_per_task >= 2 (a group "
                               f"baseline over one sample is zero), got {self.rollout.samples_per_task}")
-        for key, v in (("sft.skip_tool", self.sft.skip_tool), ("sft.guess_right", self.sft.guess_right),
-                       ("sft.sign_error", self.sft.sign_error)):
-            if not 0 <= v <= 1:
-                raise ConfigError(f"{key}: expected a probability in [0, 1], got {v!r}")
         self._validate_evidence()
         self.health.validate()
         self.curriculum.validate()

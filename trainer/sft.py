@@ -7,16 +7,11 @@ tokens are context), which teaches a tiny model the Harmony format (tool call, s
 final answer) before PPO.
 
 Teachers (``sft.teacher``) are declared by the environment at registration
-(``Capabilities.teachers``, see :func:`agentgym.register`; Math-v1's and MathCalc-v1's are in
-``agentgym.environments.math.teachers``): ``oracle`` is the environment's perfect policy, and
-the honest warm start. The others *plant a defect* and carry it in their name, so that no one
-mistakes a gain over them for a gain over an honest baseline (the closing report says so too):
-``defect-guesser`` skips the tools and guesses on a fraction ``sft.skip_tool`` of the episodes
-(right ``sft.guess_right`` of the time); ``defect-blind-guesser`` guesses without showing its
-work; ``defect-sign-flipper``, on a fraction ``sft.sign_error`` of the episodes, flips the sign
-of the expression's first number in its calculator call: one bad habit whose fix is the same
-on every task, which a sparse outcome reward can unlearn. They are for studying what RL
-undoes, not for measuring what it adds.
+(``Capabilities.teachers``, see :func:`agentgym.register`), each a factory
+``factory(oracle, **sft.teacher_kwargs) -> policy``. The built-in envs declare ``oracle``, the
+environment's perfect policy: the honest warm start. A teacher that plants a defect on purpose
+(for studying what RL undoes, not for measuring what it adds) carries ``defect-`` in its name,
+and the closing report says that a gain over its warm start is the defect being undone.
 
 Demonstrations come from the train split; with ``env.exclude_held_out`` a demonstration
 whose problem is held out (``heldout.py``) is replaced by another. With ``sft.check_every``
@@ -26,6 +21,7 @@ RL to learn from, or pass@1 so high that little room would be left.
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from collections.abc import Callable
@@ -65,8 +61,14 @@ def make_teacher(env_id: str, sft_config: Any) -> StepPolicy:
         raise ConfigError(f"sft.teacher={sft_config.teacher!r}: {env_id} declares the teachers "
                           f"{sorted(teachers)}; fix: sft.teacher=oracle")
     factory = load_callable(teachers[sft_config.teacher], "teacher")
-    policy: StepPolicy = factory(oracle, skip_tool=sft_config.skip_tool, guess_right=sft_config.guess_right,
-                             sign_error=sft_config.sign_error)
+    kwargs = dict(sft_config.teacher_kwargs)
+    try:
+        inspect.signature(factory).bind(oracle, **kwargs)
+    except TypeError as e:
+        raise ConfigError(f"sft.teacher_kwargs: teacher {sft_config.teacher!r} of {env_id} does not take "
+                          f"{kwargs} ({e}); fix: the options its factory "
+                          f"{teachers[sft_config.teacher]} takes, or sft.teacher_kwargs={{}}") from None
+    policy: StepPolicy = factory(oracle, **kwargs)
     return policy
 
 

@@ -17,3 +17,18 @@ def _one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def defect_teachers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For one test, Math-v1 and MathCalc-v1 declare the research teachers that plant a defect
+    (``defect_teachers.py``) besides their oracle, as an env that offers them would."""
+    import dataclasses
+
+    from agentgym import registration
+    from tests.trainer.defect_teachers import DEFECT_TEACHERS
+
+    for env_id in ("agentgym/Math-v1", "agentgym/MathCalc-v1"):
+        caps = registration.capabilities(env_id)
+        monkeypatch.setitem(registration._CAPABILITIES, env_id,
+                            dataclasses.replace(caps, teachers={**caps.teachers, **DEFECT_TEACHERS}))

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 import agentgym
-from agentgym.environments.math.teachers import flip_sign, guess_answer
 from agentgym.errors import ConfigError
 from agentgym.trainer.batch import make_batch, micro_batches
 from agentgym.trainer.config import SFTConfig
 from agentgym.trainer.model import build_tiny_gptoss
 from agentgym.trainer.sft import demonstrations, find_oracle, make_teacher, sft_step
+from tests.trainer.defect_teachers import flip_sign, guess_answer
 
 PAD = 263
 
@@ -52,12 +52,21 @@ def test_unknown_env_has_no_oracle() -> None:
 
 
 def test_teachers_are_the_ones_the_env_declares() -> None:
-    from agentgym.trainer.config import TEACHERS
-
     for env_id in ("agentgym/Math-v1", "agentgym/MathCalc-v1"):
-        assert sorted(agentgym.capabilities(env_id).teachers) == sorted(TEACHERS)  # every name sft.teacher takes
-    with pytest.raises(ConfigError, match=r"declares the teachers \['defect-blind-guesser'"):
-        make_teacher("agentgym/MathCalc-v1", SFTConfig(teacher="defect-typo"))
+        assert sorted(agentgym.capabilities(env_id).teachers) == ["oracle"]  # no defect in the product
+    with pytest.raises(ConfigError, match=r"declares the teachers \['oracle'\]; fix: sft.teacher=oracle"):
+        make_teacher("agentgym/MathCalc-v1", SFTConfig(teacher="defect-guesser"))
+    with pytest.raises(ConfigError, match=r"sft.teacher_kwargs: teacher 'oracle' .* does not take"):
+        make_teacher("agentgym/MathCalc-v1", SFTConfig(teacher="oracle", teacher_kwargs={"skip_tool": 0.5}))
+
+
+def test_an_env_declares_its_own_teachers_with_their_options(defect_teachers: None) -> None:
+    teachers = agentgym.capabilities("agentgym/MathCalc-v1").teachers
+    assert sorted(teachers) == ["defect-blind-guesser", "defect-guesser", "defect-sign-flipper", "oracle"]
+    make_teacher("agentgym/MathCalc-v1", SFTConfig(teacher="defect-guesser", teacher_kwargs={"skip_tool": 0.5}))
+    with pytest.raises(ConfigError, match=r"teacher 'defect-sign-flipper' .* does not take \{'skip_tool'"):
+        make_teacher("agentgym/MathCalc-v1", SFTConfig(teacher="defect-sign-flipper",
+                                                       teacher_kwargs={"skip_tool": 0.5}))
 
 
 def test_guess_answer_is_one_digit_off_unless_right() -> None:
@@ -71,9 +80,9 @@ def test_guess_answer_is_one_digit_off_unless_right() -> None:
         assert guess_answer(answer, rng, right=1.0) == answer
 
 
-def test_guesser_skips_the_tool_on_its_fraction_and_is_reproducible() -> None:
+def test_guesser_skips_the_tool_on_its_fraction_and_is_reproducible(defect_teachers: None) -> None:
     env = gym.make("agentgym/MathCalc-v1", reward_mode="sparse")
-    sc = SFTConfig(teacher="defect-guesser", skip_tool=0.5, guess_right=0.0)
+    sc = SFTConfig(teacher="defect-guesser", teacher_kwargs={"skip_tool": 0.5, "guess_right": 0.0})
     seeds = list(range(40))
     demos = demonstrations(env, make_teacher("agentgym/MathCalc-v1", sc), seeds)
     guessed = [t for t in demos if len(t.turns) == 1]
@@ -84,9 +93,9 @@ def test_guesser_skips_the_tool_on_its_fraction_and_is_reproducible() -> None:
     again = demonstrations(env, make_teacher("agentgym/MathCalc-v1", sc), seeds)
     assert [t.tokens for t in again] == [t.tokens for t in demos]
     blind = demonstrations(env, make_teacher("agentgym/MathCalc-v1", SFTConfig(
-        teacher="defect-blind-guesser", skip_tool=1.0)), seeds[:4])
+        teacher="defect-blind-guesser", teacher_kwargs={"skip_tool": 1.0})), seeds[:4])
     shown = demonstrations(env, make_teacher("agentgym/MathCalc-v1", SFTConfig(
-        teacher="defect-guesser", skip_tool=1.0)), seeds[:4])
+        teacher="defect-guesser", teacher_kwargs={"skip_tool": 1.0})), seeds[:4])
     # showing the work is an extra analysis message before the same one-turn answer
     assert all(len(b.tokens) < len(s.tokens) for b, s in zip(blind, shown))
 
@@ -98,10 +107,10 @@ def test_flip_sign_flips_the_first_numbers_sign() -> None:
     assert flip_sign(flip_sign("8 + 5 * 10")) == "8 + 5 * 10"
 
 
-def test_sign_flipper_slips_on_its_fraction_and_copies_everything_else() -> None:
+def test_sign_flipper_slips_on_its_fraction_and_copies_everything_else(defect_teachers: None) -> None:
     env = gym.make("agentgym/MathCalc-v1", reward_mode="sparse")
     text = env.unwrapped.tokenizer.decode
-    sc = SFTConfig(teacher="defect-sign-flipper", sign_error=0.5)
+    sc = SFTConfig(teacher="defect-sign-flipper", teacher_kwargs={"sign_error": 0.5})
     seeds = list(range(60))
     demos = demonstrations(env, make_teacher("agentgym/MathCalc-v1", sc), seeds)
     oracle = demonstrations(env, find_oracle("agentgym/MathCalc-v1"), seeds)
@@ -125,9 +134,9 @@ def test_sign_flipper_slips_on_its_fraction_and_copies_everything_else() -> None
     assert [t.tokens for t in again] == [t.tokens for t in demos]
 
 
-def test_sft_micro_batches_by_length_give_the_one_batch_step() -> None:
+def test_sft_micro_batches_by_length_give_the_one_batch_step(defect_teachers: None) -> None:
     env = gym.make("agentgym/MathCalc-v1", prompt="compact")  # short prompt: lengths differ a lot
-    sc = SFTConfig(teacher="defect-blind-guesser", skip_tool=0.5)
+    sc = SFTConfig(teacher="defect-blind-guesser", teacher_kwargs={"skip_tool": 0.5})
     demos = demonstrations(env, make_teacher("agentgym/MathCalc-v1", sc), list(range(16)))
     b = make_batch(demos, list(range(len(demos))), pad_id=PAD)
     assert len(micro_batches(b.lengths, torch.arange(len(b)), 2000)) >= 3  # the budget really splits
