@@ -248,7 +248,8 @@ class PPOConfig:
     """Estimator of KL(policy || reference) from the sampled tokens (ppo.py ``kl_estimate``):
     ``k3`` (in the loss its gradient optimises KL(reference || policy)), ``k2`` (0.5 x squared
     log-ratio: in the loss its gradient is that of KL(policy || reference)) or ``k1`` (the plain
-    log-ratio: reward only, its loss gradient is zero in expectation)."""
+    log-ratio: reward only, its loss gradient is zero in expectation). As a reward
+    (``kl_in: reward``) only ``k1`` is right, so only ``k1`` is accepted there."""
     kl_in: str = "loss"
     """Where the KL goes: ``loss`` (penalty term) or ``reward`` (per token for GAE; with the
     group baseline the outcome scores are normalised in their group first, then each episode's
@@ -587,6 +588,11 @@ class TrainConfig:
                               f"expected kl_target > 0, kl_coef > 0 and kl_in=loss, got kl_coef={p.kl_coef}, "
                               f"kl_in={p.kl_in}; fix: e.g. ppo.kl_coef=0.1 ppo.kl_in=loss, or "
                               "ppo.kl_target=null for a fixed coefficient")
+        if p.kl_in == "reward" and p.kl_estimator != "k1" and p.kl_coef != 0:
+            raise ConfigError(f"ppo.kl_estimator={p.kl_estimator} with ppo.kl_in=reward: as a reward only k1 (the "
+                              "log-ratio) gives the KL's gradient (its expected score-function gradient is that of "
+                              f"KL(pi || ref)); {p.kl_estimator}'s points elsewhere away from the reference; fix: "
+                              "ppo.kl_estimator=k1, or ppo.kl_in=loss")
         if p.baseline_scale != 1.0:
             if not 0.0 <= p.baseline_scale <= 1.0:
                 raise ConfigError(f"ppo.baseline_scale: expected a fraction of the mean score in [0, 1], "

@@ -13,8 +13,10 @@ Its record (one ``eval`` row of ``metrics.jsonl``) holds ``success`` with a 95% 
 sample size of the per-problem means, since samples of one problem are correlated), ``problems``, ``samples``, ``episodes``, ``pass_at_K``,
 ``wellformed`` (share of episodes whose tool loop is well formed, :func:`episode_wellformed`),
 ``problems_hash`` (digest of the problem list) and ``outcomes``, the per-episode results as a
-string of 0/1, problem-major, so that two evaluations of the same problems are compared
-problem by problem (:func:`gain`: a paired difference with its standard error).
+string of 0/1, problem-major, with ``-`` for an episode lost to an infrastructure fault (neither
+a success nor a failure), so that two evaluations of the same problems are compared problem by
+problem (:func:`gain`: a paired difference with its standard error, over the problems both
+evaluations scored).
 
 :func:`report_lines` is what ``agentgym-train`` prints at the end.
 """
@@ -93,40 +95,58 @@ def episode_wellformed(traj: Any, needs_tool: bool) -> bool:
             and (not needs_tool or any(u.tool for u in turns)))
 
 
+def _lost(traj: Any) -> bool:
+    """Lost to the infrastructure (a dead sandbox, a Ray worker): no outcome either way."""
+    return bool(traj.meta.get("infra_error")) or "failed" in traj.meta
+
+
 def eval_record(trajs: Sequence[Any], temperature: float, prefix: str = "", *, samples: int = 1,
                 needs_tool: bool = False, task_ids: Sequence[str] | None = None) -> dict[str, Any]:
-    """Episode statistics of one evaluation (module doc), ``samples`` consecutive episodes per problem."""
+    """Episode statistics of one evaluation (module doc), ``samples`` consecutive episodes per
+    problem. Episodes lost to the infrastructure keep their place in ``outcomes`` (as ``-``) and
+    count nowhere else."""
     from agentgym.trainer.heldout import problems_hash
 
-    ok = [episode_success(t) for t in trajs]
-    n_prob = len(ok) // max(samples, 1)
-    means = per_problem("".join("1" if x else "0" for x in ok), samples)
+    kept = [t for t in trajs if not _lost(t)]
+    ok = [episode_success(t) for t in kept]
+    outcomes = "".join("-" if _lost(t) else "1" if episode_success(t) else "0" for t in trajs)
+    n_prob = len(trajs) // max(samples, 1)
+    means = [x for x in per_problem(outcomes, samples) if x is not None]
     mean = sum(ok) / len(ok) if ok else 0.0
     if samples == 1:
         lo, hi = wilson(sum(ok), len(ok))
     else:  # Wilson at the effective sample size of the per-problem means (samples are clustered)
         se = _se(means)
-        n_eff = min(float(len(ok)), mean * (1 - mean) / se**2) if se > 0 else float(n_prob)
+        n_eff = min(float(len(ok)), mean * (1 - mean) / se**2) if se > 0 else float(len(means))
         lo, hi = wilson(mean * n_eff, n_eff) if n_eff > 0 else (0.0, 1.0)
-    m: dict[str, Any] = {**episode_stats(list(trajs)), "success": mean, "success_lo": lo, "success_hi": hi,
+    m: dict[str, Any] = {**episode_stats(kept), "success": mean, "success_lo": lo, "success_hi": hi,
                          "episodes": len(ok), "problems": n_prob, "samples": samples,
                          "temperature": temperature,
-                         "wellformed": sum(episode_wellformed(t, needs_tool) for t in trajs) / max(len(ok), 1),
-                         "outcomes": "".join("1" if x else "0" for x in ok)}
+                         "wellformed": sum(episode_wellformed(t, needs_tool) for t in kept) / max(len(ok), 1),
+                         "outcomes": outcomes}
+    chunks = [c.replace("-", "") for c in _chunks(outcomes, samples)]
     for k in sorted({1, *(2**i for i in range(1, 8) if 2**i < samples), samples}):
-        c = [round(x * samples) for x in means]
-        m[f"pass_at_{k}"] = sum(pass_at_k(samples, ci, k) for ci in c) / max(len(c), 1)
+        full = [c for c in chunks if len(c) >= k]  # a problem with fewer than k scored samples has no pass@k
+        m[f"pass_at_{k}"] = sum(pass_at_k(len(c), c.count("1"), k) for c in full) / max(len(full), 1)
     if task_ids is not None:
         m["problems_hash"] = problems_hash(list(task_ids))
     return {prefix + k: v for k, v in m.items()}
 
 
-def per_problem(outcomes: str, samples: int, *, any_of: bool = False) -> list[float]:
-    """Per-problem success rates from a problem-major 0/1 string of ``samples`` per problem
-    (``any_of``: 1 if any of them succeeded, pass@samples)."""
+def _chunks(outcomes: str, samples: int) -> list[str]:
     s = max(samples, 1)
-    chunks = [outcomes[i:i + s] for i in range(0, len(outcomes) - s + 1, s)]
-    return [float("1" in c) if any_of else c.count("1") / s for c in chunks]
+    return [outcomes[i:i + s] for i in range(0, len(outcomes) - s + 1, s)]
+
+
+def per_problem(outcomes: str, samples: int, *, any_of: bool = False) -> list[float | None]:
+    """Per-problem success rates from a problem-major 0/1 string of ``samples`` per problem
+    (``any_of``: 1 if any of them succeeded, pass@samples); ``-`` marks a lost episode, and a
+    problem whose every episode was lost is None."""
+    rates: list[float | None] = []
+    for chunk in _chunks(outcomes, samples):
+        c = chunk.replace("-", "")
+        rates.append(None if not c else float("1" in c) if any_of else c.count("1") / len(c))
+    return rates
 
 
 def _se(xs: Sequence[float]) -> float:
@@ -152,11 +172,14 @@ def gain(before: dict[str, Any], after: dict[str, Any], prefix: str = "", *,
     if (not pa or len(pa) != len(pb) or (ha is not None and hb is not None and ha != hb)
             or (pass_at_k and sa != sb)):
         return None
-    d = [y - x for x, y in zip(pa, pb)]
+    both = [(x, y) for x, y in zip(pa, pb) if x is not None and y is not None]  # paired by problem
+    if not both:
+        return None
+    d = [y - x for x, y in both]
     n = len(d)
     mean = sum(d) / n
     se = _se(d)
-    se_unpaired = math.sqrt(_se(pa) ** 2 + _se(pb) ** 2)
+    se_unpaired = math.sqrt(_se([x for x, _ in both]) ** 2 + _se([y for _, y in both]) ** 2)
     z = mean / se if se > 0 else (math.inf if mean > 0 else (-math.inf if mean < 0 else 0.0))
     return {"gain": mean, "se": se, "se_unpaired": se_unpaired, "z": z, "problems": float(n)}
 
@@ -301,8 +324,8 @@ class Evaluator:
                                           samples=samples, on_chunk=bar.update)
             finally:
                 bar.close()
-            trajs, _, _ = drop_failed(trajs, list(range(len(trajs))))  # lost with a Ray worker
-            trajs, _, infra = drop_infra(trajs, list(range(len(trajs))))  # no outcome: not a failure either
+            kept, _, _ = drop_failed(trajs, list(range(len(trajs))))  # lost with a Ray worker
+            _, _, infra = drop_infra(kept, list(range(len(kept))))  # no outcome: not a failure either
             if ranks.tp_follower:
                 trajs, infra = [], 0  # the other ranks of this engine hold the same episodes
             m.update(eval_record(ranks.gather(trajs), temperature, prefix, samples=samples,

@@ -45,7 +45,7 @@ def _traj(ok: bool, *, tool: bool = True, error: str | None = None, terminated: 
     turns = [SimpleNamespace(tool="calculator" if tool else None, error=error, components={}),
              SimpleNamespace(tool=None, error=None, components={"outcome": 1.0 if ok else 0.0})]
     return SimpleNamespace(turns=turns, terminated=terminated, truncated=not terminated, total_reward=float(ok),
-                           num_policy_tokens=10, tokens=[0] * 20)
+                           num_policy_tokens=10, tokens=[0] * 20, meta={})
 
 
 def test_eval_record_with_samples_per_problem() -> None:
@@ -59,6 +59,26 @@ def test_eval_record_with_samples_per_problem() -> None:
     assert r["sampled_success_lo"] < 0.5 < r["sampled_success_hi"]
     assert per_problem("111000", 2) == [1.0, 0.5, 0.0]
     assert per_problem("111000", 2, any_of=True) == [1.0, 1.0, 0.0]
+
+
+def test_a_lost_episode_keeps_its_place_and_pairs_nothing() -> None:
+    # two identical policies, each losing a different episode to the infrastructure: gain 0
+    outcomes = [True, False, True, True, False, True, False, False]
+    lost_a, lost_b = 1, 5
+    def run(lost: int) -> list[SimpleNamespace]:
+        trajs = [_traj(ok) for ok in outcomes]
+        trajs[lost].meta["infra_error"] = "sandbox gone"
+        return trajs
+    a = eval_record(run(lost_a), 1.0, task_ids=[str(i) for i in range(8)])
+    b = eval_record(run(lost_b), 1.0, task_ids=[str(i) for i in range(8)])
+    assert a["outcomes"] == "1-110100" and a["episodes"] == 7 and a["problems"] == 8
+    g = gain(a, b)
+    assert g is not None and g["gain"] == 0.0 and g["problems"] == 6
+    # with samples: a problem keeps the samples that were scored; all lost -> no rate
+    assert per_problem("1-0--", 1) == [1.0, None, 0.0, None, None]
+    assert per_problem("1-00--", 2) == [1.0, 0.0, None]
+    r = eval_record([_traj(True), _traj(False), *run(0)[:2]], 1.0, samples=2)
+    assert r["outcomes"] == "10-0" and r["pass_at_2"] == pytest.approx(1.0)  # problem 2 has one sample: no pass@2
 
 
 def test_wellformed_means_the_loop_not_the_answer() -> None:
