@@ -46,8 +46,10 @@ def informative_groups(trajs: Sequence[Any], groups: Sequence[int]) -> list[int]
     return [i for i, g in enumerate(groups) if len(scores[g]) > 1]
 
 
-def imitation_update(learner: Learner, cfg: TrainConfig, trajs: Sequence[Any], step: int) -> dict[str, float]:
-    """NLL of ``trajs``' policy tokens with the run's optimizer (module doc) -> metrics:
+def imitation_update(learner: Learner, cfg: TrainConfig, trajs: Sequence[Any], step: int, *,
+                     temperature: float = 1.0) -> dict[str, float]:
+    """NLL of ``trajs``' policy tokens with the run's optimizer (module doc), under the policy at
+    ``temperature`` (RFT: the rollout temperature its episodes were sampled at) -> metrics:
     ``loss`` (mean over the update's optimizer steps), ``grad_norm``, ``adam_step_rms``,
     ``imitation_episodes`` and ``imitation_tokens``."""
     p = cfg.ppo
@@ -65,7 +67,7 @@ def imitation_update(learner: Learner, cfg: TrainConfig, trajs: Sequence[Any], s
             total = 0.0
             for rows in micro_batches(b.lengths, mb, p.micro_batch_tokens):
                 sub = b.select(rows)
-                out = learner.forward(learner.model, sub, entropy=False)
+                out = learner.forward(learner.model, sub, temperature=temperature, entropy=False)
                 loss = -(out.logprobs.float() * sub.policy_mask).sum() / n_tok
                 check_finite("loss", loss.detach(), step, "Lower ppo.lr.")
                 loss.backward()

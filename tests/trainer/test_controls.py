@@ -115,6 +115,51 @@ def test_imitation_update_raises_the_likelihood_of_what_it_imitates(tmp_path: Pa
     t.close()
 
 
+def test_rft_scores_its_loss_at_the_rollout_temperature(tmp_path: Path) -> None:
+    """RFT imitates episodes sampled at T: its NLL is that of the policy at T, the distribution
+    they came from (one epoch, one minibatch: the loss is the NLL before the step)."""
+    import gymnasium as gym
+
+    from agentgym.trainer.batch import make_batch
+    from agentgym.trainer.sft import demonstrations, find_oracle
+
+    cfg = load_config("cpu-quickstart", [*TINY, f"log.run_dir={tmp_path}", "sft.steps=0", "algo=rft",
+                                         "rollout.temperature=0.6", "ppo.minibatches=1", "ppo.epochs=1"])
+    t = Trainer(cfg)
+    demos = demonstrations(gym.make("agentgym/MathCalc-v1", prompt="compact"), find_oracle("agentgym/MathCalc-v1"),
+                           [21, 22], {})
+    b = make_batch(demos, [0, 1], pad_id=t.learner.pad_id)
+    with torch.no_grad():
+        nll = {T: float(-(t.learner.forward(t.learner.model, b, temperature=T, entropy=False).logprobs
+                          * b.policy_mask).sum() / b.policy_mask.sum()) for T in (0.6, 1.0)}
+    assert abs(nll[0.6] - nll[1.0]) > 1e-3
+    m = t._imitate([*demos], 0)  # every demonstration solved its task: RFT keeps them all
+    assert m["rft_kept_frac"] == 1.0 and m["loss"] == pytest.approx(nll[0.6], rel=1e-4)
+    t.close()
+
+
+def test_a_step_with_no_gradient_takes_no_optimizer_step_in_any_arm(tmp_path: Path) -> None:
+    """RFT with no success skips its optimizer step; PPO with every advantage 0 and no KL,
+    entropy or value term does the same (AdamW's momentum and weight decay would still move the
+    weights), and steps again as soon as a term has a gradient."""
+    base = [*[a for a in TINY if not a.startswith("ppo.entropy_coef")], f"log.run_dir={tmp_path}", "sft.steps=0",
+            "ppo.kl_coef=0", "ppo.entropy_coef=0", "ppo.baseline_scale=0", "ppo.group_std_normalize=false",
+            "env.kwargs={families: [arithmetic]}"]
+    t = Trainer(load_config("cpu-quickstart", base))
+    before = [p.detach().clone() for p in t.learner.params]
+    trajs, groups, _ = t.rollouts.collect(0)
+    assert trajs and all(tr.total_reward == 0 for tr in trajs)  # the untrained policy solves nothing
+    t.rollouts.collect = lambda step: (trajs, groups, {})  # type: ignore[method-assign]
+    m = t.train_step(0)
+    assert m.get("update_skipped") == 1.0 and "ratio_max" not in m
+    assert all(torch.equal(a, b) for a, b in zip(before, t.learner.params))
+    t.close()
+    t = Trainer(load_config("cpu-quickstart", [*base, "ppo.entropy_coef=0.01"]))  # a term with a gradient
+    t.rollouts.collect = lambda step: (trajs, groups, {})  # type: ignore[method-assign]
+    assert "update_skipped" not in t.train_step(0)
+    t.close()
+
+
 def test_kl_to_warm_start_measures_how_far_an_arm_moved(tmp_path: Path) -> None:
     """An arm's KL to its warm start on its own held-out episodes: above 0 after a step at a large
     lr, exactly 0 once the reference is the arm's own final weights; a dir with no finished run
