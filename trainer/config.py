@@ -308,7 +308,8 @@ class SFTConfig:
     max_grad_norm: float = 1.0
     """Gradient clipping."""
     seed: int = 10_000
-    """First task seed of the demonstrations (kept apart from PPO's task seeds)."""
+    """First task seed of the demonstrations (kept apart from PPO's task seeds), for run seed 0;
+    run seed ``s`` adds ``s x 10^8`` (``TrainConfig.stream``)."""
     teacher: str = "oracle"
     """Demonstration policy: ``oracle`` (always right; the honest warm start). The others plant a
     defect on purpose, for studying what RL can undo, and say so in their name and in the closing
@@ -422,6 +423,7 @@ class DistributedConfig:
 
 
 ALGOS = ("ppo", "rft", "sft")
+SEED_STRIDE = 100_000_000  # run seed s draws its task streams from base + s * SEED_STRIDE (TrainConfig.stream)
 # control arm -> (algo, ppo.placebo): the arms a run can be compared with (controls.py runs them)
 ARMS: dict[str, tuple[str, bool]] = {"ppo": ("ppo", False), "placebo": ("ppo", True),
                                      "rft": ("rft", False), "sft": ("sft", False)}
@@ -431,7 +433,10 @@ TEACHERS = ("oracle", "defect-guesser", "defect-blind-guesser", "defect-sign-fli
 @dataclass
 class TrainConfig:
     seed: int = 0
-    """Seed of everything: model init, task seeds, sampling."""
+    """Seed of everything a run draws: the model's initial weights, the sampling, the placebo's
+    shuffle, and every task stream (the warm start's demonstrations, the RL tasks, the SFT arm's
+    demonstrations, the warm start's stopping-check problems: :meth:`stream`). The evaluation
+    problems are not drawn by it: a measurement names its block with ``log.eval_seed_start``."""
     threads: int = 0
     """torch CPU threads (0 = torch's default)."""
     algo: str = "ppo"
@@ -685,6 +690,12 @@ class TrainConfig:
             got, fix = why[0]
             raise ConfigError(f"rollout.mode=async: expected an engine with its own weights sampling while "
                               f"the learner updates; got {got}; fix: {fix}, or rollout.mode=sync")
+
+    def stream(self, base: int) -> int:
+        """The first task seed of a stream that starts at ``base`` for seed 0: seed ``s`` moves
+        every stream by ``s x SEED_STRIDE``, so two seeds train on different tasks and
+        demonstrations (seed 0's are the streams as they always were)."""
+        return base + self.seed * SEED_STRIDE
 
     def arm(self) -> str:
         """This run's arm name (``ppo``, ``placebo``, ``rft``, ``sft``)."""

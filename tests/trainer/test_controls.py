@@ -115,6 +115,38 @@ def test_imitation_update_raises_the_likelihood_of_what_it_imitates(tmp_path: Pa
     t.close()
 
 
+def test_two_seeds_train_on_different_tasks_and_demonstrations(tmp_path: Path) -> None:
+    """``seed`` draws every task stream (the warm start's demonstrations, the RL tasks, the
+    stopping-check problems); the evaluation block is the same (``log.eval_seed_start`` names it)."""
+    import gymnasium as gym
+
+    from agentgym.trainer.heldout import HeldOut
+    from agentgym.trainer.sft import demo_seeds
+
+    env = gym.make("agentgym/MathCalc-v1", prompt="compact")
+
+    def ids(seeds: list[int]) -> set[str]:
+        return {env.reset(seed=s, options={"split": "train"})[1]["task_id"] for s in seeds}
+
+    drawn = {}
+    for seed in (0, 1):
+        cfg = load_config("cpu-quickstart", [*TINY, f"seed={seed}", f"log.run_dir={tmp_path / str(seed)}",
+                                             "sft.steps=2", "sft.check_every=1", "sft.check_from=1",
+                                             "sft.check_problems=8"])
+        t = Trainer(cfg)
+        trajs, _, _ = t.rollouts.collect(0)
+        held = HeldOut.build(cfg, t.rollouts.make_env)
+        drawn[seed] = ({tr.task_id for tr in trajs}, ids(demo_seeds(cfg, 0) + demo_seeds(cfg, 1)),
+                       {i for _, i in held.check},
+                       held.eval_ids())
+        t.close()
+    (tasks0, demos0, check0, eval0), (tasks1, demos1, check1, eval1) = drawn[0], drawn[1]
+    assert tasks0 and not tasks0 & tasks1
+    assert len(demos0) > 4 and not demos0 & demos1
+    assert check0 and check0 != check1
+    assert eval0 == eval1  # the evaluation block is the measurement's, not the seed's
+
+
 def test_rft_scores_its_loss_at_the_rollout_temperature(tmp_path: Path) -> None:
     """RFT imitates episodes sampled at T: its NLL is that of the policy at T, the distribution
     they came from (one epoch, one minibatch: the loss is the NLL before the step)."""
