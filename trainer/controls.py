@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.trainer.config import ARMS, TrainConfig, config_from_dict, config_to_dict
-from agentgym.trainer.evaluation import ARM_NAMES, fmt_gain, gain
+from agentgym.trainer.evaluation import ARM_NAMES, arm_label, fmt_gain, gain
 from agentgym.trainer.metrics import read_metrics
 
 __all__ = ["FAILED_WARM_START", "arm_config", "arm_overrides", "comparison_lines", "final_eval",
@@ -138,7 +138,7 @@ def comparison_lines(main_dir: str, arms: dict[str, str], main_arm: str = "ppo")
     if mine is None:
         return []
     others = {a: final_eval(d) for a, d in arms.items()}
-    me = ARM_NAMES.get(main_arm, main_arm)
+    me = arm_label(main_dir) if main_arm == "ppo" else ARM_NAMES.get(main_arm, main_arm)
     lines = []
     for prefix, what in (("sampled_", "primary"), ("", "secondary")):
         if prefix + "success" not in mine:

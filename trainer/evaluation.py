@@ -33,8 +33,8 @@ from agentgym.errors import WarmStartFailed
 from agentgym.trainer.health import KL_UNWATCHED, LABELS, health_summary
 from agentgym.trainer.metrics import Progress, episode_stats, episode_success, read_metrics
 
-__all__ = ["ARM_NAMES", "STAGE_NAMES", "Evaluator", "collect_fixed", "episode_wellformed", "eval_record", "gain", "pass_at_k",
-           "per_problem", "report_lines", "wilson"]
+__all__ = ["ARM_NAMES", "STAGE_NAMES", "Evaluator", "arm_label", "collect_fixed", "episode_wellformed", "eval_record",
+           "gain", "pass_at_k", "per_problem", "ratio_moved", "report_lines", "update_line", "wilson"]
 
 STAGE_NAMES = {"init": "untrained", "warm_start": "warm start", "ppo": "after {arm}"}
 ARM_NAMES = {"ppo": "PPO", "placebo": "placebo", "rft": "RFT", "sft": "SFT"}
@@ -189,18 +189,23 @@ def _stages(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r.get("stage", "ppo"): r for r in rows if r["phase"] == "eval"}
 
 
-def _run_arm(run_dir: str) -> str:
+def _run_config(run_dir: str) -> Any:
     import yaml
 
     p = Path(run_dir) / "config.yaml"
     if not p.exists():
-        return "ppo"
+        return None
     from agentgym.trainer.config import config_from_dict
 
     try:
-        return config_from_dict(yaml.safe_load(p.read_text()) or {}).arm()
+        return config_from_dict(yaml.safe_load(p.read_text()) or {})
     except Exception:  # an old or foreign config: the report still prints
-        return "ppo"
+        return None
+
+
+def _run_arm(run_dir: str) -> str:
+    cfg = _run_config(run_dir)
+    return "ppo" if cfg is None else str(cfg.arm())
 
 
 def _cell(r: dict[str, Any], prefix: str, name: str) -> str:
@@ -220,7 +225,7 @@ def report_lines(run_dir: str) -> list[str]:
     the health monitor's alerts."""
     rows = read_metrics(run_dir)
     stages = _stages(rows)
-    arm = ARM_NAMES.get(_run_arm(run_dir), "PPO")
+    arm = arm_label(run_dir, rows)
     names = {k: v.format(arm=arm) for k, v in STAGE_NAMES.items()}
     lines = []
     for prefix, what in (("sampled_", "primary"), ("", "secondary")):
@@ -259,6 +264,8 @@ def report_lines(run_dir: str) -> list[str]:
     if warm:
         lines.append(warm_start_line(warm[-1]))
     train = [r for r in rows if r["phase"] == "train"]
+    if train and (upd := update_line(train)):
+        lines.append(upd)
     if train:
         fired = health_summary(train)
         unwatched = _run_arm(run_dir) in ("ppo", "placebo") and not any("kl_ref" in r for r in train)
@@ -268,6 +275,57 @@ def report_lines(run_dir: str) -> list[str]:
     if lines:
         lines.append(f"run dir: {run_dir}")
     return lines
+
+
+def _updated(train: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in train if isinstance(r.get("ratio_max"), (int, float))]
+
+
+def ratio_moved(train: Sequence[dict[str, Any]]) -> bool:
+    """Did the importance ratio of any PPO update leave exactly 1? With one epoch, one
+    minibatch and the engine sampling the learner's own weights it cannot (the old log-probs are
+    the update's own pass), so the clip never acts and the update is a plain policy gradient."""
+    return any(r["ratio_max"] != 1.0 or r["ratio_min"] != 1.0 for r in _updated(train))
+
+
+def arm_label(run_dir: str, rows: Sequence[dict[str, Any]] | None = None) -> str:
+    """The arm's name for what it computed: ``PPO`` only when its ratio moved; a PPO arm whose
+    ratio stayed exactly 1 is ``REINFORCE`` (``on successes`` with no baseline: the 0/1 score is
+    the advantage, so only successful episodes push)."""
+    cfg = _run_config(run_dir)
+    arm = "ppo" if cfg is None else str(cfg.arm())
+    if arm != "ppo":
+        return ARM_NAMES.get(arm, arm)
+    train = [r for r in (read_metrics(run_dir) if rows is None else rows) if r["phase"] == "train"]
+    if not _updated(train) or ratio_moved(train):
+        return "PPO"
+    no_baseline = cfg is not None and cfg.ppo.advantage != "gae" and cfg.ppo.baseline_scale == 0
+    return "REINFORCE on successes" if no_baseline else "REINFORCE"
+
+
+def update_line(train: Sequence[dict[str, Any]]) -> str | None:
+    """What a policy-gradient arm's updates did: the ratio's range, the clipped share of tokens,
+    the share with a negative advantage, the correction weights' range and capped share."""
+    upd = _updated(train)
+    if not upd:
+        return None
+
+    def mean(key: str) -> float | None:
+        xs = [float(r[key]) for r in upd if isinstance(r.get(key), (int, float))]
+        return sum(xs) / len(xs) if xs else None
+
+    lo, hi = min(float(r["ratio_min"]) for r in upd), max(float(r["ratio_max"]) for r in upd)
+    parts = [f"ratio range [{lo:.4f}, {hi:.4f}]", f"clipped {mean('clip_frac') or 0.0:.2%} of tokens"]
+    if (neg := mean("adv_neg_frac")) is not None:
+        parts.append(f"negative advantage on {neg:.1%} of tokens")
+    w = [r for r in upd if isinstance(r.get("mismatch_w_min"), (int, float))]
+    if w:
+        parts.append(f"correction weights [{min(float(r['mismatch_w_min']) for r in w):.4f}, "
+                     f"{max(float(r['mismatch_w_max']) for r in w):.4f}], "
+                     f"{mean('mismatch_capped_frac') or 0.0:.1%} capped")
+    what = ("PPO: the ratio moved" if ratio_moved(train) else
+            "not PPO: the ratio stayed exactly 1, so the clip never acted; a plain on-policy policy gradient")
+    return f"update ({len(upd)} steps; {what}): " + ", ".join(parts)
 
 
 def warm_start_line(w: dict[str, Any]) -> str:

@@ -69,9 +69,11 @@ def test_controls_run_from_one_warm_start_and_are_compared_on_the_same_problems(
     assert lines[0].startswith("controls, T=1 (primary; 4 held-out problems x 2 samples; same warm start and "
                                "seeds): warm start ")
     assert "| placebo " in lines[0] and "| RFT " in lines[0] and "| SFT " in lines[0]
-    assert "PPO - placebo " in lines[1] and "paired" in lines[1] and "PPO - SFT" in lines[1]
+    # the recipe's update (one epoch, one minibatch, no baseline) is named for what it computed
+    me = "REINFORCE on successes"
+    assert f"{me} - placebo " in lines[1] and "paired" in lines[1] and f"{me} - SFT" in lines[1]
     alone = comparison_lines(str(tmp_path), {})
-    assert len(alone) == 2 and all("PPO" in line and "placebo" not in line for line in alone)
+    assert len(alone) == 2 and all(me in line and "placebo" not in line for line in alone)
     # resuming the finished run finds the finished arms and keeps them
     mtime = (tmp_path / "controls" / "rft" / "metrics.jsonl").stat().st_mtime
     _, again = run_with_controls(cfg, resume=True)

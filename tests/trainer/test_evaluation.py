@@ -157,3 +157,24 @@ def test_report_says_loudly_when_the_warm_start_failed_or_plants_a_defect(tmp_pa
     (line, _) = report_lines(str(tmp_path))
     assert line.startswith("WARM START FAILED: teacher defect-sign-flipper")
     assert "PLANTS A DEFECT" in line
+
+
+def test_the_update_is_named_for_what_it_computed() -> None:
+    """PPO only when the ratio moved; the closing line reports the ratio's range, the clipped
+    share, the negative-advantage share and the correction weights."""
+    from agentgym.trainer.evaluation import ratio_moved, update_line
+
+    still = [{"phase": "train", "ratio_min": 1.0, "ratio_max": 1.0, "clip_frac": 0.0, "adv_neg_frac": 0.0,
+              "mismatch_w_min": 1.0, "mismatch_w_max": 1.0, "mismatch_capped_frac": 0.0}] * 3
+    moved = [*still, {"phase": "train", "ratio_min": 0.7, "ratio_max": 1.31, "clip_frac": 0.12,
+                      "adv_neg_frac": 0.4, "mismatch_w_min": 0.9, "mismatch_w_max": 2.0,
+                      "mismatch_capped_frac": 0.01}]
+    assert not ratio_moved(still) and ratio_moved(moved)
+    line = update_line(still)
+    assert line is not None and "not PPO: the ratio stayed exactly 1" in line
+    assert "ratio range [1.0000, 1.0000], clipped 0.00% of tokens, negative advantage on 0.0% of tokens" in line
+    line = update_line(moved)
+    assert line is not None and line.startswith("update (4 steps; PPO: the ratio moved)")
+    assert "ratio range [0.7000, 1.3100], clipped 3.00% of tokens, negative advantage on 10.0% of tokens" in line
+    assert "correction weights [0.9000, 2.0000], 0.2% capped" in line
+    assert update_line([{"phase": "train", "loss": 1.0}]) is None  # an imitation arm: no ratio

@@ -123,8 +123,12 @@ def test_evaluations_bracket_the_run_and_the_cli_prints_them(tmp_path: Path,
     out = capsys.readouterr().out
     cell = r"\d\.\d{3} \[\d\.\d\d, \d\.\d\d\]"  # success [95% interval]
     assert re.search(rf"held-out success, greedy \(secondary; 2 problems\): untrained {cell} -> warm start "
-                     rf"{cell} -> after PPO {cell}; gain over the warm start [+-]\d\.\d{{3}} ± \d\.\d{{3}} paired",
-                     out), out
+                     rf"{cell} -> after REINFORCE {cell}; gain over the warm start [+-]\d\.\d{{3}} ± \d\.\d{{3}} "
+                     "paired", out), out
+    # one epoch, one minibatch, the engine on the learner's weights: the ratio is exactly 1, and the
+    # closing lines name the update for what it computed
+    assert re.search(r"update \(2 steps; not PPO: the ratio stayed exactly 1.*ratio range \[1\.0000, 1\.0000\], "
+                     r"clipped 0\.00% of tokens, negative advantage on \d+\.\d% of tokens", out), out
     assert (tmp_path / "plots" / "reward.png").exists()
 
 
