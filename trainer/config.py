@@ -422,11 +422,11 @@ class DistributedConfig:
     """Memory of one GPU, for the dry run's per-GPU estimate."""
 
 
-ALGOS = ("ppo", "rft", "sft")
+ALGOS = ("ppo", "rft", "raft", "sft")
 SEED_STRIDE = 100_000_000  # run seed s draws its task streams from base + s * SEED_STRIDE (TrainConfig.stream)
 # control arm -> (algo, ppo.placebo): the arms a run can be compared with (controls.py runs them)
 ARMS: dict[str, tuple[str, bool]] = {"ppo": ("ppo", False), "placebo": ("ppo", True),
-                                     "rft": ("rft", False), "sft": ("sft", False)}
+                                     "rft": ("rft", False), "raft": ("raft", False), "sft": ("sft", False)}
 TEACHERS = ("oracle", "defect-guesser", "defect-blind-guesser", "defect-sign-flipper")
 
 
@@ -443,11 +443,13 @@ class TrainConfig:
     """What the steps after the warm start do (ppo.steps of them, each with the same episode
     budget, rollout.tasks_per_step x samples_per_task, and the same optimizer: ppo.lr, epochs,
     minibatches): ``ppo``; ``rft`` (rejection-sampling fine-tuning, or expert iteration: the NLL
-    of the policy's own successful episodes); ``sft`` (continued SFT on oracle demonstrations of
-    as many new train problems: the ceiling)."""
+    of the policy's own successful episodes); ``raft`` (best-of-group imitation, reward-ranked
+    fine-tuning: the NLL of each group's highest-reward episode, where it scored above 0);
+    ``sft`` (continued SFT on oracle demonstrations of as many new train problems: the
+    ceiling)."""
     controls: list[str] = field(default_factory=list)
     """Arms to run after this one, each from the same saved warm start (RUN_DIR/controls/NAME):
-    ``placebo`` (PPO on permuted rewards), ``rft``, ``sft``, ``ppo``. The closing lines compare
+    ``placebo`` (PPO on permuted rewards), ``rft``, ``raft``, ``sft``, ``ppo``. The closing lines compare
     this run with each on the same held-out problems (paired differences, standard errors)."""
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)

@@ -37,7 +37,7 @@ __all__ = ["ARM_NAMES", "STAGE_NAMES", "Evaluator", "arm_label", "collect_fixed"
            "gain", "pass_at_k", "per_problem", "ratio_moved", "report_lines", "update_line", "wilson"]
 
 STAGE_NAMES = {"init": "untrained", "warm_start": "warm start", "ppo": "after {arm}"}
-ARM_NAMES = {"ppo": "PPO", "placebo": "placebo", "rft": "RFT", "sft": "SFT"}
+ARM_NAMES = {"ppo": "PPO", "placebo": "placebo", "rft": "RFT", "raft": "best-of-group", "sft": "SFT"}
 Z95 = 1.959964
 
 

@@ -111,7 +111,7 @@ class Trainer:
         t_rollout, t0 = time.perf_counter() - t_start, time.perf_counter()
         rollouts.sleep()
         if cfg.algo != "ppo":
-            metrics.update(self._imitate(trajs, step))
+            metrics.update(self._imitate(trajs, groups, step))
         elif (batch := rollouts.batch(trajs, groups, metrics)) is not None:
             batch = score(batch.to(learner.device), cfg, step, self.ranks, self.reward_norm)
             metrics.update(compute_advantages(learner, batch, cfg, step))
@@ -138,15 +138,18 @@ class Trainer:
         return not other and batch.advantages is not None and not bool(
             self.ranks.sum(float(batch.advantages.abs().sum())))
 
-    def _imitate(self, trajs: list[Any], step: int) -> dict[str, Any]:
-        """The control arms' update: NLL of the policy's own successes (``rft``) or of oracle
-        demonstrations (``sft``), with PPO's optimizer and budget (``imitation.py``)."""
-        from agentgym.trainer.imitation import imitation_update, successful
+    def _imitate(self, trajs: list[Any], groups: list[int], step: int) -> dict[str, Any]:
+        """The control arms' update: NLL of the policy's own successes (``rft``), of each group's
+        best episode (``raft``) or of oracle demonstrations (``sft``), with PPO's optimizer and
+        budget (``imitation.py``). Own episodes are scored at the temperature they were sampled at."""
+        from agentgym.trainer.imitation import best_of_group, imitation_update, successful
 
-        chosen = successful(trajs) if self.cfg.algo == "rft" else trajs
-        kept = {"rft_kept_frac": len(chosen) / max(len(trajs), 1)} if self.cfg.algo == "rft" else {}
-        temperature = self.cfg.rollout.temperature if self.cfg.algo == "rft" else 1.0  # as sampled
-        return {**kept, **imitation_update(self.learner, self.cfg, chosen, step, temperature=temperature)}
+        algo = self.cfg.algo
+        if algo == "sft":
+            return imitation_update(self.learner, self.cfg, trajs, step)
+        chosen = successful(trajs) if algo == "rft" else best_of_group(trajs, groups)
+        return {f"{algo}_kept_frac": len(chosen) / max(len(trajs), 1),
+                **imitation_update(self.learner, self.cfg, chosen, step, temperature=self.cfg.rollout.temperature)}
 
     # ------------------------------------------------------------------ driver
     def run(self) -> dict[str, Any]:

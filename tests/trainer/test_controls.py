@@ -5,6 +5,8 @@ that did not learn its tool loop fails loudly."""
 
 from __future__ import annotations
 
+import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -117,6 +119,35 @@ def test_imitation_update_raises_the_likelihood_of_what_it_imitates(tmp_path: Pa
     t.close()
 
 
+def test_between_seed_intervals_use_students_t() -> None:
+    from agentgym.trainer.controls import between_seeds, t95
+
+    st = between_seeds([0.10, 0.02, 0.06, 0.04, 0.08])
+    assert st["n"] == 5 and st["mean"] == pytest.approx(0.06)
+    assert st["se"] == pytest.approx(math.sqrt(0.004 / 4 / 5))
+    assert st["lo"] == pytest.approx(0.06 - 2.776 * st["se"]) and st["hi"] == pytest.approx(0.06 + 2.776 * st["se"])
+    assert st["t"] == pytest.approx(0.06 / st["se"])
+    assert t95(1) == 12.706 and t95(30) == 2.042 and 1.96 < t95(200) < 1.98
+    one = between_seeds([0.3])
+    assert one["se"] == math.inf and one["lo"] == -math.inf  # one seed says nothing about training noise
+
+
+def test_best_of_group_keeps_each_groups_best_scoring_episode(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from agentgym.trainer.imitation import best_of_group
+
+    ep = [SimpleNamespace(total_reward=r, name=n) for n, r in
+          [("a0", 0.2), ("a1", 0.7), ("a2", 0.7), ("b0", 0.0), ("b1", 0.0), ("c0", 1.0), ("c1", 1.0)]]
+    assert [e.name for e in best_of_group(ep, [0, 0, 0, 1, 1, 2, 2])] == ["a1", "c0"]  # b: nothing scored
+    cfg = load_config("cpu-quickstart", [*TINY, f"log.run_dir={tmp_path}", "sft.steps=0", "algo=raft"])
+    assert cfg.arm() == "raft" and arm_config(cfg, "raft", tmp_path / "w", tmp_path / "r").algo == "raft"
+    t = Trainer(cfg)
+    m = t.train_step(0)
+    assert "raft_kept_frac" in m and "pg_loss" not in m
+    t.close()
+
+
 def test_two_seeds_train_on_different_tasks_and_demonstrations(tmp_path: Path) -> None:
     """``seed`` draws every task stream (the warm start's demonstrations, the RL tasks, the
     stopping-check problems); the evaluation block is the same (``log.eval_seed_start`` names it)."""
@@ -167,7 +198,7 @@ def test_rft_scores_its_loss_at_the_rollout_temperature(tmp_path: Path) -> None:
         nll = {T: float(-(t.learner.forward(t.learner.model, b, temperature=T, entropy=False).logprobs
                           * b.policy_mask).sum() / b.policy_mask.sum()) for T in (0.6, 1.0)}
     assert abs(nll[0.6] - nll[1.0]) > 1e-3
-    m = t._imitate([*demos], 0)  # every demonstration solved its task: RFT keeps them all
+    m = t._imitate(demos, [0, 1], 0)  # every demonstration solved its task: RFT keeps them all
     assert m["rft_kept_frac"] == 1.0 and m["loss"] == pytest.approx(nll[0.6], rel=1e-4)
     t.close()
 
@@ -303,3 +334,9 @@ def test_run_seeds_runs_every_arm_of_every_seed_as_processes(tmp_path: Path) -> 
                          capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert out.stdout.count("NO   unfinished: placebo, vs RFT") == 2, out.stdout
+    # across seeds: every arm minus the warm start, PPO minus each arm, with the between-seed interval
+    assert out.stdout.count("between seeds, held-out success") == 3, out.stdout
+    rows = [line for line in out.stdout.splitlines() if line.startswith(("ppo - rft", "rft - warm start"))]
+    assert len(rows) == 6 and all(re.search(r"\| +[+-]\d\.\d{3} +\d\.\d{3} .*\[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", r)
+                                  for r in rows), rows
+    assert re.search(r"ppo - placebo: .*not decided \(0 seed", out.stdout), out.stdout
