@@ -8,7 +8,7 @@
 
 Per seed, the recipe's warm start runs once (``agentgym-train --config RECIPE seed=S ppo.steps=0``
 in ``OUT/seed-S/warm``: SFT, its held-out evaluation, the saved ``warm_start/``); then every arm
-(``--arms``, default ``ppo placebo rft sft``) runs as its own process from that warm start
+(``--arms``, default ``ppo placebo rft raft sft``) runs as its own process from that warm start
 (``sft.load``), with the same seeds, so the arms see the same training tasks, sampling seeds
 and held-out problems. ``--jobs`` processes run at once (each takes the recipe's ``threads``).
 Finished run dirs are reused, so an interrupted bench continues where it stopped.
@@ -16,10 +16,14 @@ Finished run dirs are reused, so an interrupted bench continues where it stopped
 Prints, per seed, held-out success at the training temperature (primary) and greedy
 (secondary) of the warm start and of every arm, then PPO minus each other arm on the same
 problems: the paired difference, its standard error and z. A seed whose warm start did not
-learn the tool loop (exit status 3) is listed as failed. Then the bar (defaults from the
-claim "RL beats the controls"): PPO - placebo >= +0.10 and >= 4 paired SE at the training
-temperature, PPO - RFT not below -2 SE, no health alert; exit status 1 if a seed misses it
-(or failed). Also the wall time of every process and the children's CPU time. With ``--kl``,
+learn the tool loop (exit status 3) is listed as failed. Then, across seeds (a seed re-draws
+all of a run's data: weights, demonstrations, tasks, sampling), every arm minus the warm start
+and PPO minus every other arm: each seed's value, the mean, its between-seed SE, t and 95%
+interval. The verdict uses those intervals: an arm is ahead of another only when the interval
+of their difference is above 0; exit status 1 if any seed failed or PPO - placebo's interval is
+not above 0. The per-seed bar (PPO - placebo >= +0.10 and >= 4 paired SE, PPO - RFT not below
+-2 SE, no health alert) stays as a per-seed check: the paired SE covers evaluation noise only.
+Also the wall time of every process and the children's CPU time. With ``--kl``,
 how far each arm moved: KL(arm || warm start) per policy token on the arm's own held-out
 episodes (``controls.kl_to_warm_start``), next to its gain over the warm start.
 """
@@ -40,9 +44,12 @@ from agentgym.trainer.config import ARMS
 from agentgym.trainer.controls import (
     arm_overrides,
     arm_stats,
+    between_seed_lines,
+    between_seeds,
     final_eval,
     kl_to_warm_start,
     run_seeds,
+    seed_differences,
     seeds_table,
     trained_eval,
 )
@@ -105,7 +112,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", required=True)
     ap.add_argument("--recipe", default="cpu-quickstart")
-    ap.add_argument("--arms", nargs="+", default=["ppo", "placebo", "rft", "sft"], choices=sorted(ARMS),
+    ap.add_argument("--arms", nargs="+", default=["ppo", "placebo", "rft", "raft", "sft"], choices=sorted(ARMS),
                     help="put KEY=VALUE overrides before --arms, or after `--`")
     ap.add_argument("--jobs", type=int, default=1, help="processes at once")
     ap.add_argument("--out", default="runs/controls")
@@ -141,12 +148,34 @@ def main() -> int:
                                ("sampled_", "held-out pass@k at the training temperature (k = samples per problem)", True)):
         print(f"\n{what}")
         print("\n".join(seeds_table(res, list(arms), base, prefix, pass_at_k=at_k)))
-    print(f"\nper seed: bar ({base} - placebo >= +{args.bar_gain:.2f} and >= {args.bar_z:g} SE at T; "
+    for prefix, what, at_k in (("sampled_", "at the training temperature (primary)", False),
+                               ("", "greedy (secondary)", False),
+                               ("sampled_", "pass@k at the training temperature", True)):
+        print(f"\nbetween seeds, held-out success {what}: each seed's paired difference, then across seeds")
+        print("\n".join(between_seed_lines(res, list(arms), base, prefix, pass_at_k=at_k)))
+    all_ok = all(r["status"] == "ok" for r in res.values())
+    diffs = seed_differences(res, list(arms), base, "sampled_")
+    print(f"\nverdict (95% interval between seeds, at the training temperature; {len(res)} seeds):")
+    for a in arms:
+        if a == base:
+            continue
+        per = diffs.get(f"{base} - {a}", {})
+        st = between_seeds(list(per.values()))
+        if len(per) < 2:
+            say = f"not decided ({len(per)} seed(s) with both arms)"
+        elif st["lo"] > 0:
+            say = f"{base} ahead of {a}"
+        elif st["hi"] < 0:
+            say = f"{base} behind {a}"
+        else:
+            say = f"{base} and {a} not told apart"
+        print(f"  {base} - {a}: {st['mean']:+.3f} [{st['lo']:+.3f}, {st['hi']:+.3f}]: {say}")
+        if a == "placebo":
+            all_ok &= len(per) >= 2 and st["lo"] > 0
+    print(f"\nper seed check: bar ({base} - placebo >= +{args.bar_gain:.2f} and >= {args.bar_z:g} paired SE at T; "
           f"{base} - RFT >= -{args.bar_rft_z:g} SE; no alerts), health, minutes per process")
-    all_ok = True
     for s, r in res.items():
         ok, why = verdict(r, base, args)
-        all_ok &= ok
         walls = ", ".join(f"{k} {v / 60:.1f}" for k, v in r.get("wall", {}).items())
         alerts = {a: arm_stats(d)["alerts"] for a, d in r["dirs"].items() if a != "warm" and Path(d).exists()}
         print(f"{s:>5}  {'yes' if ok else 'NO '}  {why}; alerts {({a: v for a, v in alerts.items() if v}) or 'none'}"

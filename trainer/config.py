@@ -249,7 +249,8 @@ class PPOConfig:
     """Estimator of KL(policy || reference) from the sampled tokens (ppo.py ``kl_estimate``):
     ``k3`` (in the loss its gradient optimises KL(reference || policy)), ``k2`` (0.5 x squared
     log-ratio: in the loss its gradient is that of KL(policy || reference)) or ``k1`` (the plain
-    log-ratio: reward only, its loss gradient is zero in expectation)."""
+    log-ratio: reward only, its loss gradient is zero in expectation). As a reward
+    (``kl_in: reward``) only ``k1`` is right, so only ``k1`` is accepted there."""
     kl_in: str = "loss"
     """Where the KL goes: ``loss`` (penalty term) or ``reward`` (per token for GAE; with the
     group baseline the outcome scores are normalised in their group first, then each episode's
@@ -308,7 +309,8 @@ class SFTConfig:
     max_grad_norm: float = 1.0
     """Gradient clipping."""
     seed: int = 10_000
-    """First task seed of the demonstrations (kept apart from PPO's task seeds)."""
+    """First task seed of the demonstrations (kept apart from PPO's task seeds), for run seed 0;
+    run seed ``s`` adds ``s x 10^8`` (``TrainConfig.stream``)."""
     teacher: str = "oracle"
     """Demonstration policy, one of the teachers the env declares (``Capabilities.teachers``):
     the built-in envs declare ``oracle``, always right, the honest warm start. A teacher whose name
@@ -415,27 +417,33 @@ class DistributedConfig:
     """Memory of one GPU, for the dry run's per-GPU estimate."""
 
 
-ALGOS = ("ppo", "rft", "sft")
+ALGOS = ("ppo", "rft", "raft", "sft")
+SEED_STRIDE = 100_000_000  # run seed s draws its task streams from base + s * SEED_STRIDE (TrainConfig.stream)
 # control arm -> (algo, ppo.placebo): the arms a run can be compared with (controls.py runs them)
 ARMS: dict[str, tuple[str, bool]] = {"ppo": ("ppo", False), "placebo": ("ppo", True),
-                                     "rft": ("rft", False), "sft": ("sft", False)}
+                                     "rft": ("rft", False), "raft": ("raft", False), "sft": ("sft", False)}
 
 
 @dataclass
 class TrainConfig:
     seed: int = 0
-    """Seed of everything: model init, task seeds, sampling."""
+    """Seed of everything a run draws: the model's initial weights, the sampling, the placebo's
+    shuffle, and every task stream (the warm start's demonstrations, the RL tasks, the SFT arm's
+    demonstrations, the warm start's stopping-check problems: :meth:`stream`). The evaluation
+    problems are not drawn by it: a measurement names its block with ``log.eval_seed_start``."""
     threads: int = 0
     """torch CPU threads (0 = torch's default)."""
     algo: str = "ppo"
     """What the steps after the warm start do (ppo.steps of them, each with the same episode
     budget, rollout.tasks_per_step x samples_per_task, and the same optimizer: ppo.lr, epochs,
     minibatches): ``ppo``; ``rft`` (rejection-sampling fine-tuning, or expert iteration: the NLL
-    of the policy's own successful episodes); ``sft`` (continued SFT on oracle demonstrations of
-    as many new train problems: the ceiling)."""
+    of the policy's own successful episodes); ``raft`` (best-of-group imitation, reward-ranked
+    fine-tuning: the NLL of each group's highest-reward episode, where it scored above 0);
+    ``sft`` (continued SFT on oracle demonstrations of as many new train problems: the
+    ceiling)."""
     controls: list[str] = field(default_factory=list)
     """Arms to run after this one, each from the same saved warm start (RUN_DIR/controls/NAME):
-    ``placebo`` (PPO on permuted rewards), ``rft``, ``sft``, ``ppo``. The closing lines compare
+    ``placebo`` (PPO on permuted rewards), ``rft``, ``raft``, ``sft``, ``ppo``. The closing lines compare
     this run with each on the same held-out problems (paired differences, standard errors)."""
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -575,6 +583,11 @@ class TrainConfig:
                               f"expected kl_target > 0, kl_coef > 0 and kl_in=loss, got kl_coef={p.kl_coef}, "
                               f"kl_in={p.kl_in}; fix: e.g. ppo.kl_coef=0.1 ppo.kl_in=loss, or "
                               "ppo.kl_target=null for a fixed coefficient")
+        if p.kl_in == "reward" and p.kl_estimator != "k1" and p.kl_coef != 0:
+            raise ConfigError(f"ppo.kl_estimator={p.kl_estimator} with ppo.kl_in=reward: as a reward only k1 (the "
+                              "log-ratio) gives the KL's gradient (its expected score-function gradient is that of "
+                              f"KL(pi || ref)); {p.kl_estimator}'s points elsewhere away from the reference; fix: "
+                              "ppo.kl_estimator=k1, or ppo.kl_in=loss")
         if p.baseline_scale != 1.0:
             if not 0.0 <= p.baseline_scale <= 1.0:
                 raise ConfigError(f"ppo.baseline_scale: expected a fraction of the mean score in [0, 1], "
@@ -667,6 +680,12 @@ class TrainConfig:
             got, fix = why[0]
             raise ConfigError(f"rollout.mode=async: expected an engine with its own weights sampling while "
                               f"the learner updates; got {got}; fix: {fix}, or rollout.mode=sync")
+
+    def stream(self, base: int) -> int:
+        """The first task seed of a stream that starts at ``base`` for seed 0: seed ``s`` moves
+        every stream by ``s x SEED_STRIDE``, so two seeds train on different tasks and
+        demonstrations (seed 0's are the streams as they always were)."""
+        return base + self.seed * SEED_STRIDE
 
     def arm(self) -> str:
         """This run's arm name (``ppo``, ``placebo``, ``rft``, ``sft``)."""

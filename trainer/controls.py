@@ -4,8 +4,9 @@
     results = run_seeds("cpu-quickstart", [17, 23], {"ppo": [...], "placebo": [...]}, out, jobs=4)
 
 Arms (``config.ARMS``): ``ppo``; ``placebo`` (PPO on rewards permuted within each batch,
-``ppo.placebo``); ``rft`` (``algo: rft``, SFT on the policy's own successful episodes); ``sft``
-(``algo: sft``, continued oracle SFT: the ceiling). Every arm is a run of its own that starts
+``ppo.placebo``); ``rft`` (``algo: rft``, SFT on the policy's own successful episodes);
+``raft`` (``algo: raft``, best-of-group: SFT on each group's highest-reward episode); ``sft``
+(``algo: sft``, continued oracle SFT on new demonstrations: the ceiling). Every arm is a run of its own that starts
 from the same saved warm start (``sft.load``: weights, the warm start's AdamW moments and its
 evaluation) with the same seeds, so it sees the same training task seeds, the same sampling
 seeds and the same held-out problems with the same evaluation seeds as the others, and takes
@@ -17,7 +18,9 @@ In one process (``controls: [placebo, rft, sft]`` in a recipe) the main run trai
 each arm runs after it in ``RUN_DIR/controls/ARM``. Over several seeds, :func:`run_seeds` runs
 each seed's warm start as one ``agentgym-train`` process (``ppo.steps=0``), then every arm as its
 own process from that warm start, ``jobs`` processes at a time (bench/controls.py,
-bench/correction_compare.py).
+bench/correction_compare.py), and :func:`between_seeds` compares the arms across seeds: a seed
+re-draws all of a run's data, so the spread between seeds covers training noise, which the
+paired SE of one seed's evaluation does not.
 """
 
 from __future__ import annotations
@@ -32,11 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.trainer.config import ARMS, TrainConfig, config_from_dict, config_to_dict
-from agentgym.trainer.evaluation import ARM_NAMES, fmt_gain, gain
+from agentgym.trainer.evaluation import ARM_NAMES, arm_label, fmt_gain, gain
 from agentgym.trainer.metrics import read_metrics
 
-__all__ = ["FAILED_WARM_START", "arm_config", "arm_overrides", "comparison_lines", "final_eval",
-           "kl_to_warm_start", "run_seeds", "run_with_controls", "seeds_table", "trained_eval"]
+__all__ = ["FAILED_WARM_START", "arm_config", "arm_overrides", "between_seed_lines", "between_seeds",
+           "comparison_lines", "final_eval", "kl_to_warm_start", "run_seeds", "run_with_controls", "seeds_table",
+           "seed_differences", "trained_eval"]
 
 FAILED_WARM_START = 3  # agentgym-train's exit status when the warm start did not learn
 CONTROLS_DIR = "controls"
@@ -138,7 +142,7 @@ def comparison_lines(main_dir: str, arms: dict[str, str], main_arm: str = "ppo")
     if mine is None:
         return []
     others = {a: final_eval(d) for a, d in arms.items()}
-    me = ARM_NAMES.get(main_arm, main_arm)
+    me = arm_label(main_dir) if main_arm == "ppo" else ARM_NAMES.get(main_arm, main_arm)
     lines = []
     for prefix, what in (("sampled_", "primary"), ("", "secondary")):
         if prefix + "success" not in mine:
@@ -365,4 +369,74 @@ def seeds_table(results: dict[int, dict[str, Any]], arms: Sequence[str], base: s
                 g = gain(before, after, prefix, pass_at_k=pass_at_k)
             gaps.append(f"{g['gain']:+.3f}±{g['se']:.3f} ({g['z']:+.1f})" if g else "-")
         lines.append(row + " ".join(f"{x:>{max(22, len(n))}}" for x, n in zip(gaps, names)))
+    return lines
+
+
+# two-sided 95% quantiles of Student's t, by degrees of freedom (above 30: the normal's 1.96 + 2.5 / df)
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t95(df: int) -> float:
+    """The two-sided 95% quantile of Student's t with ``df`` degrees of freedom."""
+    if df < 1:
+        return math.inf
+    return _T95[df - 1] if df <= len(_T95) else 1.96 + 2.5 / df
+
+
+def between_seeds(xs: Sequence[float]) -> dict[str, float]:
+    """Mean of one difference over seeds, its standard error (between seeds), t = mean / SE and
+    the 95% interval mean ± t95(n - 1) x SE (n seeds; with one seed the interval is unbounded)."""
+    n = len(xs)
+    mean = sum(xs) / n if n else math.nan
+    se = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1) / n) if n > 1 else math.inf
+    half = t95(n - 1) * se
+    if n < 2:
+        t = math.nan
+    else:
+        t = mean / se if se > 0 else (0.0 if mean == 0 else math.copysign(math.inf, mean))
+    return {"n": float(n), "mean": mean, "se": se, "t": t, "lo": mean - half, "hi": mean + half}
+
+
+def seed_differences(results: dict[int, dict[str, Any]], arms: Sequence[str], base: str, prefix: str, *,
+                     pass_at_k: bool = False) -> dict[str, dict[int, float]]:
+    """Per difference name (``ARM - warm start`` for every arm, ``BASE - ARM`` for every other
+    arm) -> seed -> that seed's paired difference on the held-out problems. A seed that failed,
+    or an arm that did not finish, is missing from that difference (and reported beside it)."""
+    out: dict[str, dict[int, float]] = {}
+    for seed, r in results.items():
+        if r["status"] != "ok":
+            continue
+        finals = {a: trained_eval(r["dirs"][a]) if a in r["dirs"] else None for a in arms}
+        ws = warm_eval(r["dirs"]["warm"]) if "warm" in r["dirs"] else None
+        for a in arms:
+            g = gain(ws, finals[a], prefix, pass_at_k=pass_at_k) if ws and finals[a] else None
+            if g is not None:
+                out.setdefault(f"{a} - warm start", {})[seed] = g["gain"]
+        for a in arms:
+            if a == base:
+                continue
+            fa, fb = finals[a], finals[base]
+            g = gain(fa, fb, prefix, pass_at_k=pass_at_k) if fa and fb else None
+            if g is not None:
+                out.setdefault(f"{base} - {a}", {})[seed] = g["gain"]
+    return out
+
+
+def between_seed_lines(results: dict[int, dict[str, Any]], arms: Sequence[str], base: str, prefix: str, *,
+                       pass_at_k: bool = False) -> list[str]:
+    """Across seeds, for every difference of :func:`seed_differences`: each seed's value, then
+    the mean, its between-seed SE, t and 95% interval."""
+    diffs = seed_differences(results, arms, base, prefix, pass_at_k=pass_at_k)
+    seeds = [s for s, r in results.items() if r["status"] == "ok"]
+    w = max([22, *(len(k) for k in diffs)])
+    lines = [f"{'difference':<{w}} " + " ".join(f"{s:>7}" for s in seeds)
+             + f" | {'mean':>7} {'SE':>6} {'t':>6}  95% interval between seeds"]
+    for name, per in diffs.items():
+        st = between_seeds([per[s] for s in seeds if s in per])
+        missing = [str(s) for s in seeds if s not in per]
+        interval = (f"[{st['lo']:+.3f}, {st['hi']:+.3f}]" if math.isfinite(st["se"]) else "(one seed: no interval)")
+        lines.append(f"{name:<{w}} " + " ".join(f"{per[s]:+7.3f}" if s in per else f"{'-':>7}" for s in seeds)
+                     + f" | {st['mean']:+7.3f} {st['se']:6.3f} {st['t']:+6.1f}  {interval}"
+                     + (f"  (missing: seed {', '.join(missing)})" if missing else ""))
     return lines

@@ -13,8 +13,10 @@ Its record (one ``eval`` row of ``metrics.jsonl``) holds ``success`` with a 95% 
 sample size of the per-problem means, since samples of one problem are correlated), ``problems``, ``samples``, ``episodes``, ``pass_at_K``,
 ``wellformed`` (share of episodes whose tool loop is well formed, :func:`episode_wellformed`),
 ``problems_hash`` (digest of the problem list) and ``outcomes``, the per-episode results as a
-string of 0/1, problem-major, so that two evaluations of the same problems are compared
-problem by problem (:func:`gain`: a paired difference with its standard error).
+string of 0/1, problem-major, with ``-`` for an episode lost to an infrastructure fault (neither
+a success nor a failure), so that two evaluations of the same problems are compared problem by
+problem (:func:`gain`: a paired difference with its standard error, over the problems both
+evaluations scored).
 
 :func:`report_lines` is what ``agentgym-train`` prints at the end.
 """
@@ -31,11 +33,11 @@ from agentgym.errors import WarmStartFailed
 from agentgym.trainer.health import KL_UNWATCHED, LABELS, health_summary
 from agentgym.trainer.metrics import Progress, episode_stats, episode_success, read_metrics
 
-__all__ = ["ARM_NAMES", "STAGE_NAMES", "Evaluator", "collect_fixed", "episode_wellformed", "eval_record", "gain", "pass_at_k",
-           "per_problem", "report_lines", "wilson"]
+__all__ = ["ARM_NAMES", "STAGE_NAMES", "Evaluator", "arm_label", "collect_fixed", "episode_wellformed", "eval_record",
+           "gain", "pass_at_k", "per_problem", "ratio_moved", "report_lines", "update_line", "wilson"]
 
 STAGE_NAMES = {"init": "untrained", "warm_start": "warm start", "ppo": "after {arm}"}
-ARM_NAMES = {"ppo": "PPO", "placebo": "placebo", "rft": "RFT", "sft": "SFT"}
+ARM_NAMES = {"ppo": "PPO", "placebo": "placebo", "rft": "RFT", "raft": "best-of-group", "sft": "SFT"}
 Z95 = 1.959964
 
 
@@ -93,40 +95,58 @@ def episode_wellformed(traj: Any, needs_tool: bool) -> bool:
             and (not needs_tool or any(u.tool for u in turns)))
 
 
+def _lost(traj: Any) -> bool:
+    """Lost to the infrastructure (a dead sandbox, a Ray worker): no outcome either way."""
+    return bool(traj.meta.get("infra_error")) or "failed" in traj.meta
+
+
 def eval_record(trajs: Sequence[Any], temperature: float, prefix: str = "", *, samples: int = 1,
                 needs_tool: bool = False, task_ids: Sequence[str] | None = None) -> dict[str, Any]:
-    """Episode statistics of one evaluation (module doc), ``samples`` consecutive episodes per problem."""
+    """Episode statistics of one evaluation (module doc), ``samples`` consecutive episodes per
+    problem. Episodes lost to the infrastructure keep their place in ``outcomes`` (as ``-``) and
+    count nowhere else."""
     from agentgym.trainer.heldout import problems_hash
 
-    ok = [episode_success(t) for t in trajs]
-    n_prob = len(ok) // max(samples, 1)
-    means = per_problem("".join("1" if x else "0" for x in ok), samples)
+    kept = [t for t in trajs if not _lost(t)]
+    ok = [episode_success(t) for t in kept]
+    outcomes = "".join("-" if _lost(t) else "1" if episode_success(t) else "0" for t in trajs)
+    n_prob = len(trajs) // max(samples, 1)
+    means = [x for x in per_problem(outcomes, samples) if x is not None]
     mean = sum(ok) / len(ok) if ok else 0.0
     if samples == 1:
         lo, hi = wilson(sum(ok), len(ok))
     else:  # Wilson at the effective sample size of the per-problem means (samples are clustered)
         se = _se(means)
-        n_eff = min(float(len(ok)), mean * (1 - mean) / se**2) if se > 0 else float(n_prob)
+        n_eff = min(float(len(ok)), mean * (1 - mean) / se**2) if se > 0 else float(len(means))
         lo, hi = wilson(mean * n_eff, n_eff) if n_eff > 0 else (0.0, 1.0)
-    m: dict[str, Any] = {**episode_stats(list(trajs)), "success": mean, "success_lo": lo, "success_hi": hi,
+    m: dict[str, Any] = {**episode_stats(kept), "success": mean, "success_lo": lo, "success_hi": hi,
                          "episodes": len(ok), "problems": n_prob, "samples": samples,
                          "temperature": temperature,
-                         "wellformed": sum(episode_wellformed(t, needs_tool) for t in trajs) / max(len(ok), 1),
-                         "outcomes": "".join("1" if x else "0" for x in ok)}
+                         "wellformed": sum(episode_wellformed(t, needs_tool) for t in kept) / max(len(ok), 1),
+                         "outcomes": outcomes}
+    chunks = [c.replace("-", "") for c in _chunks(outcomes, samples)]
     for k in sorted({1, *(2**i for i in range(1, 8) if 2**i < samples), samples}):
-        c = [round(x * samples) for x in means]
-        m[f"pass_at_{k}"] = sum(pass_at_k(samples, ci, k) for ci in c) / max(len(c), 1)
+        full = [c for c in chunks if len(c) >= k]  # a problem with fewer than k scored samples has no pass@k
+        m[f"pass_at_{k}"] = sum(pass_at_k(len(c), c.count("1"), k) for c in full) / max(len(full), 1)
     if task_ids is not None:
         m["problems_hash"] = problems_hash(list(task_ids))
     return {prefix + k: v for k, v in m.items()}
 
 
-def per_problem(outcomes: str, samples: int, *, any_of: bool = False) -> list[float]:
-    """Per-problem success rates from a problem-major 0/1 string of ``samples`` per problem
-    (``any_of``: 1 if any of them succeeded, pass@samples)."""
+def _chunks(outcomes: str, samples: int) -> list[str]:
     s = max(samples, 1)
-    chunks = [outcomes[i:i + s] for i in range(0, len(outcomes) - s + 1, s)]
-    return [float("1" in c) if any_of else c.count("1") / s for c in chunks]
+    return [outcomes[i:i + s] for i in range(0, len(outcomes) - s + 1, s)]
+
+
+def per_problem(outcomes: str, samples: int, *, any_of: bool = False) -> list[float | None]:
+    """Per-problem success rates from a problem-major 0/1 string of ``samples`` per problem
+    (``any_of``: 1 if any of them succeeded, pass@samples); ``-`` marks a lost episode, and a
+    problem whose every episode was lost is None."""
+    rates: list[float | None] = []
+    for chunk in _chunks(outcomes, samples):
+        c = chunk.replace("-", "")
+        rates.append(None if not c else float("1" in c) if any_of else c.count("1") / len(c))
+    return rates
 
 
 def _se(xs: Sequence[float]) -> float:
@@ -152,11 +172,14 @@ def gain(before: dict[str, Any], after: dict[str, Any], prefix: str = "", *,
     if (not pa or len(pa) != len(pb) or (ha is not None and hb is not None and ha != hb)
             or (pass_at_k and sa != sb)):
         return None
-    d = [y - x for x, y in zip(pa, pb)]
+    both = [(x, y) for x, y in zip(pa, pb) if x is not None and y is not None]  # paired by problem
+    if not both:
+        return None
+    d = [y - x for x, y in both]
     n = len(d)
     mean = sum(d) / n
     se = _se(d)
-    se_unpaired = math.sqrt(_se(pa) ** 2 + _se(pb) ** 2)
+    se_unpaired = math.sqrt(_se([x for x, _ in both]) ** 2 + _se([y for _, y in both]) ** 2)
     z = mean / se if se > 0 else (math.inf if mean > 0 else (-math.inf if mean < 0 else 0.0))
     return {"gain": mean, "se": se, "se_unpaired": se_unpaired, "z": z, "problems": float(n)}
 
@@ -166,18 +189,23 @@ def _stages(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r.get("stage", "ppo"): r for r in rows if r["phase"] == "eval"}
 
 
-def _run_arm(run_dir: str) -> str:
+def _run_config(run_dir: str) -> Any:
     import yaml
 
     p = Path(run_dir) / "config.yaml"
     if not p.exists():
-        return "ppo"
+        return None
     from agentgym.trainer.config import config_from_dict
 
     try:
-        return config_from_dict(yaml.safe_load(p.read_text()) or {}).arm()
+        return config_from_dict(yaml.safe_load(p.read_text()) or {})
     except Exception:  # an old or foreign config: the report still prints
-        return "ppo"
+        return None
+
+
+def _run_arm(run_dir: str) -> str:
+    cfg = _run_config(run_dir)
+    return "ppo" if cfg is None else str(cfg.arm())
 
 
 def _cell(r: dict[str, Any], prefix: str, name: str) -> str:
@@ -197,7 +225,7 @@ def report_lines(run_dir: str) -> list[str]:
     the health monitor's alerts."""
     rows = read_metrics(run_dir)
     stages = _stages(rows)
-    arm = ARM_NAMES.get(_run_arm(run_dir), "PPO")
+    arm = arm_label(run_dir, rows)
     names = {k: v.format(arm=arm) for k, v in STAGE_NAMES.items()}
     lines = []
     for prefix, what in (("sampled_", "primary"), ("", "secondary")):
@@ -236,6 +264,8 @@ def report_lines(run_dir: str) -> list[str]:
     if warm:
         lines.append(warm_start_line(warm[-1]))
     train = [r for r in rows if r["phase"] == "train"]
+    if train and (upd := update_line(train)):
+        lines.append(upd)
     if train:
         fired = health_summary(train)
         unwatched = _run_arm(run_dir) in ("ppo", "placebo") and not any("kl_ref" in r for r in train)
@@ -245,6 +275,57 @@ def report_lines(run_dir: str) -> list[str]:
     if lines:
         lines.append(f"run dir: {run_dir}")
     return lines
+
+
+def _updated(train: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in train if isinstance(r.get("ratio_max"), (int, float))]
+
+
+def ratio_moved(train: Sequence[dict[str, Any]]) -> bool:
+    """Did the importance ratio of any PPO update leave exactly 1? With one epoch, one
+    minibatch and the engine sampling the learner's own weights it cannot (the old log-probs are
+    the update's own pass), so the clip never acts and the update is a plain policy gradient."""
+    return any(r["ratio_max"] != 1.0 or r["ratio_min"] != 1.0 for r in _updated(train))
+
+
+def arm_label(run_dir: str, rows: Sequence[dict[str, Any]] | None = None) -> str:
+    """The arm's name for what it computed: ``PPO`` only when its ratio moved; a PPO arm whose
+    ratio stayed exactly 1 is ``REINFORCE`` (``on successes`` with no baseline: the 0/1 score is
+    the advantage, so only successful episodes push)."""
+    cfg = _run_config(run_dir)
+    arm = "ppo" if cfg is None else str(cfg.arm())
+    if arm != "ppo":
+        return ARM_NAMES.get(arm, arm)
+    train = [r for r in (read_metrics(run_dir) if rows is None else rows) if r["phase"] == "train"]
+    if not _updated(train) or ratio_moved(train):
+        return "PPO"
+    no_baseline = cfg is not None and cfg.ppo.advantage != "gae" and cfg.ppo.baseline_scale == 0
+    return "REINFORCE on successes" if no_baseline else "REINFORCE"
+
+
+def update_line(train: Sequence[dict[str, Any]]) -> str | None:
+    """What a policy-gradient arm's updates did: the ratio's range, the clipped share of tokens,
+    the share with a negative advantage, the correction weights' range and capped share."""
+    upd = _updated(train)
+    if not upd:
+        return None
+
+    def mean(key: str) -> float | None:
+        xs = [float(r[key]) for r in upd if isinstance(r.get(key), (int, float))]
+        return sum(xs) / len(xs) if xs else None
+
+    lo, hi = min(float(r["ratio_min"]) for r in upd), max(float(r["ratio_max"]) for r in upd)
+    parts = [f"ratio range [{lo:.4f}, {hi:.4f}]", f"clipped {mean('clip_frac') or 0.0:.2%} of tokens"]
+    if (neg := mean("adv_neg_frac")) is not None:
+        parts.append(f"negative advantage on {neg:.1%} of tokens")
+    w = [r for r in upd if isinstance(r.get("mismatch_w_min"), (int, float))]
+    if w:
+        parts.append(f"correction weights [{min(float(r['mismatch_w_min']) for r in w):.4f}, "
+                     f"{max(float(r['mismatch_w_max']) for r in w):.4f}], "
+                     f"{mean('mismatch_capped_frac') or 0.0:.1%} capped")
+    what = ("PPO: the ratio moved" if ratio_moved(train) else
+            "not PPO: the ratio stayed exactly 1, so the clip never acted; a plain on-policy policy gradient")
+    return f"update ({len(upd)} steps; {what}): " + ", ".join(parts)
 
 
 def warm_start_line(w: dict[str, Any]) -> str:
@@ -301,8 +382,8 @@ class Evaluator:
                                           samples=samples, on_chunk=bar.update)
             finally:
                 bar.close()
-            trajs, _, _ = drop_failed(trajs, list(range(len(trajs))))  # lost with a Ray worker
-            trajs, _, infra = drop_infra(trajs, list(range(len(trajs))))  # no outcome: not a failure either
+            kept, _, _ = drop_failed(trajs, list(range(len(trajs))))  # lost with a Ray worker
+            _, _, infra = drop_infra(kept, list(range(len(kept))))  # no outcome: not a failure either
             if ranks.tp_follower:
                 trajs, infra = [], 0  # the other ranks of this engine hold the same episodes
             m.update(eval_record(ranks.gather(trajs), temperature, prefix, samples=samples,

@@ -13,7 +13,7 @@ the eval split (from ``log.eval_seed_start``) and keeping the first seed of each
 
 * ``eval``: the evaluation problems (``log.eval_episodes`` / ``eval_episodes_final`` of them);
 * ``check``: the warm start's stopping-check problems (``sft.check_problems``, from seed
-  ``CHECK_SEED_BASE`` up), none of them an evaluation problem, so stopping on them does not
+  ``CHECK_SEED_BASE`` up, moved by the run's seed like every task stream), none of them an evaluation problem, so stopping on them does not
   select the warm start on the problems it is finally scored on.
 
 Training draws from the train split. An env that keeps its splits disjoint needs nothing more;
@@ -111,7 +111,7 @@ class HeldOut:
             ev = distinct_problems(env, n_eval, options=opts, start=start, exclude=dev)
             if dev and len(ev) < n_eval:
                 ev, dev = distinct_problems(env, n_eval, options=opts, start=start), set()
-            check = (distinct_problems(env, sc.check_problems, options=opts, start=CHECK_SEED_BASE,
+            check = (distinct_problems(env, sc.check_problems, options=opts, start=cfg.stream(CHECK_SEED_BASE),
                                        exclude={t for _, t in ev})
                      if sc.check_every and max(sc.check_from, sc.check_every) <= sc.steps and not sc.load else [])
             needs_tool = bool(getattr(env.unwrapped, "tools", list)())

@@ -4,7 +4,8 @@
 
 ``algo: rft`` (rejection-sampling fine-tuning, or expert iteration) passes the policy's own
 :func:`successful` episodes of the step: the strongest cheap baseline for RL with an outcome
-reward. ``algo: sft`` passes oracle demonstrations of as many new train problems as PPO's
+reward. ``algo: raft`` (best-of-group, reward-ranked fine-tuning) passes each group's best
+episode (:func:`best_of_group`). ``algo: sft`` passes oracle demonstrations of as many new train problems as PPO's
 episodes: the ceiling. Either way the update is the negative log-likelihood of the episodes'
 policy tokens (environment and prompt tokens are context), with the run's optimizer and lr
 schedule, ``ppo.epochs`` x ``ppo.minibatches`` optimizer steps and ``ppo.micro_batch_tokens``
@@ -29,12 +30,23 @@ from agentgym.trainer.update import adam_step_rms, check_finite
 if TYPE_CHECKING:
     from agentgym.trainer.learner import Learner
 
-__all__ = ["imitation_update", "informative_groups", "successful"]
+__all__ = ["best_of_group", "imitation_update", "informative_groups", "successful"]
 
 
 def successful(trajs: Sequence[Any]) -> list[Any]:
     """The episodes that solved their task (``episode_success``): what RFT learns from."""
     return [t for t in trajs if episode_success(t)]
+
+
+def best_of_group(trajs: Sequence[Any], groups: Sequence[int]) -> list[Any]:
+    """Each group's highest-reward episode (the first of a tie), where it scored above 0: what the
+    best-of-group arm (RAFT, reward-ranked fine-tuning) learns from. With a 0/1 reward it keeps one
+    success per solved task, where RFT keeps them all; with partial credit, the best attempt."""
+    best: dict[int, Any] = {}
+    for t, g in zip(trajs, groups, strict=True):
+        if t.total_reward > 0 and (g not in best or t.total_reward > best[g].total_reward):
+            best[g] = t
+    return list(best.values())
 
 
 def informative_groups(trajs: Sequence[Any], groups: Sequence[int]) -> list[int]:
@@ -46,8 +58,10 @@ def informative_groups(trajs: Sequence[Any], groups: Sequence[int]) -> list[int]
     return [i for i, g in enumerate(groups) if len(scores[g]) > 1]
 
 
-def imitation_update(learner: Learner, cfg: TrainConfig, trajs: Sequence[Any], step: int) -> dict[str, float]:
-    """NLL of ``trajs``' policy tokens with the run's optimizer (module doc) -> metrics:
+def imitation_update(learner: Learner, cfg: TrainConfig, trajs: Sequence[Any], step: int, *,
+                     temperature: float = 1.0) -> dict[str, float]:
+    """NLL of ``trajs``' policy tokens with the run's optimizer (module doc), under the policy at
+    ``temperature`` (RFT: the rollout temperature its episodes were sampled at) -> metrics:
     ``loss`` (mean over the update's optimizer steps), ``grad_norm``, ``adam_step_rms``,
     ``imitation_episodes`` and ``imitation_tokens``."""
     p = cfg.ppo
@@ -65,7 +79,7 @@ def imitation_update(learner: Learner, cfg: TrainConfig, trajs: Sequence[Any], s
             total = 0.0
             for rows in micro_batches(b.lengths, mb, p.micro_batch_tokens):
                 sub = b.select(rows)
-                out = learner.forward(learner.model, sub, entropy=False)
+                out = learner.forward(learner.model, sub, temperature=temperature, entropy=False)
                 loss = -(out.logprobs.float() * sub.policy_mask).sum() / n_tok
                 check_finite("loss", loss.detach(), step, "Lower ppo.lr.")
                 loss.backward()

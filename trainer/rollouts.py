@@ -14,8 +14,8 @@ steps while the learner updates, at most ``rollout.max_staleness`` versions behi
 (``ray_rollout.py``); under torchrun each rollout group collects its share of the tasks
 (``tp_rollout.py``).
 
-Task seeds are a function of ``(step, task)``: step ``s`` plays ``TRAIN_SEED_BASE + s *
-tasks_per_step + i`` (held-out problems replaced with ``env.exclude_held_out``,
+Task seeds are a function of ``(seed, step, task)``: step ``s`` plays ``TRAIN_SEED_BASE + seed x
+10^8 + s * tasks_per_step + i`` (``TrainConfig.stream``; held-out problems replaced with ``env.exclude_held_out``,
 :class:`~agentgym.trainer.heldout.HeldOut`), ``samples_per_task`` times each.
 """
 
@@ -252,7 +252,7 @@ class Rollouts:
         cfg, learner = self.cfg, self.learner
         tasks, k = cfg.rollout.tasks_per_step, cfg.rollout.samples_per_task
         mine = learner.ranks.tasks(tasks)  # this rank's rollout group collects these tasks
-        seeds, groups = group_seeds(TRAIN_SEED_BASE + step * tasks + mine.start, len(mine), k)
+        seeds, groups = group_seeds(cfg.stream(TRAIN_SEED_BASE) + step * tasks + mine.start, len(mine), k)
         options: Any = self.train_options()
         if self.curriculum.enabled:  # one level per task, shared by its group
             per_task = self.curriculum.task_options(step, tasks, self.train_options())
@@ -348,7 +348,7 @@ class Rollouts:
         if self._demo_env is None:
             self._demo_env = self.make_env(cfg.env.train_split)
         n = cfg.derived()["episodes_per_step"]
-        seeds = [SFT_ARM_SEED_BASE + step * n + i for i in range(n)]
+        seeds = [cfg.stream(SFT_ARM_SEED_BASE) + step * n + i for i in range(n)]
         trajs = demonstrations(self._demo_env, find_oracle(cfg.env.id), seeds, self.train_options(), self.held)
         self.held.overlap(trajs, f"step {step + 1}")
         return trajs

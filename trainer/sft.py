@@ -39,7 +39,7 @@ from agentgym.trajectory import Trajectory
 if TYPE_CHECKING:
     from agentgym.trainer.rollouts import Rollouts
 
-__all__ = ["demonstrations", "find_oracle", "load_moments", "make_teacher", "run_sft", "save_moments",
+__all__ = ["demo_seeds", "demonstrations", "find_oracle", "load_moments", "make_teacher", "run_sft", "save_moments",
            "sft_optimizer", "sft_step", "stop_reason"]
 
 
@@ -133,6 +133,13 @@ def sft_optimizer(cfg: Any, model: torch.nn.Module) -> tuple[torch.optim.Optimiz
         opt, lambda i: lr_factor(i, sc.warmup_steps, sc.steps, sc.schedule))
 
 
+def demo_seeds(cfg: Any, step: int) -> list[int]:
+    """The task seeds the warm start demonstrates at its step ``step``: ``sft.batch_size`` new
+    train problems a step, from ``sft.seed`` moved by the run's seed (``TrainConfig.stream``)."""
+    n = cfg.sft.batch_size
+    return [cfg.stream(cfg.sft.seed) + step * n + j for j in range(n)]
+
+
 def run_sft(cfg: Any, learner: Learner, rollouts: Rollouts, log: Any, *, held: Any = None,
             check: Callable[[int], dict[str, float]] | None = None, start: int = 0,
             optimizer: torch.optim.Optimizer | None = None, scheduler: Any = None,
@@ -162,7 +169,7 @@ def run_sft(cfg: Any, learner: Learner, rollouts: Rollouts, log: Any, *, held: A
     try:
         for i in range(start, sc.steps):
             t0 = time.perf_counter()
-            seeds = [sc.seed + i * sc.batch_size + j for j in range(sc.batch_size)]
+            seeds = demo_seeds(cfg, i)
             trajs = demonstrations(env, oracle if i < sc.oracle_steps else teacher, seeds, options, held)
             overlap = held.overlap(trajs, f"warm-start step {i + 1}") if held is not None else 0
             stats = sft_step(learner.model, opt, trajs, pad_id=learner.pad_id,

@@ -111,12 +111,15 @@ class Trainer:
         t_rollout, t0 = time.perf_counter() - t_start, time.perf_counter()
         rollouts.sleep()
         if cfg.algo != "ppo":
-            metrics.update(self._imitate(trajs, step))
+            metrics.update(self._imitate(trajs, groups, step))
         elif (batch := rollouts.batch(trajs, groups, metrics)) is not None:
             batch = score(batch.to(learner.device), cfg, step, self.ranks, self.reward_norm)
             metrics.update(compute_advantages(learner, batch, cfg, step))
-            metrics.update(ppo_update(learner, batch, cfg, step, self.kl.coef), kl_coef=self.kl.coef)
-            self.kl.update(metrics.get("kl_ref"))
+            if self._no_signal(batch):  # as in the imitation arms: nothing to learn, no optimizer step
+                metrics["update_skipped"] = 1.0
+            else:
+                metrics.update(ppo_update(learner, batch, cfg, step, self.kl.coef), kl_coef=self.kl.coef)
+                self.kl.update(metrics.get("kl_ref"))
         if (step + 1) % cfg.rollout.sync_every == 0:
             metrics.update(rollouts.sync(step + 1))
         t_update, t_step = time.perf_counter() - t0, time.perf_counter() - t_start
@@ -124,14 +127,29 @@ class Trainer:
                        t_learner_busy=t_update / max(t_step, 1e-9), lr=learner.scheduler.get_last_lr()[0])
         return metrics
 
-    def _imitate(self, trajs: list[Any], step: int) -> dict[str, Any]:
-        """The control arms' update: NLL of the policy's own successes (``rft``) or of oracle
-        demonstrations (``sft``), with PPO's optimizer and budget (``imitation.py``)."""
-        from agentgym.trainer.imitation import imitation_update, successful
+    def _no_signal(self, batch: Any) -> bool:
+        """Every advantage is exactly 0 (no success in the step under a 0/1 score with no
+        baseline, say) and no other term (KL, entropy, value head): the loss has no gradient, so
+        the step takes no optimizer step, as RFT's does with no success (AdamW's momentum and
+        weight decay would still move the weights). The same rule in every arm."""
+        p = self.cfg.ppo
+        other = ((self.learner.ref_model is not None and self.kl.coef > 0) or p.entropy_coef != 0
+                 or p.advantage == "gae")
+        return not other and batch.advantages is not None and not bool(
+            self.ranks.sum(float(batch.advantages.abs().sum())))
 
-        chosen = successful(trajs) if self.cfg.algo == "rft" else trajs
-        kept = {"rft_kept_frac": len(chosen) / max(len(trajs), 1)} if self.cfg.algo == "rft" else {}
-        return {**kept, **imitation_update(self.learner, self.cfg, chosen, step)}
+    def _imitate(self, trajs: list[Any], groups: list[int], step: int) -> dict[str, Any]:
+        """The control arms' update: NLL of the policy's own successes (``rft``), of each group's
+        best episode (``raft``) or of oracle demonstrations (``sft``), with PPO's optimizer and
+        budget (``imitation.py``). Own episodes are scored at the temperature they were sampled at."""
+        from agentgym.trainer.imitation import best_of_group, imitation_update, successful
+
+        algo = self.cfg.algo
+        if algo == "sft":
+            return imitation_update(self.learner, self.cfg, trajs, step)
+        chosen = successful(trajs) if algo == "rft" else best_of_group(trajs, groups)
+        return {f"{algo}_kept_frac": len(chosen) / max(len(trajs), 1),
+                **imitation_update(self.learner, self.cfg, chosen, step, temperature=self.cfg.rollout.temperature)}
 
     # ------------------------------------------------------------------ driver
     def run(self) -> dict[str, Any]:

@@ -146,7 +146,7 @@ def compute_advantages(learner: Learner, b: Batch, cfg: TrainConfig, step: int) 
         boot = torch.where(b.truncated, last, torch.zeros_like(last))
         b.advantages, b.returns = gae(rewards, b.old_values, mask, gamma=p.gamma, lam=p.lam, bootstrap=boot)
         check_finite("advantages", b.advantages, step, "Check rewards and the value head.")
-        return metrics
+        return {**metrics, **_negative_share(b, ranks)}
     groups, all_scores = ranks.gather_rows(b.group_ids + 0), ranks.gather_rows(b.scores)  # global task ids
     if p.advantage == "batch":  # one baseline for the whole step
         groups = torch.zeros_like(groups)
@@ -160,7 +160,16 @@ def compute_advantages(learner: Learner, b: Batch, cfg: TrainConfig, step: int) 
     seq_adv = seq_adv[offset:offset + len(b)]
     check_finite("advantages", seq_adv, step, "Check rewards.")
     b.advantages = seq_adv[:, None] * mask  # (B, T): one advantage per episode, on its policy tokens
-    return metrics
+    return {**metrics, **_negative_share(b, ranks)}
+
+
+def _negative_share(b: Batch, ranks: Ranks) -> dict[str, float]:
+    """``adv_neg_frac``: the share of policy tokens whose advantage is negative (0 for REINFORCE
+    on successes: the update then only pushes sampled tokens up)."""
+    assert b.advantages is not None
+    m = b.policy_mask > 0
+    neg = ranks.sum(float((b.advantages[m] < 0).sum()))
+    return {"adv_neg_frac": neg / max(ranks.sum(float(m.sum())), 1.0)}
 
 
 def ppo_update(learner: Learner, b: Batch, cfg: TrainConfig, step: int, kl_coef: float | None = None) -> dict[str, float]:

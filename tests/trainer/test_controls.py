@@ -5,6 +5,8 @@ that did not learn its tool loop fails loudly."""
 
 from __future__ import annotations
 
+import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,9 +71,11 @@ def test_controls_run_from_one_warm_start_and_are_compared_on_the_same_problems(
     assert lines[0].startswith("controls, T=1 (primary; 4 held-out problems x 2 samples; same warm start and "
                                "seeds): warm start ")
     assert "| placebo " in lines[0] and "| RFT " in lines[0] and "| SFT " in lines[0]
-    assert "PPO - placebo " in lines[1] and "paired" in lines[1] and "PPO - SFT" in lines[1]
+    # the recipe's update (one epoch, one minibatch, no baseline) is named for what it computed
+    me = "REINFORCE on successes"
+    assert f"{me} - placebo " in lines[1] and "paired" in lines[1] and f"{me} - SFT" in lines[1]
     alone = comparison_lines(str(tmp_path), {})
-    assert len(alone) == 2 and all("PPO" in line and "placebo" not in line for line in alone)
+    assert len(alone) == 2 and all(me in line and "placebo" not in line for line in alone)
     # resuming the finished run finds the finished arms and keeps them
     mtime = (tmp_path / "controls" / "rft" / "metrics.jsonl").stat().st_mtime
     _, again = run_with_controls(cfg, resume=True)
@@ -112,6 +116,112 @@ def test_imitation_update_raises_the_likelihood_of_what_it_imitates(tmp_path: Pa
     assert nll() < before - 0.3 and m["imitation_episodes"] == 4.0
     assert t.learner.optimizer.state[next(iter(t.learner.model.parameters()))]["step"] == 4  # 2 epochs x 2 minibatches
     assert imitation_update(t.learner, cfg, [], 1)["update_skipped"] == 1.0
+    t.close()
+
+
+def test_between_seed_intervals_use_students_t() -> None:
+    from agentgym.trainer.controls import between_seeds, t95
+
+    st = between_seeds([0.10, 0.02, 0.06, 0.04, 0.08])
+    assert st["n"] == 5 and st["mean"] == pytest.approx(0.06)
+    assert st["se"] == pytest.approx(math.sqrt(0.004 / 4 / 5))
+    assert st["lo"] == pytest.approx(0.06 - 2.776 * st["se"]) and st["hi"] == pytest.approx(0.06 + 2.776 * st["se"])
+    assert st["t"] == pytest.approx(0.06 / st["se"])
+    assert t95(1) == 12.706 and t95(30) == 2.042 and 1.96 < t95(200) < 1.98
+    one = between_seeds([0.3])
+    assert one["se"] == math.inf and one["lo"] == -math.inf  # one seed says nothing about training noise
+
+
+def test_best_of_group_keeps_each_groups_best_scoring_episode(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from agentgym.trainer.imitation import best_of_group
+
+    ep = [SimpleNamespace(total_reward=r, name=n) for n, r in
+          [("a0", 0.2), ("a1", 0.7), ("a2", 0.7), ("b0", 0.0), ("b1", 0.0), ("c0", 1.0), ("c1", 1.0)]]
+    assert [e.name for e in best_of_group(ep, [0, 0, 0, 1, 1, 2, 2])] == ["a1", "c0"]  # b: nothing scored
+    cfg = load_config("cpu-quickstart", [*TINY, f"log.run_dir={tmp_path}", "sft.steps=0", "algo=raft"])
+    assert cfg.arm() == "raft" and arm_config(cfg, "raft", tmp_path / "w", tmp_path / "r").algo == "raft"
+    t = Trainer(cfg)
+    m = t.train_step(0)
+    assert "raft_kept_frac" in m and "pg_loss" not in m
+    t.close()
+
+
+def test_two_seeds_train_on_different_tasks_and_demonstrations(tmp_path: Path) -> None:
+    """``seed`` draws every task stream (the warm start's demonstrations, the RL tasks, the
+    stopping-check problems); the evaluation block is the same (``log.eval_seed_start`` names it)."""
+    import gymnasium as gym
+
+    from agentgym.trainer.heldout import HeldOut
+    from agentgym.trainer.sft import demo_seeds
+
+    env = gym.make("agentgym/MathCalc-v1", prompt="compact")
+
+    def ids(seeds: list[int]) -> set[str]:
+        return {env.reset(seed=s, options={"split": "train"})[1]["task_id"] for s in seeds}
+
+    drawn = {}
+    for seed in (0, 1):
+        cfg = load_config("cpu-quickstart", [*TINY, f"seed={seed}", f"log.run_dir={tmp_path / str(seed)}",
+                                             "sft.steps=2", "sft.check_every=1", "sft.check_from=1",
+                                             "sft.check_problems=8"])
+        t = Trainer(cfg)
+        trajs, _, _ = t.rollouts.collect(0)
+        held = HeldOut.build(cfg, t.rollouts.make_env)
+        drawn[seed] = ({tr.task_id for tr in trajs}, ids(demo_seeds(cfg, 0) + demo_seeds(cfg, 1)),
+                       {i for _, i in held.check},
+                       held.eval_ids())
+        t.close()
+    (tasks0, demos0, check0, eval0), (tasks1, demos1, check1, eval1) = drawn[0], drawn[1]
+    assert tasks0 and not tasks0 & tasks1
+    assert len(demos0) > 4 and not demos0 & demos1
+    assert check0 and check0 != check1
+    assert eval0 == eval1  # the evaluation block is the measurement's, not the seed's
+
+
+def test_rft_scores_its_loss_at_the_rollout_temperature(tmp_path: Path) -> None:
+    """RFT imitates episodes sampled at T: its NLL is that of the policy at T, the distribution
+    they came from (one epoch, one minibatch: the loss is the NLL before the step)."""
+    import gymnasium as gym
+
+    from agentgym.trainer.batch import make_batch
+    from agentgym.trainer.sft import demonstrations, find_oracle
+
+    cfg = load_config("cpu-quickstart", [*TINY, f"log.run_dir={tmp_path}", "sft.steps=0", "algo=rft",
+                                         "rollout.temperature=0.6", "ppo.minibatches=1", "ppo.epochs=1"])
+    t = Trainer(cfg)
+    demos = demonstrations(gym.make("agentgym/MathCalc-v1", prompt="compact"), find_oracle("agentgym/MathCalc-v1"),
+                           [21, 22], {})
+    b = make_batch(demos, [0, 1], pad_id=t.learner.pad_id)
+    with torch.no_grad():
+        nll = {T: float(-(t.learner.forward(t.learner.model, b, temperature=T, entropy=False).logprobs
+                          * b.policy_mask).sum() / b.policy_mask.sum()) for T in (0.6, 1.0)}
+    assert abs(nll[0.6] - nll[1.0]) > 1e-3
+    m = t._imitate(demos, [0, 1], 0)  # every demonstration solved its task: RFT keeps them all
+    assert m["rft_kept_frac"] == 1.0 and m["loss"] == pytest.approx(nll[0.6], rel=1e-4)
+    t.close()
+
+
+def test_a_step_with_no_gradient_takes_no_optimizer_step_in_any_arm(tmp_path: Path) -> None:
+    """RFT with no success skips its optimizer step; PPO with every advantage 0 and no KL,
+    entropy or value term does the same (AdamW's momentum and weight decay would still move the
+    weights), and steps again as soon as a term has a gradient."""
+    base = [*[a for a in TINY if not a.startswith("ppo.entropy_coef")], f"log.run_dir={tmp_path}", "sft.steps=0",
+            "ppo.kl_coef=0", "ppo.entropy_coef=0", "ppo.baseline_scale=0", "ppo.group_std_normalize=false",
+            "env.kwargs={families: [arithmetic]}"]
+    t = Trainer(load_config("cpu-quickstart", base))
+    before = [p.detach().clone() for p in t.learner.params]
+    trajs, groups, _ = t.rollouts.collect(0)
+    assert trajs and all(tr.total_reward == 0 for tr in trajs)  # the untrained policy solves nothing
+    t.rollouts.collect = lambda step: (trajs, groups, {})  # type: ignore[method-assign]
+    m = t.train_step(0)
+    assert m.get("update_skipped") == 1.0 and "ratio_max" not in m
+    assert all(torch.equal(a, b) for a, b in zip(before, t.learner.params))
+    t.close()
+    t = Trainer(load_config("cpu-quickstart", [*base, "ppo.entropy_coef=0.01"]))  # a term with a gradient
+    t.rollouts.collect = lambda step: (trajs, groups, {})  # type: ignore[method-assign]
+    assert "update_skipped" not in t.train_step(0)
     t.close()
 
 
@@ -224,3 +334,9 @@ def test_run_seeds_runs_every_arm_of_every_seed_as_processes(tmp_path: Path) -> 
                          capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert out.stdout.count("NO   unfinished: placebo, vs RFT") == 2, out.stdout
+    # across seeds: every arm minus the warm start, PPO minus each arm, with the between-seed interval
+    assert out.stdout.count("between seeds, held-out success") == 3, out.stdout
+    rows = [line for line in out.stdout.splitlines() if line.startswith(("ppo - rft", "rft - warm start"))]
+    assert len(rows) == 6 and all(re.search(r"\| +[+-]\d\.\d{3} +\d\.\d{3} .*\[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", r)
+                                  for r in rows), rows
+    assert re.search(r"ppo - placebo: .*not decided \(0 seed", out.stdout), out.stdout

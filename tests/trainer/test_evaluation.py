@@ -45,7 +45,7 @@ def _traj(ok: bool, *, tool: bool = True, error: str | None = None, terminated: 
     turns = [SimpleNamespace(tool="calculator" if tool else None, error=error, components={}),
              SimpleNamespace(tool=None, error=None, components={"outcome": 1.0 if ok else 0.0})]
     return SimpleNamespace(turns=turns, terminated=terminated, truncated=not terminated, total_reward=float(ok),
-                           num_policy_tokens=10, tokens=[0] * 20)
+                           num_policy_tokens=10, tokens=[0] * 20, meta={})
 
 
 def test_eval_record_with_samples_per_problem() -> None:
@@ -59,6 +59,26 @@ def test_eval_record_with_samples_per_problem() -> None:
     assert r["sampled_success_lo"] < 0.5 < r["sampled_success_hi"]
     assert per_problem("111000", 2) == [1.0, 0.5, 0.0]
     assert per_problem("111000", 2, any_of=True) == [1.0, 1.0, 0.0]
+
+
+def test_a_lost_episode_keeps_its_place_and_pairs_nothing() -> None:
+    # two identical policies, each losing a different episode to the infrastructure: gain 0
+    outcomes = [True, False, True, True, False, True, False, False]
+    lost_a, lost_b = 1, 5
+    def run(lost: int) -> list[SimpleNamespace]:
+        trajs = [_traj(ok) for ok in outcomes]
+        trajs[lost].meta["infra_error"] = "sandbox gone"
+        return trajs
+    a = eval_record(run(lost_a), 1.0, task_ids=[str(i) for i in range(8)])
+    b = eval_record(run(lost_b), 1.0, task_ids=[str(i) for i in range(8)])
+    assert a["outcomes"] == "1-110100" and a["episodes"] == 7 and a["problems"] == 8
+    g = gain(a, b)
+    assert g is not None and g["gain"] == 0.0 and g["problems"] == 6
+    # with samples: a problem keeps the samples that were scored; all lost -> no rate
+    assert per_problem("1-0--", 1) == [1.0, None, 0.0, None, None]
+    assert per_problem("1-00--", 2) == [1.0, 0.0, None]
+    r = eval_record([_traj(True), _traj(False), *run(0)[:2]], 1.0, samples=2)
+    assert r["outcomes"] == "10-0" and r["pass_at_2"] == pytest.approx(1.0)  # problem 2 has one sample: no pass@2
 
 
 def test_wellformed_means_the_loop_not_the_answer() -> None:
@@ -137,3 +157,24 @@ def test_report_says_loudly_when_the_warm_start_failed_or_plants_a_defect(tmp_pa
     (line, _) = report_lines(str(tmp_path))
     assert line.startswith("WARM START FAILED: teacher defect-sign-flipper")
     assert "PLANTS A DEFECT" in line
+
+
+def test_the_update_is_named_for_what_it_computed() -> None:
+    """PPO only when the ratio moved; the closing line reports the ratio's range, the clipped
+    share, the negative-advantage share and the correction weights."""
+    from agentgym.trainer.evaluation import ratio_moved, update_line
+
+    still = [{"phase": "train", "ratio_min": 1.0, "ratio_max": 1.0, "clip_frac": 0.0, "adv_neg_frac": 0.0,
+              "mismatch_w_min": 1.0, "mismatch_w_max": 1.0, "mismatch_capped_frac": 0.0}] * 3
+    moved = [*still, {"phase": "train", "ratio_min": 0.7, "ratio_max": 1.31, "clip_frac": 0.12,
+                      "adv_neg_frac": 0.4, "mismatch_w_min": 0.9, "mismatch_w_max": 2.0,
+                      "mismatch_capped_frac": 0.01}]
+    assert not ratio_moved(still) and ratio_moved(moved)
+    line = update_line(still)
+    assert line is not None and "not PPO: the ratio stayed exactly 1" in line
+    assert "ratio range [1.0000, 1.0000], clipped 0.00% of tokens, negative advantage on 0.0% of tokens" in line
+    line = update_line(moved)
+    assert line is not None and line.startswith("update (4 steps; PPO: the ratio moved)")
+    assert "ratio range [0.7000, 1.3100], clipped 3.00% of tokens, negative advantage on 10.0% of tokens" in line
+    assert "correction weights [0.9000, 2.0000], 0.2% capped" in line
+    assert update_line([{"phase": "train", "loss": 1.0}]) is None  # an imitation arm: no ratio

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from agentgym.errors import ConfigError
+from agentgym.trainer.config import load_config
 from agentgym.trainer.logprobs import policy_forward
 from agentgym.trainer.model import build_tiny_gptoss
 from agentgym.trainer.ppo import (
@@ -176,6 +177,36 @@ def test_which_kl_each_estimator_optimises_in_the_loss(seed: int) -> None:
     torch.testing.assert_close(expected_grad("k3"), reverse)
     torch.testing.assert_close(expected_grad("k1"), torch.zeros_like(forward), atol=1e-12, rtol=0)
     assert (forward - reverse).abs().max() > 1e-3  # the two KLs really differ here
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_only_k1_as_a_reward_gives_the_kl_gradient(seed: int) -> None:
+    """As a reward the penalty's estimate is a detached return: the policy-gradient step is
+    E_pi[est * grad log pi] (score function). Exactly, over a small categorical: that is
+    grad KL(pi || ref) for k1 and not for k2 or k3 (why the trainer accepts only k1 there)."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(6, generator=g, dtype=torch.float64).requires_grad_(True)
+    ref = torch.log_softmax(torch.randn(6, generator=g, dtype=torch.float64) * 0.7, -1)
+    logp = torch.log_softmax(logits, -1)
+    pi = logp.exp().detach()
+    (true,) = torch.autograd.grad((logp.exp() * (logp - ref)).sum(), logits, retain_graph=True)
+
+    def reward_grad(kind: str) -> torch.Tensor:
+        est = kl_estimate(logp.detach()[None], ref[None], kind)[0]  # the penalty: a number, no gradient
+        (grad,) = torch.autograd.grad((pi * est * logp).sum(), logits, retain_graph=True)
+        return grad
+
+    torch.testing.assert_close(reward_grad("k1"), true)
+    for kind in ("k2", "k3"):
+        assert (reward_grad(kind) - true).abs().max() > 1e-3
+
+
+def test_kl_estimators_other_than_k1_are_refused_as_a_reward() -> None:
+    with pytest.raises(ConfigError, match="only k1 .*fix: ppo.kl_estimator=k1, or ppo.kl_in=loss"):
+        load_config(None, ["ppo.kl_coef=0.1", "ppo.kl_in=reward", "ppo.kl_estimator=k3"])
+    with pytest.raises(ConfigError, match="ppo.kl_estimator=k2 with ppo.kl_in=reward"):
+        load_config(None, ["ppo.kl_coef=0.1", "ppo.kl_in=reward", "ppo.kl_estimator=k2"])
+    assert load_config(None, ["ppo.kl_coef=0.1", "ppo.kl_in=reward", "ppo.kl_estimator=k1"]).ppo.kl_in == "reward"
 
 
 def test_kl_in_reward_with_group_baseline_normalises_the_outcome_first() -> None:
