@@ -78,7 +78,8 @@ _LIST_SEPS = (",", ";", " or ", " and ", "\\text{ or }", "\\text{ and }", "\\qua
 _KNOWN_WORDS = {w.lower() for w in FUNCTIONS | set(CONSTANTS)}
 _CURRENCY = re.compile(r"\\\$|[$€£¥₹]|\\(?:euro|pounds|yen)\b|\b(?:US\$|USD|EUR|GBP|JPY|INR)\b")
 LONG_DECIMAL = 10  # significant digits from which a decimal is a float rendering (see _long_close)
-_DECIMAL = re.compile(r"[-+]?\d*\.(\d+)")
+_DECIMAL = re.compile(r"[-+]?\d*\.(\d+)")  # fullmatch only: a search would rescan digit runs
+_HAS_DECIMAL = re.compile(r"\.\d")
 _VAR = re.compile(r"[A-Za-z](?:_\w+)?|[A-Za-z]\([A-Za-z]\)|[A-Za-z]'+(?:\([A-Za-z]\))?|d[a-z]/d[a-z]")
 _INEQ = re.compile(r"[<>]|!=|\\[lg](?:eq?|t)(?![a-z])|\\neq|≤|≥|≠")
 _INT_CONST = ("C", "c", "K")
@@ -335,7 +336,7 @@ def _values_equal(p: _Ans, r: _Ans, pn: Node, rn: Node) -> bool:
     oo_p, oo_r = _is_oo(pn), _is_oo(rn)
     if oo_p or oo_r:
         return oo_p == oo_r
-    p_dec, r_dec = _DECIMAL.search(p.text) is not None, _DECIMAL.fullmatch(r.text.strip())
+    p_dec, r_dec = _HAS_DECIMAL.search(p.text) is not None, _DECIMAL.fullmatch(r.text.strip())
     if p_dec != (r_dec is not None) and pn is p.node and rn is r.node:
         close = _long_close(p.text, rn) if p_dec else _long_close(r.text, pn)
         if close is not None:
@@ -444,6 +445,8 @@ def verify(predicted: str, reference: str, form: str | Form | None = None,
     p, lead = extract_with_lead(predicted)
     if not p:
         return Verdict(False, "unparseable: no answer found in the final message", None)
+    if len(p) > MAX_CHARS:  # before any further pass over it
+        return Verdict(False, f"too_large: the answer has {len(p)} characters; at most {MAX_CHARS}", None)
     r_raw, r, ref, why = _reference(reference)
     if ref is not None:
         hedge = _hedged(p, lead)
@@ -494,13 +497,14 @@ def verify(predicted: str, reference: str, form: str | Form | None = None,
 # hedge in the answer ("3, or maybe 4"): the verdict names it; nothing is stripped. A negation
 # elsewhere ("It is 3, not 4", "\\boxed{2} ... no, \\boxed{3}") is about another value.
 _NEG = r"(?:\\(?:neq?|neg|lnot|not)(?![A-Za-z])|≠|¬|!=|=/=|\bnot\b|n't\b|\bnever\b|\bno\b)"
-_NEG_START = re.compile(rf"(?i)^\s*{_NEG}(?!\s*,)")
-_NEG_END = re.compile(rf"(?i){_NEG}\s*(?:(?:be|equals?|equal to|is)\s*)?[:=]?\s*$")
+_NEG_START = re.compile(rf"(?i)\s*{_NEG}(?!\s*,)")  # .match: at the start only
+# The lead arrives with its spaces collapsed (latex.extract_with_lead): single optional spaces.
+_NEG_END = re.compile(rf"(?i){_NEG} ?(?:(?:be|equals?|equal to|is) ?)?[:=]? ?$")
 _HEDGE = re.compile(r"(?i)\b(?:maybe|perhaps|possibly|probably|alternatively|might|could)\b")
 
 
 def _hedged(answer: str, lead: str = "") -> str | None:
-    m = _NEG_START.search(answer) or _NEG_END.search(lead)
+    m = _NEG_START.match(answer) or _NEG_END.search(lead)
     if m is not None:
         return f"negated: the answer says {m.group(0).strip()!r} before its value; state the value itself"
     m = _HEDGE.search(answer)
