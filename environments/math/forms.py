@@ -6,6 +6,7 @@ cut to :data:`.expr.MAX_CHARS` characters, applied only when the text can contai
 no regex has two unbounded quantifiers that can share a run of characters, and none restarts
 an unbounded scan at every position (a run of spaces is entered only at its start).
 
+* :func:`corrected`: a self-correction states the value after it ("3, no wait, 4" is 4).
 * :func:`prose`: an answer inside a sentence is the value the sentence concludes with.
 * :func:`number_words`: English number words are numbers ("twenty-one", "two thirds").
 * :func:`matrices`: LaTeX matrix environments become nested brackets.
@@ -22,8 +23,29 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-__all__ = ["grouped", "long_decimal_digits", "mark", "matrices", "mixed_number", "number_words",
-           "prose", "without_unit"]
+__all__ = ["corrected", "grouped", "long_decimal_digits", "mark", "matrices", "mixed_number",
+           "number_words", "prose", "without_unit"]
+
+# ---------------------------------------------------------------------------- self-corrections
+# A correction after a break in the sentence: "3, no wait, 4", "3. Actually, 4", "3; sorry, 4",
+# "3 - or rather 4". Entered only at a punctuation mark, so no run of spaces is rescanned.
+_CORRECTION = re.compile(r"(?i)(?:[,;.!?\u2014\u2013]| -)\s*(?:no[\s,]*wait|wait|actually|i mean|correction|sorry|"
+                         r"oops|scratch that|make (?:that|it)|(?:or )?rather|no(?=\s*[,:]))\b[\s,:;.!\u2014-]*")
+_MATHY = re.compile(r"[\d=^\\(]")
+
+
+def corrected(s: str) -> str:
+    """The text after the last self-correction that goes on to state something (a digit, an
+    ``=``, a power, LaTeX or a bracket): ``64, no wait, 65`` -> ``65``. A correction is never read
+    backwards (the value before it is withdrawn); one that states nothing ("3. Actually, that is
+    right.") leaves the text as it was."""
+    if _ALPHA.search(s) is None:
+        return s
+    last = None
+    for m in _CORRECTION.finditer(s):
+        if _MATHY.search(s, m.end()) is not None:
+            last = m
+    return s[last.end():] if last is not None else s
 
 # ---------------------------------------------------------------------------- prose
 # A concluding cue: what follows it is the stated value ("so 12 apples in total").
@@ -211,13 +233,14 @@ def _matrix(name: str, body: str, whole: str) -> str:
 
 
 # ---------------------------------------------------------------------------- digit groups
-# One separator style per number; the head has 1-3 digits, every further group exactly 3.
+# One separator style per number; the head has 1-3 digits and no leading 0 (``0,064`` is a
+# decimal comma or two numbers, never 64), every further group exactly 3.
 _GROUPED = [
-    (re.compile(r"([-+]?\d{1,3}(?:,\d{3})+)(\.\d+)?"), ","),
-    (re.compile(r"([-+]?\d{1,3}(?:[ \u00a0\u2009\u202f]\d{3})+)(\.\d+)?"), " "),
-    (re.compile(r"([-+]?\d{1,3}(?:['\u2019]\d{3})+)(\.\d+)?"), "'"),
-    (re.compile(r"([-+]?\d{1,3}(?:_\d{3})+)(\.\d+)?"), "_"),
-    (re.compile(r"([-+]?\d{1,3}(?:\.\d{3}){2,})(,\d+)?"), "."),  # 1.000.000 (two or more dots)
+    (re.compile(r"([-+]?[1-9]\d{0,2}(?:,\d{3})+)(\.\d+)?"), ","),
+    (re.compile(r"([-+]?[1-9]\d{0,2}(?:[ \u00a0\u2009\u202f]\d{3})+)(\.\d+)?"), " "),
+    (re.compile(r"([-+]?[1-9]\d{0,2}(?:['\u2019]\d{3})+)(\.\d+)?"), "'"),
+    (re.compile(r"([-+]?[1-9]\d{0,2}(?:_\d{3})+)(\.\d+)?"), "_"),
+    (re.compile(r"([-+]?[1-9]\d{0,2}(?:\.\d{3}){2,})(,\d+)?"), "."),  # 1.000.000 (two or more dots)
 ]
 _REST = re.compile(r"\s*(?:[A-Za-z%°\\].*)?")
 

@@ -281,6 +281,13 @@ def to_plain(s: str, depth: int = 0) -> str:
                 a, i = _arg(s, i)
                 a = to_plain(a, depth + 1)
                 out.append(f" sqrt({a})" if idx is None else f" root({a}, {to_plain(idx, depth + 1)})")
+            elif cmd == "operatorname":  # an operator's name: one the grammar knows, or refused
+                a, i = _arg(s, i)
+                name = a.strip().rstrip("*")
+                if name not in _KNOWN:
+                    raise ExprError(f"unknown operator \\operatorname{{{name}}}: the verifier reads the "
+                                    "functions such as sin, ln, sqrt, abs; an operator it lacks is never dropped")
+                out.append(" " + name + " ")
             elif cmd in _TEXT:
                 a, i = _arg(s, i)
                 out.append(" " + a.replace("~", " ") + " ")

@@ -4,8 +4,8 @@ many ``\\boxed``) each verify in under 50 ms.
 
 ``"not" + " " * 99900 + "x \\boxed{64}"`` once took 91.8 s: the negation regex scanned the
 lead text with two unbounded ``\\s*`` around an optional word, so every split of the run of
-spaces was tried. Each case is timed as the median of several runs (``time.perf_counter``),
-after a warm-up that imports sympy.
+spaces was tried. Each case is timed as the median of five runs (``time.perf_counter``),
+after a warm-up that imports sympy; up to three such medians are taken, the best counts.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ import pytest
 from agentgym.environments.math.verify import MAX_INPUT, verify
 
 LIMIT_S = 0.050
+# A busy machine can stretch one median (these cost a few ms of CPU); a quadratic scan costs
+# seconds in every attempt.
+ATTEMPTS = 3
 SIZE = 100_000
 
 
@@ -84,11 +87,16 @@ def _warm() -> None:
 def test_a_100kb_adversarial_answer_verifies_in_under_50ms(name: str, reference: str, form: str | None) -> None:
     text = MESSAGES[name]
     assert SIZE - 200 <= len(text) <= MAX_INPUT
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        v = verify(text, reference, form)
-        times.append(time.perf_counter() - start)
-    assert statistics.median(times) < LIMIT_S, (name, times, v.reason)
+    medians = []
+    for _ in range(ATTEMPTS):
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            v = verify(text, reference, form)
+            times.append(time.perf_counter() - start)
+        medians.append(statistics.median(times))
+        if medians[-1] < LIMIT_S:
+            break
+    assert min(medians) < LIMIT_S, (name, medians, v.reason)
     if "answer of" in name:
         assert not v.correct, v.reason  # none of the padded answers is 64 or x^2 + 1
