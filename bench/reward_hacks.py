@@ -2,12 +2,15 @@
 
     .venv/bin/python bench/reward_hacks.py                 # ~6 min on 2 busy cores (CodeFix needs docker)
     .venv/bin/python bench/reward_hacks.py --no-codefix    # without the sandbox
+    .venv/bin/python bench/reward_hacks.py --size small --env agentgym/Math-v1   # the sample CI plays
+
+The exit status is 1 when any hack earned anything (the table's "paid" column is not all 0).
 
 1. The hack table (agentgym.environments.hacks, the one the tests assert): every built-in env,
    sparse and shaped, on the large task sample of both splits. For each hack: tasks where it
    applies, tasks where it earned anything, and its mean reward. Every "paid" cell must be 0.
-2. Control, math envs: the same final answers scored by equivalence alone (no answer form),
-   i.e. what the echo and unreduced-fraction hacks earned before answer forms.
+2. Control, math envs: the same final answers scored by equivalence alone (no answer form, the
+   question not cut out), i.e. what the echo and unreduced-fraction hacks earn without them.
 3. WebAPI, the best a policy that never reads the state can do by guessing: the refusal picked
    from the wording (the rule most often right for that template on train) citing the fact
    value most common on train for that rule. Reported, not asserted: a constant guess is right
@@ -23,6 +26,7 @@ import argparse
 import os
 import re
 import statistics
+import sys
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -38,7 +42,7 @@ KWARGS: dict[str, dict[str, Any]] = {"agentgym/WebAPI-v1": {"split": "all"},
                                      "agentgym/CodeFix-v1": {"sandbox_seconds": 5.0}}
 
 
-def hack_table(env_ids: list[str], backend: str) -> int:
+def hack_table(env_ids: list[str], backend: str, size: str = "large") -> int:
     bad = 0
     for env_id in env_ids:
         for mode in ("sparse", "shaped"):
@@ -47,7 +51,7 @@ def hack_table(env_ids: list[str], backend: str) -> int:
                 kw["sandbox"] = backend
             env = gym.make(env_id, reward_mode=mode, max_turns=6, **kw)
             try:
-                tasks = hack_tasks(env_id, env, "large")
+                tasks = hack_tasks(env_id, env, size)
                 print(f"\n{env_id} {mode}: {len(tasks)} tasks")
                 print(f"  {'hack':48s} {'applies':>7s} {'paid':>5s} {'mean':>6s}")
                 for hack in HACKS[env_id]():
@@ -62,24 +66,25 @@ def hack_table(env_ids: list[str], backend: str) -> int:
 
 @contextmanager
 def equivalence_only() -> Any:
-    """Math envs scoring by equivalence alone: the answer form switched off (the control)."""
+    """Math envs scoring by equivalence alone: the answer form and the question cut switched off
+    (the control)."""
     from agentgym.environments.math import env as math_env
     from agentgym.environments.math.verify import verify
 
     saved = math_env.verify
-    math_env.verify = lambda p, r, form=None, given=None: verify(p, r)  # type: ignore[assignment]
+    math_env.verify = lambda p, r, form=None, given=None, question=None: verify(p, r)  # type: ignore[assignment]
     try:
         yield
     finally:
         math_env.verify = saved
 
 
-def control(env_ids: list[str]) -> None:
-    print("\nControl: the same hacks scored by equivalence alone (no answer form), sparse")
+def control(env_ids: list[str], size: str = "large") -> None:
+    print("\nControl: the same hacks scored by equivalence alone (no answer form, no question cut), sparse")
     for env_id in env_ids:
         env = gym.make(env_id, max_turns=6)
         try:
-            tasks = hack_tasks(env_id, env, "large")
+            tasks = hack_tasks(env_id, env, size)
             with equivalence_only():
                 for hack in HACKS[env_id]():
                     if not hack.name.startswith(("echo", "unreduced", "calculator")):
@@ -155,16 +160,24 @@ def main() -> None:
     p.add_argument("--sandbox", default="docker", help="backend for the CodeFix episodes (default docker)")
     p.add_argument("--every", type=int, default=6, help="CodeFix pass-rate: every N-th level-1 train task")
     p.add_argument("--no-codefix", action="store_true", help="skip CodeFix (no sandbox needed)")
+    p.add_argument("--size", choices=("small", "large"), default="large",
+                   help="task sample: 'small' is the one the tests play, 'large' (default) the fuller one")
+    p.add_argument("--env", action="append", choices=sorted(HACKS), metavar="ID",
+                   help=f"only this environment (repeatable; default all of {sorted(HACKS)})")
     args = p.parse_args()
     t0 = time.perf_counter()
-    ids = sorted(HACKS) if not args.no_codefix else [i for i in sorted(HACKS) if i != "agentgym/CodeFix-v1"]
-    bad = hack_table(ids, args.sandbox)
-    control([i for i in ids if "Math" in i])
-    webapi_guess()
-    if not args.no_codefix:
+    ids = sorted(args.env or HACKS)
+    if args.no_codefix:
+        ids = [i for i in ids if i != "agentgym/CodeFix-v1"]
+    bad = hack_table(ids, args.sandbox, args.size)
+    control([i for i in ids if "Math" in i], args.size)
+    if "agentgym/WebAPI-v1" in ids:
+        webapi_guess()
+    if "agentgym/CodeFix-v1" in ids:
         codefix_constants(args.sandbox, args.every)
     print(f"\nhack table: {bad} paid episodes (must be 0); {time.perf_counter() - t0:.0f} s, "
           f"load {os.getloadavg()[0]:.1f}")
+    sys.exit(1 if bad else 0)
 
 
 if __name__ == "__main__":

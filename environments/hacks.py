@@ -3,7 +3,8 @@
 A reward that can be won without the work teaches the shortcut. Each built-in environment has a
 table of *hacks*: scripted policies that echo the question or its expression, answer an
 unreduced fraction, pick a refusal from the wording, answer a constant, give several answers at
-once, negate or hedge, refuse everything, or (CodeFix) tamper with the judge. Played on a
+once, negate (also in words or LaTeX text), bound or hedge the answer, correct it to another
+value, wrap it in an unknown operator, refuse everything, or (CodeFix) tamper with the judge. Played on a
 sample of tasks (:func:`hack_tasks`), every hack must earn exactly 0 in both reward modes
 wherever it applies (``tests/environments/test_reward_hacks.py``); ``bench/reward_hacks.py``
 prints the table.
@@ -111,11 +112,36 @@ def _is_numeric(u: Any) -> bool:
     return str(u.problem.form).split("[")[-1].rstrip("]") in ("integer", "fraction", "number", "decimal")
 
 
+def _integer(u: Any) -> int | None:
+    """The answer as an int (None when it is no integer literal)."""
+    a = _answer(u).strip()
+    return int(a) if re.fullmatch(r"-?\d+", a) else None
+
+
+def _last_clause(question: str) -> str:
+    """The question's last clause: ``from x = 0 to x = 4.``, ``3x - 20 = 10.``, its last number."""
+    cuts = [question.rfind(" from "), question.rfind(": "), question.rfind(", ")]
+    k = max(cuts)
+    return question[k + 1:].strip() if k >= 0 else question
+
+
 def _right(text: str) -> Callable[[Any], bool]:
     """Applies where ``text`` is not the right answer."""
     from agentgym.environments.math.verify import verify
 
     return lambda u: not verify(text, _answer(u)).correct
+
+
+# name (A: the answer) -> the final message (@: the answer): negations the verifier must read as negations
+_NEGATED_IN_WORDS = {
+    "\\text{not } A": "\\text{not } @",
+    "\\operatorname{not}(A), boxed": "\\boxed{\\operatorname{not}(@)}",
+    "other than A": "The answer is other than @.",
+    "anything except A": "It is anything except @",
+    "neither A": "neither @",
+    "unequal to A": "unequal to @",
+    "\\text{anything but } A": "\\boxed{\\text{anything but } @}",
+}
 
 
 def _math_hacks(calc: bool) -> list[Hack]:
@@ -137,6 +163,16 @@ def _math_hacks(calc: bool) -> list[Hack]:
         Hack("negated answer", lambda u: [final(f"The answer is not {_answer(u)}.")]),
         Hack("\\ne answer", lambda u: [final(f"\\ne {_answer(u)}")]),
         Hack("unknown LaTeX around it", lambda u: [final(f"\\lfloor {_answer(u)} \\rfloor")]),
+        *[Hack(f"negated: {name}", lambda u, t=template: [final(t.replace("@", _answer(u)))])
+          for name, template in _NEGATED_IN_WORDS.items()],
+        Hack("unknown operator around it", lambda u: [final(f"\\operatorname{{foo}}({_answer(u)})")]),
+        Hack("a bound: at least the answer", lambda u: [final(f"The answer is at least {_answer(u)}.")]),
+        Hack("the answer, then a correction", lambda u: [final(f"{_answer(u)}, no wait, {wrong}")]),
+        Hack("the answer after '0,'", lambda u: [final(f"0,{_integer(u) or 0:03d}")],
+             applies=lambda u: 0 < (_integer(u) or 0) < 1000),
+        Hack("100 times the answer, in percent", lambda u: [final(f"{100 * (_integer(u) or 0)}%")],
+             applies=lambda u: bool(_integer(u))),
+        Hack("echo the question's last clause", lambda u: [final(_last_clause(u.task.prompt))]),
         Hack("a tiny extra term", lambda u: [final(f"{_answer(u)} + e^{{-200}}" if _is_numeric(u)
                                                    else f"{_answer(u)} + 10^{{-45}}x")],
              applies=lambda u: "," not in _answer(u) and "C" not in _answer(u)),

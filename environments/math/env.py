@@ -5,7 +5,8 @@ Single-turn by default: no tools, the policy writes its answer (plain text or La
 :func:`verify` says the answer is in the task's form (the result: a number where a number is
 asked, a fraction in lowest terms, an evaluated expression; see :mod:`.answer_form`) and
 equivalent to the reference, else 0.0, with the verdict's reason in
-``info["tool_result"]["content"]`` (``not_final_form: ...`` for the question restated).
+``info["tool_result"]["content"]`` (``not_final_form: ...`` for the question's expression
+restated, ``echoed: ...`` for its text: the question is cut out of the answer before it is read).
 Shaped reward adds ToolEnv's process terms, on a correct answer only: ``format`` (+0.1 for a
 well-formed final message), ``malformed`` (-0.1 per unparsable action) and ``turn`` (-0.01 per
 turn), never taking it below 1.0; a wrong, empty or missing answer earns 0 in both modes.
@@ -89,7 +90,7 @@ class MathEnv(ToolEnv):
 
     def score_final(self, answer: str) -> ToolResult:
         assert self.task is not None and self.problem is not None
-        v = verify(answer, self.task.answer, self.problem.form, self.problem.given)
+        v = verify(answer, self.task.answer, self.problem.form, self.problem.given, question=self.task.prompt)
         return ToolResult(v.reason, terminal=True, outcome=1.0 if v.correct else 0.0)
 
     # ------------------------------------------------------------------ task choice

@@ -1,9 +1,12 @@
 """How people and models write answers, read back into the verifier's grammar.
 
 Each rule is a decision about what a written form *means*; docs/rewards.md ("Forms")
-lists them with their reasons. Everything here is a linear regex pass over an answer already
-cut to :data:`.expr.MAX_CHARS` characters, applied only when the text can contain the form.
+lists them with their reasons. Everything here is a linear pass over an answer already
+cut to :data:`.expr.MAX_CHARS` characters, applied only when the text can contain the form:
+no regex has two unbounded quantifiers that can share a run of characters, and none restarts
+an unbounded scan at every position (a run of spaces is entered only at its start).
 
+* :func:`corrected`: a self-correction states the value after it ("3, no wait, 4" is 4).
 * :func:`prose`: an answer inside a sentence is the value the sentence concludes with.
 * :func:`number_words`: English number words are numbers ("twenty-one", "two thirds").
 * :func:`matrices`: LaTeX matrix environments become nested brackets.
@@ -20,8 +23,29 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-__all__ = ["grouped", "long_decimal_digits", "mark", "matrices", "mixed_number", "number_words",
-           "prose", "without_unit"]
+__all__ = ["corrected", "grouped", "long_decimal_digits", "mark", "matrices", "mixed_number",
+           "number_words", "prose", "without_unit"]
+
+# ---------------------------------------------------------------------------- self-corrections
+# A correction after a break in the sentence: "3, no wait, 4", "3. Actually, 4", "3; sorry, 4",
+# "3 - or rather 4". Entered only at a punctuation mark, so no run of spaces is rescanned.
+_CORRECTION = re.compile(r"(?i)(?:[,;.!?\u2014\u2013]| -)\s*(?:no[\s,]*wait|wait|actually|i mean|correction|sorry|"
+                         r"oops|scratch that|make (?:that|it)|(?:or )?rather|no(?=\s*[,:]))\b[\s,:;.!\u2014-]*")
+_MATHY = re.compile(r"[\d=^\\(]")
+
+
+def corrected(s: str) -> str:
+    """The text after the last self-correction that goes on to state something (a digit, an
+    ``=``, a power, LaTeX or a bracket): ``64, no wait, 65`` -> ``65``. A correction is never read
+    backwards (the value before it is withdrawn); one that states nothing ("3. Actually, that is
+    right.") leaves the text as it was."""
+    if _ALPHA.search(s) is None:
+        return s
+    last = None
+    for m in _CORRECTION.finditer(s):
+        if _MATHY.search(s, m.end()) is not None:
+            last = m
+    return s[last.end():] if last is not None else s
 
 # ---------------------------------------------------------------------------- prose
 # A concluding cue: what follows it is the stated value ("so 12 apples in total").
@@ -29,7 +53,7 @@ _CUE = re.compile(r"(?i)(?:\b(?:is|are|was|were|equals?|equal to|gives?|get|gets
                   r"so|thus|therefore|hence|becomes?)\b|=|:)")
 # Where the value's clause ends: a comma or semicolon before a word, a sentence end, "because".
 _CLAUSE_END = re.compile(r"(?i)(?:[,;]\s*(?=[A-Za-z]{2,}\b)|\.\s+(?=[A-Z])|\.\s*$|!|\?|"
-                         r"\s+(?:because|since|as|which|when|where|while|but|not)\b)")
+                         r"(?<!\s)\s+(?:because|since|as|which|when|where|while|but|not)\b)")
 _ONE_LETTER_IS = re.compile(r"\b([A-Za-z])\s+(?:is equal to|equals|is)\s+")
 _WORD = re.compile(r"[A-Za-z]{3,}")
 _ALPHA = re.compile(r"[A-Za-z]")
@@ -161,7 +185,9 @@ def number_words(s: str) -> str:
 
 
 # ---------------------------------------------------------------------------- matrices
-_ENV = re.compile(r"\\begin\{([pbBvV]?matrix|smallmatrix|array)\}(?:\{[^{}]*\})?(.*?)\\end\{\1\}", re.S)
+_ENV_NAMES = r"[pbBvV]?matrix|smallmatrix|array"
+_ENV_TAG = re.compile(rf"\\(begin|end)\{{({_ENV_NAMES})\}}")
+_ENV_ARGS = re.compile(r"\{[^{}]*\}")  # \begin{array}{cc}: the column spec
 
 
 def matrices(s: str) -> str:
@@ -173,29 +199,48 @@ def matrices(s: str) -> str:
     """
     if "\\begin" not in s:
         return s
+    # One pass over the tags: each \end closes the nearest open \begin of its name (the
+    # innermost first, as a regex's lazy .*? did, without rescanning the text per \begin).
+    out: list[str] = []
+    done = 0  # s[:done] is in out
+    opened: dict[str, list[tuple[int, int]]] = {}  # name -> (start of \begin, start of the body)
+    for m in _ENV_TAG.finditer(s):
+        name = m.group(2)
+        if m.group(1) == "begin":
+            spec = _ENV_ARGS.match(s, m.end())
+            opened.setdefault(name, []).append((m.start(), spec.end() if spec else m.end()))
+            continue
+        if not opened.get(name):
+            continue
+        start, body = opened[name].pop()
+        if start < done:  # it encloses an environment already read: left as written
+            continue
+        out += [s[done:start], _matrix(name, s[body:m.start()], s[start:m.end()])]
+        done = m.end()
+    return "".join(out) + s[done:]
 
-    def sub(m: re.Match[str]) -> str:
-        if m.group(1).lower() == "vmatrix":
-            return m.group(0)
-        rows = [[c.strip() for c in r.split("&")] for r in m.group(2).split("\\\\") if r.strip()]
-        if not rows:
-            return m.group(0)
-        if len(rows) == 1 or all(len(r) == 1 for r in rows):
-            flat = [c for r in rows for c in r]
-            return flat[0] if len(flat) == 1 else "(" + ", ".join(flat) + ")"
-        return "[" + ", ".join("[" + ", ".join(r) + "]" for r in rows) + "]"
 
-    return _ENV.sub(sub, s)
+def _matrix(name: str, body: str, whole: str) -> str:
+    if name.lower() == "vmatrix":
+        return whole
+    rows = [[c.strip() for c in r.split("&")] for r in body.split("\\\\") if r.strip()]
+    if not rows:
+        return whole
+    if len(rows) == 1 or all(len(r) == 1 for r in rows):
+        flat = [c for r in rows for c in r]
+        return flat[0] if len(flat) == 1 else "(" + ", ".join(flat) + ")"
+    return "[" + ", ".join("[" + ", ".join(r) + "]" for r in rows) + "]"
 
 
 # ---------------------------------------------------------------------------- digit groups
-# One separator style per number; the head has 1-3 digits, every further group exactly 3.
+# One separator style per number; the head has 1-3 digits and no leading 0 (``0,064`` is a
+# decimal comma or two numbers, never 64), every further group exactly 3.
 _GROUPED = [
-    (re.compile(r"([-+]?\d{1,3}(?:,\d{3})+)(\.\d+)?"), ","),
-    (re.compile(r"([-+]?\d{1,3}(?:[ \u00a0\u2009\u202f]\d{3})+)(\.\d+)?"), " "),
-    (re.compile(r"([-+]?\d{1,3}(?:['\u2019]\d{3})+)(\.\d+)?"), "'"),
-    (re.compile(r"([-+]?\d{1,3}(?:_\d{3})+)(\.\d+)?"), "_"),
-    (re.compile(r"([-+]?\d{1,3}(?:\.\d{3}){2,})(,\d+)?"), "."),  # 1.000.000 (two or more dots)
+    (re.compile(r"([-+]?[1-9]\d{0,2}(?:,\d{3})+)(\.\d+)?"), ","),
+    (re.compile(r"([-+]?[1-9]\d{0,2}(?:[ \u00a0\u2009\u202f]\d{3})+)(\.\d+)?"), " "),
+    (re.compile(r"([-+]?[1-9]\d{0,2}(?:['\u2019]\d{3})+)(\.\d+)?"), "'"),
+    (re.compile(r"([-+]?[1-9]\d{0,2}(?:_\d{3})+)(\.\d+)?"), "_"),
+    (re.compile(r"([-+]?[1-9]\d{0,2}(?:\.\d{3}){2,})(,\d+)?"), "."),  # 1.000.000 (two or more dots)
 ]
 _REST = re.compile(r"\s*(?:[A-Za-z%°\\].*)?")
 
@@ -224,20 +269,22 @@ def grouped(s: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------- marks
-_PERCENT = re.compile(r"\s*(?:\\%|%|\bper\s*cent\b|\bpercent\b)\s*$", re.I)
-_DEGREE = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|\\circ|°|\\degree|\bdegrees?\b|\bdeg\b)\s*$", re.I)
+# Applied to rstripped text, anchored at its end by "$": no leading or trailing \s* to rescan.
+_PERCENT = re.compile(r"(?:\\%|%|\bper\s*cent\b|\bpercent\b)$", re.I)
+_DEGREE = re.compile(r"(?:\^\s*(?:\{\s*)?\\circ(?:\s*\})?|\\circ|°|\\degree|\bdegrees?\b|\bdeg\b)$", re.I)
 
 
 def mark(s: str) -> tuple[str, str | None]:
     """Split a trailing percent or degree mark off: ``("50", "%")``, ``("30", "°")``, ``(s, None)``."""
-    if "%" in s or "cent" in s.lower():
-        m = _PERCENT.search(s)
+    t = s.rstrip()
+    if "%" in t or "cent" in t.lower():
+        m = _PERCENT.search(t)
         if m is not None:
-            return s[: m.start()], "%"
-    if "circ" in s or "°" in s or "deg" in s.lower():
-        m = _DEGREE.search(s)
+            return t[: m.start()].rstrip(), "%"
+    if "circ" in t or "°" in t or "deg" in t.lower():
+        m = _DEGREE.search(t)
         if m is not None:
-            return s[: m.start()], "°"
+            return t[: m.start()].rstrip(), "°"
     return s, None
 
 

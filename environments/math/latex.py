@@ -3,8 +3,9 @@
 ``extract`` finds the answer inside the text (the last ``\\boxed{}``, else the last ``$...$``
 segment, else the text after "answer is"); ``to_plain`` rewrites LaTeX (``\\frac``, ``\\sqrt``,
 ``\\pi``, ``\\cdot``, ``\\left(``...) into the grammar of :mod:`.expr`; ``strip_text`` drops a
-trailing unit or word ("3 apples", "12 cm"). All are linear or, for nested braces, quadratic in
-an input already capped at :data:`expr.MAX_CHARS` characters.
+trailing unit or word ("3 apples", "12 cm"). Every regex here is linear in its input (no
+two unbounded quantifiers that can share a run of characters, no scan restarted at every
+position): a whole final message of 100,000 characters is read in milliseconds.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import functools
 import re
 
-from agentgym.environments.math.expr import CONSTANTS, FUNCTIONS, MAX_DEPTH, ExprError, TooLarge
+from agentgym.environments.math.expr import CONSTANTS, FUNCTIONS, MAX_CHARS, MAX_DEPTH, ExprError, TooLarge
 
 __all__ = ["extract", "max_depth", "split_top", "strip_lead", "strip_text", "to_plain"]
 
@@ -32,18 +33,23 @@ def max_depth(s: str) -> int:
     return best
 
 
-def _match(s: str, i: int) -> int:
-    """Index of the bracket closing the one at ``s[i]`` (any kind), or -1."""
+_BRACKET = re.compile(r"[()\[\]{}]")
+TOO_LONG = -2  # _match: no closing bracket within the limit
+
+
+def _match(s: str, i: int, limit: int | None = None) -> int:
+    """Index of the bracket closing the one at ``s[i]`` (any kind), or -1; with ``limit``,
+    :data:`TOO_LONG` when it does not close within ``limit`` characters (the scan stops there)."""
+    end = len(s) if limit is None else min(len(s), i + limit)
     d = 0
-    for j in range(i, len(s)):
-        ch = s[j]
-        if ch in _OPEN:
+    for m in _BRACKET.finditer(s, i, end):  # only the brackets are visited
+        if m.group() in _OPEN:
             d += 1
-        elif ch in _CLOSE:
+        else:
             d -= 1
             if d == 0:
-                return j
-    return -1
+                return m.start()
+    return -1 if end == len(s) else TOO_LONG
 
 
 @functools.lru_cache(maxsize=64)
@@ -81,7 +87,8 @@ def split_top(s: str, seps: tuple[str, ...]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- extraction
-_ANSWER_IS = re.compile(r"(?i)\b(?:final answer|answer|result)\b\s*(?:is\b|:|=)?\s*")
+_ANSWER_WORDS = ("answer", "result")  # "final answer" ends where "answer" does
+_ANSWER_TAIL = re.compile(r"\s*(?:(?:is\b|:|=)\s*)?", re.I)
 _DELIMS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
 _THIN_THOUSANDS = re.compile(r"(?<=\d)\\[,!;: ](?=\d{3}(?!\d))")
 _SIZING = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big)(?![A-Za-z])\.?")
@@ -93,13 +100,58 @@ def extract(text: str) -> str:
     return extract_with_lead(text)[0]
 
 
-_SENTENCE_END = re.compile(r"[.!?;](?=\s|$)|\n")
+_SENTENCE_END = re.compile(r"[.!?;](?=\s|$)")
+# A negation that applies to the answer ends the lead ("... is not equal to"): its last words
+# are all that is read, so only they are visited, however long the lead.
+LEAD_WORDS = 12
+LEAD_WINDOW = 200  # characters
+
+
+def _is_word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def _after_answer_word(s: str) -> int:
+    """Where the text after the last "answer is" / "result:" starts (-1 when there is none):
+    the last whole word "answer" or "result" (any case) and its "is", ":" or "=".
+    str.rfind from the end, so a 100,000-character text costs one pass at C speed."""
+    low = s.lower()
+    if len(low) != len(s):  # a character whose lower case is longer: keep the indices of s
+        low = "".join(ch if len(ch.lower()) != 1 else ch.lower() for ch in s)
+    best = -1
+    for word in _ANSWER_WORDS:
+        end = len(low)
+        while True:
+            k = low.rfind(word, 0, end)
+            if k < 0:
+                break
+            e = k + len(word)
+            if (k == 0 or not _is_word(low[k - 1])) and (e == len(low) or not _is_word(low[e])):
+                best = max(best, e)
+                break
+            end = e - 1  # an occurrence starting before k
+    if best < 0:
+        return -1
+    m = _ANSWER_TAIL.match(s, best)
+    assert m is not None  # the tail is optional
+    return m.end()
+
+
+def _last_sentence(lead: str) -> str:
+    """The end of the lead's last sentence: its last :data:`LEAD_WORDS` words (spaces
+    collapsed), at most :data:`LEAD_WINDOW` characters. str.rfind and str.rsplit work from
+    the end at C speed; the sentence is cut inside that short tail."""
+    lead = lead[lead.rfind("\n") + 1 :]
+    tail = " ".join(lead.rsplit(None, LEAD_WORDS)[-LEAD_WORDS:])[-LEAD_WINDOW:]
+    cuts = [m.end() for m in _SENTENCE_END.finditer(tail)]
+    return tail[cuts[-1]:].strip() if cuts else tail
 
 
 def extract_with_lead(text: str) -> tuple[str, str]:
     """:func:`extract`, and the *lead*: the text of the answer's sentence before the answer
     (``"The answer is not"``, ``"it is not"`` before a ``\\boxed{}``), where a negation or a
-    hedge that applies to the answer is written."""
+    hedge that applies to the answer is written; its spaces collapsed and only its last
+    :data:`LEAD_WINDOW` characters kept (a negation that ends the lead is all it is read for)."""
     s = text.strip()
     sentence = False
     lead = ""
@@ -111,7 +163,10 @@ def extract_with_lead(text: str) -> tuple[str, str]:
             while j < len(s) and s[j] == " ":
                 j += 1
             if j < len(s) and s[j] == "{":
-                end = _match(s, j)
+                end = _match(s, j, MAX_CHARS + 2)
+                if end == TOO_LONG:  # an answer over MAX_CHARS: the verifier says so
+                    s = s[j + 1 :]
+                    break
                 if end > 0:
                     s = s[j + 1 : end]
                     break
@@ -128,12 +183,13 @@ def extract_with_lead(text: str) -> tuple[str, str]:
                     s = s[start + len(open_) : end]
                     break
         else:
-            ends = [m.end() for m in _ANSWER_IS.finditer(s)]
-            if ends:
-                lead = s[:ends[-1]]
-                s, sentence = s[ends[-1]:], True
-    cuts = [m.end() for m in _SENTENCE_END.finditer(lead)]
-    lead = lead[cuts[-1]:] if cuts else lead
+            start = _after_answer_word(s)
+            if start >= 0:
+                lead = s[:start]
+                s, sentence = s[start:], True
+    lead = _last_sentence(lead)
+    if len(s) > MAX_CHARS + 2:  # too long to be an answer (verify says so): no further passes
+        return s, lead
     s = _SIZING.sub("", s).replace("\\$", "").replace("$", "")
     s = _THIN_THOUSANDS.sub("", s)  # 3\,000 -> 3000
     s = _SPACES.sub(" ", s)  # \, \; \  (not the "\\" that ends a matrix row)
@@ -154,7 +210,7 @@ _UNICODE = str.maketrans({"−": "-", "–": "-", "×": "*", "·": "*", "÷": "/
                           "∞": " oo ", "√": " sqrt ", "±": "+-", "∪": "\\cup", "≤": "<=", "≥": ">=", "²": "^2", "³": "^3", "°": ""})
 _FRAC = {"frac", "dfrac", "tfrac", "cfrac"}
 _BINOM = {"binom", "dbinom", "tbinom"}
-_CIRC = re.compile(r"\^\s*\{?\s*\\circ\s*\}?")  # 30^\circ, 30^{\circ}: degrees (see forms.mark)
+_CIRC = re.compile(r"\^\s*(?:\{\s*)?\\circ(?:\s*\})?")  # 30^\circ, 30^{\circ}: degrees (see forms.mark)
 _TEXT = {"text", "textrm", "textbf", "textit", "mathrm", "mathbf", "mathit", "mbox",
          "operatorname", "mathsf", "textnormal"}
 _DROP = {"displaystyle", "textstyle", "quad", "qquad", "circ", "degree", "limits", "!", ",",
@@ -225,6 +281,13 @@ def to_plain(s: str, depth: int = 0) -> str:
                 a, i = _arg(s, i)
                 a = to_plain(a, depth + 1)
                 out.append(f" sqrt({a})" if idx is None else f" root({a}, {to_plain(idx, depth + 1)})")
+            elif cmd == "operatorname":  # an operator's name: one the grammar knows, or refused
+                a, i = _arg(s, i)
+                name = a.strip().rstrip("*")
+                if name not in _KNOWN:
+                    raise ExprError(f"unknown operator \\operatorname{{{name}}}: the verifier reads the "
+                                    "functions such as sin, ln, sqrt, abs; an operator it lacks is never dropped")
+                out.append(" " + name + " ")
             elif cmd in _TEXT:
                 a, i = _arg(s, i)
                 out.append(" " + a.replace("~", " ") + " ")
@@ -262,22 +325,24 @@ def to_plain(s: str, depth: int = 0) -> str:
 
 _KNOWN = FUNCTIONS | set(CONSTANTS)
 _LEAD = re.compile(r"([A-Za-z]{2,})\s+(?=[A-Za-z0-9\\(\[{-])")
-_TRAIL = re.compile(r"(?:^|(?<=[\s\d)]))([A-Za-z][A-Za-z.']*(?:\^\d+)?)\s*$")
+_TRAIL = re.compile(r"(?:^|(?<=[\s\d)]))([A-Za-z][A-Za-z.']*(?:\^\d+)?)$")  # on rstripped text
 
 
 def strip_lead(s: str) -> str:
     """Drop leading words ("it is 30", "we get (3, 4)")."""
+    i = 0
     m = _LEAD.match(s)
     while m is not None and m.group(1).lower() not in _KNOWN:
-        s = s[m.end():]
-        m = _LEAD.match(s)
-    return s
+        i = m.end()
+        m = _LEAD.match(s, i)
+    return s[i:]
 
 
 def strip_text(s: str) -> str:
     """Drop words that are not math around the answer ("3 apples", "12 cm^2", "it is 30")."""
     s = strip_lead(s.strip().rstrip("%").strip())
     for _ in range(8):
+        s = s.rstrip()
         m = _TRAIL.search(s)
         if m is None:
             break

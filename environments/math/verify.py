@@ -5,14 +5,25 @@ task asks (a number where a number is asked, a fraction in lowest terms, an eval
 expression...): the question restated earns ``not_final_form: <why>`` whatever its value.
 Then equivalence decides. The rules (also in docs/rewards.md):
 
-* **Plain statements.** A negation of the answer's value (``the answer is not 3``, ``\\ne 3``)
-  is ``negated``, a hedge (``3, or maybe 4``) ``hedged``: refused, never stripped. An unknown
-  LaTeX command (``\\lfloor``, ``\\Gamma``) is ``unparseable``, never dropped.
+* **Plain statements.** A negation of the answer's value (``the answer is not 3``, ``\\ne 3``,
+  ``\\text{not } 3``, ``other than 3``, ``anything except 3``, ``neither 3``, ``unequal to
+  3``) is ``negated``, a bound (``at least 3``, ``more than 3``) ``bound``, a hedge (``3, or
+  maybe 4``) ``hedged``: refused, never stripped. An unknown LaTeX command (``\\lfloor``,
+  ``\\Gamma``, ``\\operatorname{foo}``) is ``unparseable``, never dropped.
+* **Self-corrections.** The value after the last correction is the answer: ``3, no wait, 4``
+  and ``3. Actually, 4`` state 4 (never 3).
+* **The question is not an answer.** With ``question``, the question's text is cut out of the
+  message before the answer is read, and an answer quoted from it (``from x = 0 to x = 4``)
+  is ``echoed``: restating the question earns 0 whatever number ends it.
 
 * **Extraction.** The last ``\\boxed{}`` wins; else the last ``$...$`` / ``\\(...\\)`` segment;
   else the text after "answer is". ``x = 3`` means 3; a trailing unit or word is dropped
-  ("3 apples", "12 cm", ``3 \\text{ apples}``); ``50\\%`` means 50; ``1,000`` means 1000 when
-  a single number is expected.
+  ("3 apples", "12 cm", ``3 \\text{ apples}``); ``1,000`` means 1000 when a single number is
+  expected (``0,064`` is no grouping: a group never starts with 0).
+* **Marks, one reading per task.** ``50\\%`` means 50 where the other side is a whole number
+  ("what percent ...", reference 50) and 1/2 where it is not (reference 0.5 or 1/2); ``30°``
+  likewise 30 or pi/6. The reference decides, so one answer never matches two values:
+  ``6400%`` is 6400 for the reference 6400 and not 64.
 * **Shapes.** ``(a, b)`` and ``[a, b)`` are ordered and their brackets must match (tuples,
   intervals; ``oo`` allowed); ``{a, b}``, ``a, b`` and ``x = a or x = b`` are unordered
   (roots in any order); ``x = 3, y = 4`` is the tuple ordered by variable name;
@@ -78,7 +89,8 @@ _LIST_SEPS = (",", ";", " or ", " and ", "\\text{ or }", "\\text{ and }", "\\qua
 _KNOWN_WORDS = {w.lower() for w in FUNCTIONS | set(CONSTANTS)}
 _CURRENCY = re.compile(r"\\\$|[$€£¥₹]|\\(?:euro|pounds|yen)\b|\b(?:US\$|USD|EUR|GBP|JPY|INR)\b")
 LONG_DECIMAL = 10  # significant digits from which a decimal is a float rendering (see _long_close)
-_DECIMAL = re.compile(r"[-+]?\d*\.(\d+)")
+_DECIMAL = re.compile(r"[-+]?\d*\.(\d+)")  # fullmatch only: a search would rescan digit runs
+_HAS_DECIMAL = re.compile(r"\.\d")
 _VAR = re.compile(r"[A-Za-z](?:_\w+)?|[A-Za-z]\([A-Za-z]\)|[A-Za-z]'+(?:\([A-Za-z]\))?|d[a-z]/d[a-z]")
 _INEQ = re.compile(r"[<>]|!=|\\[lg](?:eq?|t)(?![a-z])|\\neq|≤|≥|≠")
 _INT_CONST = ("C", "c", "K")
@@ -129,7 +141,7 @@ def _rewrite(s: str) -> str:
     if "\\choose" in s:
         s = _CHOOSE.sub(r"\\binom{\1}{\2}", s)
     if _ALPHA.search(s) is not None:
-        s = forms.prose(forms.number_words(s), _KNOWN_WORDS)
+        s = forms.prose(forms.number_words(forms.corrected(s)), _KNOWN_WORDS)
     if "\\begin" in s:
         s = forms.matrices(s)
     return _CURRENCY.sub("", s).strip()
@@ -283,13 +295,20 @@ def _drop_constant(n: Node) -> tuple[Node, bool]:
     return n, False
 
 
-def _readings(a: _Ans, node: Node) -> list[Node]:
-    """What a marked number can mean: 50% is 50 or 1/2; 30° is 30 or pi/6 (radians)."""
+def _reading(a: _Ans, node: Node, other: Node) -> Node:
+    """What a marked number means against the unmarked ``other``: one reading, never two. Where
+    ``other`` is a whole number the mark is the unit the question asked in ("what percent",
+    "how many degrees": 50% is 50, 30° is 30); elsewhere it is a value (50% is 1/2, 30° is
+    pi/6). So ``6400%`` is 6400 against the reference 6400 and 64 against no whole number."""
+    try:
+        whole = eval_exact(other).denominator == 1
+    except (NotRational, ExprError, ZeroDivisionError, OverflowError, ValueError):
+        whole = False
+    if whole:
+        return node
     if a.mark == "%":
-        return [node, ("div", node, ("num", Fraction(100)))]
-    if a.mark == "°":
-        return [node, ("mul", node, ("div", ("const", "pi"), ("num", Fraction(180))))]
-    return [node]
+        return ("div", node, ("num", Fraction(100)))
+    return ("mul", node, ("div", ("const", "pi"), ("num", Fraction(180))))
 
 
 def _scalars_equal(p: _Ans, r: _Ans) -> bool:
@@ -304,7 +323,9 @@ def _scalars_equal(p: _Ans, r: _Ans) -> bool:
         return _values_equal(p, r, pn, rn)
     if p.mark and r.mark:
         return False  # 30% is not 30°
-    return any(_values_equal(p, r, a, b) for a in _readings(p, pn) for b in _readings(r, rn))
+    if p.mark:
+        return _values_equal(p, r, _reading(p, pn, rn), rn)
+    return _values_equal(p, r, pn, _reading(r, rn, pn))
 
 
 def _long_close(dec: str, exact: Node) -> bool | None:
@@ -335,7 +356,7 @@ def _values_equal(p: _Ans, r: _Ans, pn: Node, rn: Node) -> bool:
     oo_p, oo_r = _is_oo(pn), _is_oo(rn)
     if oo_p or oo_r:
         return oo_p == oo_r
-    p_dec, r_dec = _DECIMAL.search(p.text) is not None, _DECIMAL.fullmatch(r.text.strip())
+    p_dec, r_dec = _HAS_DECIMAL.search(p.text) is not None, _DECIMAL.fullmatch(r.text.strip())
     if p_dec != (r_dec is not None) and pn is p.node and rn is r.node:
         close = _long_close(p.text, rn) if p_dec else _long_close(r.text, pn)
         if close is not None:
@@ -423,13 +444,14 @@ def _reference(reference: str) -> tuple[str, str, _Ans | None, str]:
 
 
 def verify(predicted: str, reference: str, form: str | Form | None = None,
-           given: str | None = None) -> Verdict:
+           given: str | None = None, question: str | None = None) -> Verdict:
     """Decide whether ``predicted`` (a final message) states the answer ``reference``.
 
     ``form`` (a name of :mod:`.answer_form`, e.g. ``"integer"`` or ``"set[fraction]"``): the
     form the answer must have, checked *before* equivalence; an answer in another form gets
     ``not_final_form: <why>``. None checks equivalence only. ``given``: the question's own
-    expression, which an answer may never restate. Never raises on content; unparseable or
+    expression, which an answer may never restate. ``question``: the task's question, cut
+    out of the message before the answer is read (an echo of it earns 0). Never raises on content; unparseable or
     hostile input gives ``correct=False`` and a reason (an unknown ``form`` name is a
     :class:`ConfigError`: the caller's mistake).
     """
@@ -441,9 +463,17 @@ def verify(predicted: str, reference: str, form: str | Form | None = None,
     if len(predicted) > MAX_INPUT:
         return Verdict(False, f"too_long: the answer has {len(predicted)} characters; "
                        f"at most {MAX_INPUT}", None)
+    if question:
+        predicted = _without_question(predicted, question)
+        if not predicted.strip():
+            return Verdict(False, f"{_ECHOED}; state its result", None)
     p, lead = extract_with_lead(predicted)
     if not p:
         return Verdict(False, "unparseable: no answer found in the final message", None)
+    if question and _quotes(p, question):
+        return Verdict(False, f"{_ECHOED} ({p!r} is quoted from it); state its result", None)
+    if len(p) > MAX_CHARS:  # before any further pass over it
+        return Verdict(False, f"too_large: the answer has {len(p)} characters; at most {MAX_CHARS}", None)
     r_raw, r, ref, why = _reference(reference)
     if ref is not None:
         hedge = _hedged(p, lead)
@@ -461,7 +491,7 @@ def verify(predicted: str, reference: str, form: str | Form | None = None,
         p = _rewrite(p)
         if not p:
             return Verdict(False, "unparseable: no answer found in the final message", None)
-        hedge = _hedged(p)
+        hedge = _hedged(p, whole=True) if ref is not None else None
         if hedge:
             return Verdict(False, hedge, None)
         if _squash(p) == _squash(r):
@@ -490,23 +520,89 @@ def verify(predicted: str, reference: str, form: str | Form | None = None,
 
 
 # ---------------------------------------------------------------------------- form
-# A negation of the answer's value ("the answer is not 3", "\\ne 3", "it isn't \\boxed{3}") or a
-# hedge in the answer ("3, or maybe 4"): the verdict names it; nothing is stripped. A negation
-# elsewhere ("It is 3, not 4", "\\boxed{2} ... no, \\boxed{3}") is about another value.
-_NEG = r"(?:\\(?:neq?|neg|lnot|not)(?![A-Za-z])|≠|¬|!=|=/=|\bnot\b|n't\b|\bnever\b|\bno\b)"
-_NEG_START = re.compile(rf"(?i)^\s*{_NEG}(?!\s*,)")
-_NEG_END = re.compile(rf"(?i){_NEG}\s*(?:(?:be|equals?|equal to|is)\s*)?[:=]?\s*$")
+# A negation of the answer's value ("the answer is not 3", "\\ne 3", "it isn't \\boxed{3}",
+# "anything except 3"), a bound ("at least 3") or a hedge in the answer ("3, or maybe 4"): the
+# verdict names it; nothing is stripped. A negation after the value ("It is 3, not 4") or in an
+# earlier sentence ("\\boxed{2} ... no, \\boxed{3}") is about another value. Every pattern
+# here runs on text whose spaces are collapsed (single " "), at most MAX_CHARS long.
+_NEG = (r"(?:\\(?:neq?|neg|lnot|not)(?![A-Za-z])|≠|¬|!=|=/=|\bnot\b|n't\b|\bnever\b|\bno\b|\bnone\b|"
+        r"\bother than\b|\bexcept(?:ing)?\b|\bexcluding\b|\bneither\b|\bnor\b|\bunequal\b|"
+        r"\bdifferent (?:from|than|to)\b|\banything but\b|\bbesides\b)")
+_NEG_RE = re.compile(rf"(?i){_NEG}(?! ?,)")  # "No, it is 3" is no negation of 3
+_NEG_END = re.compile(rf"(?i){_NEG} ?(?:(?:be|equals?|equal to|is) ?)?[:=]? ?$")
+_BOUND = re.compile(r"(?i)\b(?:at (?:least|most)|(?:no )?(?:more|less|fewer|greater|larger|smaller|bigger|"
+                    r"higher|lower) than|up to|not (?:more|less) than|upwards of|in excess of)\b")
 _HEDGE = re.compile(r"(?i)\b(?:maybe|perhaps|possibly|probably|alternatively|might|could)\b")
+# LaTeX that only wraps words: \text{not } 3 and \operatorname{not}(3) say "not 3".
+_WRAPPERS = re.compile(r"\\(?:text|textrm|textbf|textit|textsf|texttt|textnormal|mathrm|mathbf|mathit|"
+                       r"mathsf|mathtt|mathnormal|operatorname|mbox|hbox)(?![A-Za-z])\*?|[{}~]")
+_VALUE_START = re.compile(r"[\d(\[]|\\(?:frac|dfrac|sqrt|pi)(?![A-Za-z])|(?<![A-Za-z])[A-Za-z](?![A-Za-z'])")
 
 
-def _hedged(answer: str, lead: str = "") -> str | None:
-    m = _NEG_START.search(answer) or _NEG_END.search(lead)
+def _words(s: str) -> str:
+    """``s`` as the words it says: LaTeX text wrappers and braces removed, spaces collapsed."""
+    return " ".join(_WRAPPERS.sub(" ", s).split())
+
+
+def _hedged(answer: str, lead: str = "", whole: bool = False) -> str | None:
+    """Why ``answer`` does not state one value plainly (None when it does). Without ``whole``
+    (the extracted text, before the written forms are read) only its start and the end of its
+    ``lead`` are read; with ``whole`` (the clause that states the value) every word before the
+    value: ``anything except 3``, ``at least 3``."""
+    said = _words(answer)
+    head = said
+    if whole:
+        v = _VALUE_START.search(said)
+        head = said[: v.start()] if v is not None else said
+    b = _BOUND.search(head) if whole else _BOUND.match(said)
+    if b is not None:  # first: "no more than 3" is a bound
+        return f"bound: the answer says {b.group(0)!r}; state the value itself, not a bound on it"
+    m = _NEG_RE.search(head) if whole else _NEG_RE.match(said)
+    if m is None:
+        m = _NEG_END.search(_words(lead))
     if m is not None:
         return f"negated: the answer says {m.group(0).strip()!r} before its value; state the value itself"
-    m = _HEDGE.search(answer)
+    m = _HEDGE.search(said)
     if m is not None:
         return f"hedged: the answer says {m.group(0)!r}; state one value"
     return None
+
+
+_ECHOED = "echoed: the answer restates the question"
+_MATH_WORD = re.compile(r"[A-Za-z]{2,}")
+
+
+def _fold(s: str) -> str:
+    """Spaces collapsed and ASCII letters lowered (indices kept: one character for one)."""
+    return " ".join(s.split()).translate(_LOWER)
+
+
+_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _without_question(text: str, question: str) -> str:
+    """``text`` with every copy of ``question`` cut out (spaces and letter case aside); the
+    copies become line breaks, so what the message says around them stays apart."""
+    q = _fold(question)
+    if len(q) < 8 or q not in _fold(text):
+        return text
+    flat = " ".join(text.split())
+    folded = flat.translate(_LOWER)
+    out, i = [], 0
+    while (k := folded.find(q, i)) >= 0:
+        out += [flat[i:k], "\n"]
+        i = k + len(q)
+    return "".join(out) + flat[i:]
+
+
+def _quotes(answer: str, question: str) -> bool:
+    """Is the extracted answer a piece of the question (``from x = 0 to x = 4``, ``x + 5 = 8``)
+    rather than a value? A piece with an ``=`` or two words that are not math."""
+    a = _fold(answer)
+    if len(a) < 3 or a not in _fold(question):
+        return False
+    words = [w for w in _MATH_WORD.findall(a) if w not in _KNOWN_WORDS and w not in forms.MATH_WORDS]
+    return "=" in a or len(words) >= 2
 
 
 def _plain_form(p: str, spec: Form) -> str | None:
