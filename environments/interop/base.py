@@ -15,8 +15,9 @@ another hub's code. ``HubEnv`` adds three things on top of ToolEnv's token contr
   (``role: outcome``) or the shaped term ``judge`` (``role: shaped``); its calls are recorded in
   ``trajectory.meta["judge_calls"]`` and replay re-scores from them (:meth:`HubEnv.load_record`).
 * The no-attempt guard (``no_attempt_guard=True``): the source's score of an answer minus what
-  the same source pays for not attempting the task (an empty answer, ``"Done."``, a refusal)
-  on the same task, floored at 0. Sources that pay for doing nothing are the source's problem;
+  the same source pays for not attempting the task (an empty answer, ``"Done."``, a refusal, and
+  a constant in the answer format the task expects, :meth:`HubEnv.degenerate_answers`, unless that
+  constant is the task's answer) on the same task, floored at 0. Sources that pay for doing nothing are the source's problem;
   ``agentgym validate`` names it, and the guard makes the env usable anyway.
 """
 
@@ -102,6 +103,14 @@ class HubEnv(ToolEnv):
         raise ConfigError(f"{self.env_id} ({self.provenance().source}) has no oracle: "
                           f"{self.provenance().oracle_note}")
 
+    def degenerate_answers(self) -> list[str]:
+        """Constants in the answer format the current task expects that are *not* its answer
+        (``#### 0`` for a gsm8k row whose answer is not 0): the no-attempt guard probes them too."""
+        return []
+
+    def no_attempt_probes(self) -> list[str]:
+        return [*NO_ATTEMPT_ANSWERS, *self.degenerate_answers()]
+
     def score_source(self, answer: str) -> ToolResult:
         """The source hub's verdict on a final answer (ToolEnv's ``score_final``, before the judge)."""
         raise NotImplementedError
@@ -149,7 +158,7 @@ class HubEnv(ToolEnv):
         raw = float(score(answer))
         if not self.no_attempt_guard:
             return raw, {"source_score": raw}
-        idle = max(float(score(a)) for a in NO_ATTEMPT_ANSWERS)
+        idle = max(float(score(a)) for a in self.no_attempt_probes())
         return max(0.0, raw - idle), {"source_score": raw, "no_attempt_score": idle}
 
     # ------------------------------------------------------------------ gym API

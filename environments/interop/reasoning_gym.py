@@ -4,7 +4,12 @@
                    config={"min_terms": 2, "max_terms": 4}, split="train")
 
 One problem per episode, answered in the final channel and scored by the dataset's own
-``score_answer`` (reasoning-gym's semantics: exact strings, parsed numbers, puzzle checkers).
+``score_answer`` (reasoning-gym's semantics: exact strings, parsed numbers, puzzle checkers),
+called once per answer, never in agentgym's process: in a fresh child of a scorer worker
+(:mod:`.isolation`; ``score_timeout`` seconds per call, past which the answer earns 0), after the
+answer rules (:mod:`.answer_rules`: no code reaches a scorer that evaluates its input, and the
+forms the built-in math envs ask for apply to the polynomial, integration and factorization
+datasets).
 The outcome is 1 when ``score_answer`` says 1 and 0 otherwise; ``partial_credit=True`` passes
 reasoning-gym's fractional scores through (several datasets pay 0.01-0.2 for any answer, and the
 default scorer pays ``len(answer) / len(output)`` to an output that merely contains the answer, so
@@ -30,7 +35,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from agentgym.env import Task
+from agentgym.environments.interop.answer_rules import code_gate, form_gate
 from agentgym.environments.interop.base import HubEnv, Provenance, require
+from agentgym.environments.interop.isolation import IsolatedScorer, ScorerFault, SessionError, release_scorer, shared_scorer
 from agentgym.errors import ConfigError
 from agentgym.tools import ToolResult
 
@@ -54,7 +61,8 @@ class ReasoningGymEnv(HubEnv):
     instructions = "Solve the problem. Answer in the final channel with only the final answer, in the form asked."
 
     def __init__(self, *, dataset: str = "basic_arithmetic", config: dict[str, Any] | None = None,
-                 split: str = "train", partial_credit: bool = False, **kwargs: Any) -> None:
+                 split: str = "train", partial_credit: bool = False, score_timeout: float = 20.0,
+                 **kwargs: Any) -> None:
         rg = require("reasoning_gym", "reasoning-gym")
         from reasoning_gym.factory import DATASETS
 
@@ -77,6 +85,8 @@ class ReasoningGymEnv(HubEnv):
         self.dataset, self.config, self.split, self.partial_credit = dataset, cfg, split, partial_credit
         self._positions: dict[str, list[int]] | None = None  # raw indices per split
         self.entry: dict[str, Any] | None = None
+        self.score_timeout = float(score_timeout)
+        self._scorer: IsolatedScorer | None = None  # the scorer worker, started at the first answer
 
     # ------------------------------------------------------------------ HubEnv API
     def provenance(self) -> Provenance:
@@ -84,7 +94,8 @@ class ReasoningGymEnv(HubEnv):
         has_answer = self.entry is None or isinstance(self.entry.get("answer"), str)
         return Provenance(
             hub=f"reasoning-gym {version}", source=self.dataset, replayable=True,
-            replay_note="a problem is a pure function of (dataset, config, seed, index); score_answer is pure",
+            replay_note="a problem is a pure function of (dataset, config, seed, index); score_answer runs "
+            "isolated, once per answer, in a fresh process",
             oracle=has_answer,
             oracle_note="the dataset's reference answer" if has_answer else
             f"{self.dataset} has no single reference answer (only a checker): no oracle")
@@ -118,19 +129,52 @@ class ReasoningGymEnv(HubEnv):
                     answer=entry.get("answer"), meta={"split": split, "index": raw})
 
     def score_source(self, answer: str) -> ToolResult:
-        assert self.entry is not None
-        entry = self.entry
+        assert self.entry is not None and self.task is not None
+        index = self.task.meta["index"]
+        try:
+            raw, note = self._score(index, answer)
+            probes: dict[str, float] = {}
 
-        def score(a: str) -> float:
-            try:
-                return float(self.source.score_answer(a, entry))
-            except Exception:  # a scorer that raises on an unparsable answer: the answer is wrong
-                return 0.0
+            def score(a: str) -> float:
+                if a is answer:
+                    s = raw
+                else:
+                    if a not in probes:
+                        probes[a] = self._score(index, a)[0]
+                    s = probes[a]
+                return s if self.partial_credit else float(s >= 1.0)
 
-        raw = score(answer)
-        outcome, numbers = self.guarded(score if self.partial_credit else lambda a: float(score(a) >= 1.0), answer)
+            outcome, numbers = self.guarded(score, answer)
+        except ScorerFault as e:
+            return self.infra_fault(str(e))
         detail = ", ".join(f"{k} {v:g}" for k, v in numbers.items())
-        return ToolResult(f"reasoning-gym score_answer: {raw:g} ({detail})", terminal=True, outcome=outcome)
+        return ToolResult(f"reasoning-gym score_answer: {raw:g} ({detail}){note}", terminal=True, outcome=outcome)
+
+    def degenerate_answers(self) -> list[str]:
+        reference = str((self.entry or {}).get("answer", "")).strip()
+        return [c for c in ("0", "1") if c != reference]
+
+    def on_close(self) -> None:
+        if self._scorer is not None:
+            release_scorer(self._scorer)
+            self._scorer = None
+
+    def _score(self, index: int, answer: str) -> tuple[float, str]:
+        """reasoning-gym's score of ``answer`` on problem ``index``: the answer rules first
+        (:mod:`.answer_rules`), then ``score_answer`` in a fresh child of the scorer worker
+        (:mod:`.isolation`), once."""
+        assert self.entry is not None
+        why = code_gate(self.dataset, answer, self.entry.get("answer")) or form_gate(self.dataset, answer, self.entry)
+        if why:
+            return 0.0, f"; refused before scoring: {why}"
+        if self._scorer is None:
+            self._scorer = shared_scorer("agentgym.environments.interop.hub_scorers:ReasoningGymScorer",
+                                         {"dataset": self.dataset, "config": self.config}, timeout=self.score_timeout)
+        try:
+            (value,) = self._scorer.score(index, [answer])
+        except SessionError as e:  # the scorer raised, timed out or died on this answer: it is wrong
+            return 0.0, f"; the scorer failed on this answer: {e}"
+        return float(value), ""
 
     # ------------------------------------------------------------------ splits
     def _split_positions(self, split: str) -> list[int]:

@@ -8,7 +8,14 @@ One row per episode (reset option ``index``, else drawn from the seed). The row'
 is the developer instructions, its user messages the task. Each final-channel answer is the
 text SkyRL's ``env.step`` receives; its observations come back as the user's next message
 (multi-turn envs such as ``gsm8k_multi_turn``) until SkyRL says ``done``. The outcome is the
-reward of the last step; earlier steps' rewards are the shaped term ``step_reward``. Tools are
+reward of the last step; earlier steps' rewards are the shaped term ``step_reward``. For the env
+classes whose scoring agentgym knows (:data:`PURE`), a format score is not an outcome: only the
+correct-answer reward (1) counts, a mid-episode format score is reported as ``format_score``
+(weight 0), and the no-attempt guard also probes the format's constants (``#### 0``).
+
+SkyRL's env never steps in agentgym's process: each episode's env lives in its own fresh child of
+a scorer worker (:mod:`.isolation`; ``score_timeout`` seconds per step), created at the first
+answer and killed when the episode ends. Tools are
 SkyRL's own text protocol inside the answer (``<sql>...</sql>``, ``<search>...</search>``), not
 Harmony tool calls.
 
@@ -27,6 +34,7 @@ import numpy as np
 
 from agentgym.env import Task
 from agentgym.environments.interop.base import HubEnv, Provenance, pick_index, require
+from agentgym.environments.interop.isolation import IsolatedScorer, ScorerFault, SessionError, release_scorer, shared_scorer
 from agentgym.environments.interop.reasoning_gym import _version
 from agentgym.errors import ConfigError, DatasetError
 from agentgym.tools import ToolResult
@@ -58,11 +66,12 @@ class SkyRLEnv(HubEnv):
     hub = "skyrl-gym"
     splits: ClassVar[tuple[str, ...]] = ()
     final_ends_episode = False
-    extra_shaping: ClassVar[dict[str, float]] = {"step_reward": 1.0}
+    extra_shaping: ClassVar[dict[str, float]] = {"step_reward": 1.0, "format_score": 0.0}
     instructions = "Answer in the final channel."
 
     def __init__(self, *, env_class: str = "gsm8k", tasks: list[dict[str, Any]] | str | Path | None = None,
-                 env_config: dict[str, Any] | None = None, split: str | None = None, **kwargs: Any) -> None:
+                 env_config: dict[str, Any] | None = None, split: str | None = None, score_timeout: float = 60.0,
+                 **kwargs: Any) -> None:
         require("skyrl_gym", "skyrl-gym")
         from skyrl_gym.envs.registration import registry
 
@@ -76,9 +85,10 @@ class SkyRLEnv(HubEnv):
         super().__init__(**kwargs)
         self.env_class, self.env_config = env_class, dict(env_config or {})
         self.tasks = _load(tasks)
-        self.source: Any = None
         self.row: dict[str, Any] | None = None
-        self._last_reward = 0.0
+        self.score_timeout = float(score_timeout)
+        self._worker: IsolatedScorer | None = None  # the scorer worker, started at the first answer
+        self._session_open = False  # the worker's child holds this episode's SkyRL env
 
     def provenance(self) -> Provenance:
         pure = self.env_class in PURE
@@ -100,43 +110,90 @@ class SkyRLEnv(HubEnv):
         import skyrl_gym
 
         index = pick_index(options, rng, len(self.tasks))
+        self._end_session()
         self.row = row = self.tasks[int(index)]
-        if self.source is not None:
-            self.source.close()
-        try:
-            self.source = skyrl_gym.make(self.env_class, env_config=self.env_config, extras=row)
+        try:  # the row's own prompt, read here; the env that scores answers lives in the worker
+            env = skyrl_gym.make(self.env_class, env_config=self.env_config, extras=row)
         except (AssertionError, KeyError, TypeError) as e:  # SkyRL's own checks of the row
             raise DatasetError(f"task {index}: skyrl_gym.make({self.env_class!r}) refused the row: {e!r}") from None
-        messages, _ = self.source.init(row["prompt"])
+        try:
+            messages, _ = env.init(row["prompt"])
+        finally:
+            env.close()
         system = [m["content"] for m in messages if m.get("role") == "system"]
         user = [m["content"] for m in messages if m.get("role") != "system"]
         self.instructions = "\n\n".join([*system, type(self).instructions])  # type: ignore[misc]  # per task
-        self._last_reward = 0.0
         return Task(id=str(row.get("id", f"{self.env_class}/{index}")), prompt="\n\n".join(user),
                     meta={"index": int(index)})
 
     def score_source(self, answer: str) -> ToolResult:
-        out = self.source.step(answer)
-        reward = float(out["reward"])
-        if out["done"]:
-            outcome, numbers = self.guarded(lambda a: reward if a is answer else self._fresh_score(a), answer)
-            detail = ", ".join(f"{k} {v:g}" for k, v in numbers.items())
-            return ToolResult(f"SkyRL reward {reward:g} ({detail})", terminal=True, outcome=outcome)
-        follow = "\n\n".join(m["content"] for m in out["observations"]) or "Continue."
-        return ToolResult(follow, components={"step_reward": reward})
+        assert self.row is not None
+        try:
+            if not self._session_open:
+                self._scorer().open(self.row)
+                self._session_open = True
+            try:
+                out = self._scorer().call(answer)
+            except SessionError as e:  # the env raised, timed out or died on this answer
+                self._end_session()
+                return ToolResult(f"SkyRL's env failed on this answer: {e}", terminal=True, outcome=0.0)
+            reward = float(out["reward"])
+            if out["done"]:
+                self._end_session()
+                outcome, numbers = self.guarded(lambda a: reward if a is answer else self._fresh_score(a), answer)
+                detail = ", ".join(f"{k} {v:g}" for k, v in numbers.items())
+                return ToolResult(f"SkyRL reward {reward:g} ({detail})", terminal=True, outcome=outcome)
+        except (ScorerFault, SessionError) as e:
+            self._end_session()
+            return self.infra_fault(str(e))
+        follow = "\n\n".join(out["observations"]) or "Continue."
+        return ToolResult(follow, components=self._step_terms(reward))
+
+    def guarded(self, score: Any, answer: str) -> tuple[float, dict[str, float]]:
+        """HubEnv's guard on the outcome; for the env classes whose scoring agentgym knows
+        (:data:`PURE`), only the correct-answer score is an outcome: a format score below it is 0."""
+        if self.env_class not in PURE:
+            return super().guarded(score, answer)
+        return super().guarded(lambda a: float(float(score(a)) >= 1.0), answer)
+
+    def degenerate_answers(self) -> list[str]:
+        if self.env_class not in PURE or self.row is None:
+            return []
+        truth = str(((self.row.get("reward_spec") or self.row.get("reward_model") or {}).get("ground_truth"))).strip()
+        return [PURE[self.env_class].format(gt=c) for c in ("0", "1") if c != truth]
+
+    def _step_terms(self, reward: float) -> dict[str, float]:
+        """A mid-episode reward as shaped terms. For :data:`PURE` classes a reward below the
+        correct-answer score is a format score: reported as ``format_score`` (weight 0), never paid."""
+        if self.env_class in PURE and reward < 1.0:
+            return {"step_reward": 0.0, "format_score": reward}
+        return {"step_reward": reward}
+
+    def _scorer(self) -> IsolatedScorer:
+        if self._worker is None:
+            self._worker = shared_scorer("agentgym.environments.interop.hub_scorers:SkyRLScorer",
+                                         {"env_class": self.env_class, "env_config": self.env_config},
+                                         timeout=self.score_timeout)
+        return self._worker
+
+    def _end_session(self) -> None:
+        if self._session_open:
+            self._session_open = False
+            if self._worker is not None:
+                self._worker.close_session()
 
     def _fresh_score(self, answer: str) -> float:
-        """What a fresh source env pays ``answer`` as its first step (the no-attempt guard's probes)."""
-        import skyrl_gym
-
+        """What a fresh source env pays ``answer`` as its first step (the no-attempt guard's
+        probes), in its own child of the worker."""
         assert self.row is not None
-        env = skyrl_gym.make(self.env_class, env_config=self.env_config, extras=self.row)
         try:
-            env.init(self.row["prompt"])
-            return float(env.step(answer)["reward"])
-        finally:
-            env.close()
+            (out,) = self._scorer().score(self.row, [answer])
+        except SessionError:
+            return 0.0
+        return float(out["reward"])
 
     def on_close(self) -> None:
-        if self.source is not None:
-            self.source.close()
+        self._end_session()
+        if self._worker is not None:
+            release_scorer(self._worker)
+            self._worker = None
