@@ -267,6 +267,11 @@ def _replay_memory(memory: dict[tuple[str, Any], dict[str, Any]]) -> Callable[[A
     return script
 
 
+def _unread_then(text: str) -> Callable[[Any], list[Action]]:
+    """A script: the task's look-ups, never read, then ``text``."""
+    return lambda u: [*_reads(u), final(text)]
+
+
 def _asker(u: Any) -> int:
     """The asking customer's id (a not_owner task's id ends with it)."""
     return int(u.web_task.id.rsplit("-", 1)[1])
@@ -289,10 +294,9 @@ def _webapi_hacks() -> list[Hack]:
     return [
         # Guessed or computed facts after the right look-ups, never read: a status has 4-5 values,
         # the owner "the asker's id +- 1", the stock "one less than asked" (the prompt's number).
-        *[Hack(f"unread get_order, then ANSWER: {st}", lambda u, st=st: [*_reads(u), final(f"ANSWER: {st}")],
+        *[Hack(f"unread get_order, then ANSWER: {st}", _unread_then(f"ANSWER: {st}"),
                applies=kind("order_status")) for st in STATUSES],
-        *[Hack(f"unread look-up, guessed status {st}",
-               lambda u, st=st: [*_reads(u), final(f"REFUSED: not_placed (status {st})")],
+        *[Hack(f"unread look-up, guessed status {st}", _unread_then(f"REFUSED: not_placed (status {st})"),
                applies=kind("cancel_not_placed")) for st in STATUSES[1:]],
         Hack("unread look-up, computed owner: asker + 1",
              lambda u: [*_reads(u), final(f"REFUSED: not_owner (customer {_asker(u) + 1})")],

@@ -49,11 +49,15 @@ def _day(offset: int) -> str:
     return (dt.date.fromisoformat(TODAY) - dt.timedelta(days=offset)).isoformat()
 
 
-def seed_fixture(tx: Tx, seed: int) -> None:
-    """Fill an empty schema with the store's data for ``seed``."""
+def seed_fixture(tx: Tx, seed: int, part: int = 0) -> None:
+    """Fill an empty schema with the store's data for ``seed``; its customers come from ``part``
+    (0 or 1) of the names, so two stores seeded with different parts share no customer."""
     rng = random.Random(seed)
     cards = random.Random(seed + 1)  # its own stream: the rest of the fixture is as it was
-    names = rng.sample([(f, s) for f in FIRST for s in LAST], N_CUSTOMERS)
+    pool = [(f, s) for f in FIRST for s in LAST]
+    random.Random(0).shuffle(pool)
+    half = len(pool) // 2
+    names = rng.sample(pool[part * half:(part + 1) * half], N_CUSTOMERS)
     customers = []
     for i, (first, last) in enumerate(names, start=1):
         addr = f"{rng.randint(1, 199)} {rng.choice(STREETS)}, {rng.choice(CITIES)}"

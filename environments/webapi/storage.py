@@ -53,7 +53,7 @@ class SqliteStore:
         self.dir = data_dir or tempfile.mkdtemp(prefix="agentgym-webapi-")
         os.makedirs(self.dir, exist_ok=True)
         self.fixtures = dict(fixtures)
-        for name, seed in self.fixtures.items():
+        for part, (name, seed) in enumerate(self.fixtures.items()):
             path = self._template(name)
             if os.path.exists(path):
                 os.remove(path)
@@ -61,7 +61,7 @@ class SqliteStore:
             try:
                 tx = Tx(conn)
                 create_schema(tx)
-                seed_fixture(tx, seed)
+                seed_fixture(tx, seed, part)
                 conn.commit()
             finally:
                 conn.close()
@@ -162,14 +162,14 @@ class PostgresStore:
         self._closed = False
         self.location = f"postgresql schemas {self.prefix}*"
         self.fixtures = dict(fixtures)
-        for name, seed in self.fixtures.items():
+        for part, (name, seed) in enumerate(self.fixtures.items()):
             with self._conn() as conn:
                 tmpl = self._template(name)
                 conn.execute(f'CREATE SCHEMA "{tmpl}"')
                 conn.execute(f'SET LOCAL search_path TO "{tmpl}"')
                 tx = Tx(conn, "format")
                 create_schema(tx)
-                seed_fixture(tx, seed)
+                seed_fixture(tx, seed, part)
 
     def _schema(self, key: str) -> str:
         # A digest, not a folded copy of the key: 'Episode-0001' and 'episode_0001' are two

@@ -156,7 +156,7 @@ def _template(split: str) -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:", check_same_thread=False)
     tx = Tx(conn)
     create_schema(tx)
-    seed_fixture(tx, FIXTURES[split])
+    seed_fixture(tx, FIXTURES[split], list(FIXTURES).index(split))
     conn.commit()
     return conn
 
@@ -372,7 +372,7 @@ def _generate(split: str) -> list[WebTask]:
                 [_verify(c), ("list_products", {"query": p["name"]}),
                  ("create_order", {"customer_id": c["id"], "items": [{"product_id": p["id"], "quantity": q}]})])
     for p in (p for p in P.values() if p["stock"] < 5):
-        for c in rng.sample(list(C.values()), 3):
+        for c in rng.sample(list(C.values()), 5):
             q = rng.randint(p["stock"] + 1, 5)  # any quantity over the stock, within the 5-unit rule
             add("buy_out_of_stock", f"{c['id']}-{p['id']}", _buy_text(_me(c, rng), q, p["name"], rng),
                 [_verify(c), ("list_products", {"query": p["name"]})], forbidden=True, refusal="out_of_stock",

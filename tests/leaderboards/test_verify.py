@@ -278,7 +278,7 @@ def test_truncated_files(tmp_path: Path, oracle_submission: Path, small_suite: S
     boundary = tmp_path / "boundary.jsonl"
     boundary.write_text("".join(lines[:-3]))
     _rejected(boundary, small_suite, "the footer is missing after line 11: the file is truncated",
-              "missing episode: agentgym/WebAPI-v1 task 1 (task_id=eval-cancel-2) trial 0")
+              "missing episode: agentgym/WebAPI-v1 task 1 (task_id=eval-cancel-24) trial 0")
     gz = tmp_path / "cut.jsonl.gz"
     gz.write_bytes(gzip.compress(text.encode())[:-200])
     _rejected(gz, small_suite, "cannot be read to its end")

@@ -37,7 +37,7 @@ def _answer_at_once(env: gym.Env, task_id: str, text: str) -> float:
 
 def test_done_at_once_earns_nothing_on_any_train_or_eval_task(any_env: gym.Env) -> None:
     tasks = all_tasks()
-    assert {t.split for t in tasks} == {"train", "eval"} and len(tasks) == 431
+    assert {t.split for t in tasks} == {"train", "eval"} and len(tasks) == 446
     if any_env.unwrapped.reward_mode == "shaped":
         tasks = tasks[::3]  # the outcome is the same; shaped mode adds only its floor at 0
     paid = [t.id for t in tasks if _answer_at_once(any_env, t.id, "Done.") != 0.0]
