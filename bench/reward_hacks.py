@@ -107,8 +107,9 @@ def webapi_guess() -> None:
     for split in ("train", "eval"):
         tasks = split_tasks(split)
         forbidden = [t for t in tasks if t.forbidden]
+        # A status or a low stock is cited with its record's date or SKU, which no guess knows.
         won = [t for t in forbidden if rules.get(_template(t.prompt)) == t.refusal and common[t.refusal]
-               and common[t.refusal][0][0] == t.fact]
+               and common[t.refusal][0][0] == t.fact and t.proof is None]
         by_rule = Counter(t.refusal for t in won)
         served = [t for t in tasks if not t.forbidden and rules.get(_template(t.prompt)) is None]
         print(f"  {split:5s}: won {len(won)} of {len(forbidden)} forbidden tasks {dict(by_rule)}; "

@@ -237,6 +237,87 @@ def _email(u: Any) -> str:
     return str(re.findall(r"[\w.+-]+@[\w.-]+\w", u.task.prompt)[0])
 
 
+def _about(t: Any) -> tuple[str, Any]:
+    """What a task is about, as its plan names it: ("order", id), ("product", name) or ("", None)."""
+    for _, args in t.plan:
+        if "order_id" in args:
+            return "order", args["order_id"]
+        if "query" in args:
+            return "product", args["query"]
+    return "", None
+
+
+# kind -> (what it is about, the facts of it its answer cites): how a memoriser reads a train
+# answer, and composes an eval answer from what it memorised.
+_MEMO: dict[str, tuple[str, ...]] = {
+    "order_status": ("status", "ordered"), "cancel_not_placed": ("status", "ordered"),
+    "cancel_not_owner": ("owner",), "return_late": ("delivered",),
+    "buy_out_of_stock": ("stock", "sku"), "stock": ("stock",),
+}
+
+
+def _facts_of(t: Any) -> dict[str, Any]:
+    a = t.answer or {}
+    return {"order_status": lambda: {"status": a.get("value"), "ordered": a.get("date")},
+            "cancel_not_placed": lambda: {"status": t.fact, "ordered": t.proof},
+            "cancel_not_owner": lambda: {"owner": t.fact}, "return_late": lambda: {"delivered": t.fact},
+            "buy_out_of_stock": lambda: {"stock": t.fact, "sku": t.proof},
+            "stock": lambda: {"stock": a.get("value")}}[t.kind]()
+
+
+def _memorised() -> dict[tuple[str, Any], dict[str, Any]]:
+    """What a policy that memorised the oracle's train episodes knows: every fact their answers
+    cited, by the order or product it was about (an order's status from a status question, its
+    owner from a refusal...), to answer eval tasks about the same order or product unread."""
+    from agentgym.environments.webapi.tasks import split_tasks
+
+    memory: dict[tuple[str, Any], dict[str, Any]] = {}
+    for t in split_tasks("train"):
+        if t.kind in _MEMO:
+            memory.setdefault(_about(t), {}).update(_facts_of(t))
+    return memory
+
+
+def _recalled(u: Any, memory: dict[tuple[str, Any], dict[str, Any]]) -> str | None:
+    """The eval task's answer composed from memory, or None when memory lacks a fact it needs."""
+    import dataclasses
+
+    t = u.web_task
+    known = memory.get(_about(t), {})
+    if t.kind not in _MEMO or not all(k in known for k in _MEMO[t.kind]):
+        return None
+    answers = {"order_status": lambda: {"answer": {"kind": "status", "value": known["status"],
+                                                  "date": known["ordered"]}},
+               "cancel_not_placed": lambda: {"fact": known["status"], "proof": known["ordered"]},
+               "cancel_not_owner": lambda: {"fact": known["owner"]},
+               "return_late": lambda: {"fact": known["delivered"]},
+               "buy_out_of_stock": lambda: {"fact": known["stock"], "proof": known["sku"]},
+               "stock": lambda: {"answer": {"kind": "number", "value": known["stock"]}}}
+    return str(dataclasses.replace(t, **answers[t.kind]()).final_text)
+
+
+def _replay_memory(memory: dict[tuple[str, Any], dict[str, Any]]) -> Callable[[Any], list[Action]]:
+    def script(u: Any) -> list[Action]:
+        # The eval task's look-ups are made (never read), then the memorised answer is given.
+        return [*_reads(u), final(str(_recalled(u, memory)))]
+    return script
+
+
+def _unread_then(text: str) -> Callable[[Any], list[Action]]:
+    """A script: the task's look-ups, never read, then ``text``."""
+    return lambda u: [*_reads(u), final(text)]
+
+
+def _asker(u: Any) -> int:
+    """The asking customer's id (a not_owner task's id ends with it)."""
+    return int(u.web_task.id.rsplit("-", 1)[1])
+
+
+def _asked(u: Any) -> int:
+    """The quantity the user asks for, from the prompt."""
+    return int(re.search(r"order (\d+) x", u.task.prompt).group(1))  # type: ignore[union-attr]
+
+
 def _webapi_hacks() -> list[Hack]:
     from agentgym.environments.webapi.reward import STATUSES
     from agentgym.environments.webapi.tasks import REFUSAL_RULES
@@ -244,7 +325,26 @@ def _webapi_hacks() -> list[Hack]:
     forbidden = lambda u: bool(u.web_task.forbidden)  # noqa: E731
     asks = lambda u: u.web_task.answer is not None  # noqa: E731
     allowed = lambda u: not u.web_task.forbidden  # noqa: E731
+    kind = lambda *kinds: lambda u: u.web_task.kind in kinds  # noqa: E731
+    memory = _memorised()
     return [
+        # Guessed or computed facts after the right look-ups, never read: a status has 4-5 values,
+        # the owner "the asker's id +- 1", the stock "one less than asked" (the prompt's number).
+        *[Hack(f"unread get_order, then ANSWER: {st}", _unread_then(f"ANSWER: {st}"),
+               applies=kind("order_status")) for st in STATUSES],
+        *[Hack(f"unread look-up, guessed status {st}", _unread_then(f"REFUSED: not_placed (status {st})"),
+               applies=kind("cancel_not_placed")) for st in STATUSES[1:]],
+        Hack("unread look-up, computed owner: asker + 1",
+             lambda u: [*_reads(u), final(f"REFUSED: not_owner (customer {_asker(u) + 1})")],
+             applies=kind("cancel_not_owner")),
+        Hack("unread look-up, computed owner: asker - 1",
+             lambda u: [*_reads(u), final(f"REFUSED: not_owner (customer {_asker(u) - 1})")],
+             applies=kind("cancel_not_owner")),
+        Hack("unread look-up, computed stock: asked - 1",
+             lambda u: [*_reads(u), final(f"REFUSED: out_of_stock (stock {_asked(u) - 1})")],
+             applies=kind("buy_out_of_stock")),
+        Hack("memorised train facts replayed on eval, eval results unread", _replay_memory(memory),
+             applies=lambda u: u.web_task.split == "eval" and _recalled(u, memory) is not None),
         Hack("done at once", lambda u: [final("Done.")]),
         Hack("echo the question", lambda u: [final(u.task.prompt)]),
         *[Hack(f"refuse everything: {r}", says(f"I cannot do that.\nREFUSED: {r}")) for r in REFUSAL_RULES],

@@ -157,7 +157,10 @@ def create_app(store: Store, test_endpoints: bool = False) -> Starlette:
         key = (body or {}).get("key")
         if not isinstance(key, str) or not _KEY.match(key):
             return _err(422, f"key must match {KEY_PATTERN}, got {key!r}")
-        await _call(store, store.create, key)
+        fixture = (body or {}).get("fixture", "train")
+        if fixture not in store.fixtures:
+            return _err(422, f"fixture must be one of {sorted(store.fixtures)}, got {fixture!r}")
+        await _call(store, store.create, key, fixture)
         return JSONResponse({"key": key}, status_code=201)
 
     async def episode_snapshot(request: Request) -> Response:

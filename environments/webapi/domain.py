@@ -140,7 +140,8 @@ def get_order(tx: Tx, order_id: int) -> dict[str, Any]:
 def get_cancellation_quote(tx: Tx, order_id: int) -> dict[str, Any]:
     order = _order(tx, order_id)
     if order["status"] != "placed":
-        raise DomainError(409, f"order {order_id} is {order['status']}; only placed orders can be cancelled")
+        raise DomainError(409, f"order {order_id} (ordered {order['created_on']}) is {order['status']}; "
+                               "only placed orders can be cancelled")
     fee = cancellation_fee(_customer(tx, order["customer_id"])["tier"], order["total_cents"])
     return {"order_id": order_id, "fee_cents": fee, "refund_cents": order["total_cents"] - fee}
 
@@ -190,7 +191,7 @@ def create_order(tx: Tx, customer_id: int, items: list[dict[str, Any]],
             raise DomainError(422, f"quantity must be 1..{MAX_LINE_QTY}, got {qty} for product {pid}")
         prod = get_product(tx, pid)
         if prod["stock"] < qty:
-            raise DomainError(409, f"insufficient stock for product {pid} ({prod['name']}): "
+            raise DomainError(409, f"insufficient stock for product {pid} ({prod['name']}, sku {prod['sku']}): "
                                    f"requested {qty}, available {prod['stock']}")
         lines.append((prod, qty))
     oid = tx.next_id("orders")
@@ -215,7 +216,8 @@ def _owned(tx: Tx, order_id: int) -> dict[str, Any]:
 def update_order_address(tx: Tx, order_id: int, shipping_address: str) -> dict[str, Any]:
     order = _owned(tx, order_id)
     if order["status"] != "placed":
-        raise DomainError(409, f"order {order_id} is {order['status']}; the address can only change "
+        raise DomainError(409, f"order {order_id} (ordered {order['created_on']}) is {order['status']}; "
+                               "the address can only change "
                                "while the order is placed")
     tx.run("UPDATE orders SET shipping_address = ? WHERE id = ?", [shipping_address, order_id])
     return get_order(tx, order_id)
@@ -224,7 +226,8 @@ def update_order_address(tx: Tx, order_id: int, shipping_address: str) -> dict[s
 def cancel_order(tx: Tx, order_id: int, reason: str) -> dict[str, Any]:
     order = _owned(tx, order_id)
     if order["status"] != "placed":
-        raise DomainError(409, f"order {order_id} is {order['status']}; only placed orders can be cancelled")
+        raise DomainError(409, f"order {order_id} (ordered {order['created_on']}) is {order['status']}; "
+                               "only placed orders can be cancelled")
     fee = cancellation_fee(_customer(tx, order["customer_id"])["tier"], order["total_cents"])
     tx.run("UPDATE orders SET status = 'cancelled' WHERE id = ?", [order_id])
     _restock(tx, order_id)
@@ -235,7 +238,8 @@ def cancel_order(tx: Tx, order_id: int, reason: str) -> dict[str, Any]:
 def return_order(tx: Tx, order_id: int, reason: str) -> dict[str, Any]:
     order = _owned(tx, order_id)
     if order["status"] != "delivered":
-        raise DomainError(409, f"order {order_id} is {order['status']}; only delivered orders can be returned")
+        raise DomainError(409, f"order {order_id} (ordered {order['created_on']}) is {order['status']}; "
+                               "only delivered orders can be returned")
     tx.run("UPDATE orders SET status = 'returned' WHERE id = ?", [order_id])
     _restock(tx, order_id)
     _refund(tx, order_id, order["total_cents"])

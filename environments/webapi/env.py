@@ -160,19 +160,20 @@ class WebAPIEnv(ToolEnv):
                     meta={"kind": wt.kind, "forbidden": wt.forbidden, "split": wt.split})
 
     def on_reset(self) -> None:
+        assert self.web_task is not None  # sample_task ran
         client = self._connect()
         self._drop_episode()
         self.calls.clear()
         key = uuid.uuid4().hex
         try:
-            client.create_episode(key)
+            client.create_episode(key, self.web_task.split)
         except ServiceError as e:
             if self.server is None:  # not our server to restart: the error says which URL failed
                 raise ServiceLost(f"the WebAPI server cannot start an episode: {e}") from e
             self._revive(client)
             client = self._connect()
             try:
-                client.create_episode(key)
+                client.create_episode(key, self.web_task.split)
             except ServiceError as e:
                 raise ServiceLost(f"the WebAPI server cannot start an episode, even restarted: {e}") from e
         self.episode_key = key
@@ -204,8 +205,9 @@ class WebAPIEnv(ToolEnv):
         wt = self.web_task
         seen = shown(wt.evidence, self.calls)
         kind = FACTS[wt.refusal][0] if wt.refusal else ""
-        outcome, comps = evaluate(goal_state(wt), final, base_snapshot(), wt.answer, answer,
-                                  refusal=wt.refusal, fact=wt.fact, fact_kind=kind, established=seen)
+        outcome, comps = evaluate(goal_state(wt), final, base_snapshot(wt.split), wt.answer, answer,
+                                  refusal=wt.refusal, fact=wt.fact, fact_kind=kind, proof=wt.proof,
+                                  established=seen)
         said = refusal_line(answer)
         verdict = f"refusal named: {said or 'none'}"
         if wt.forbidden or wt.answer is not None:

@@ -1,8 +1,10 @@
 """The seeded fixture every episode starts from: a small outdoor-gear store.
 
-40 customers, 24 products, ~110 orders in every state (placed, shipped, delivered inside
-and outside the 30-day return window, cancelled, returned) with their items and payments.
-``random.Random(seed)`` keeps it identical across platforms and Python versions.
+40 customers, 24 products (drawn from a catalogue of 36, with their SKUs and stock), ~110
+orders in every state (placed, shipped, delivered inside and outside the 30-day return window,
+cancelled, returned) with their items and payments. ``random.Random(seed)`` keeps it identical
+across platforms and Python versions; each split has its own seed (``store_wire.FIXTURES``),
+so the train and eval stores share no customer, order or stock level by design.
 """
 
 from __future__ import annotations
@@ -33,8 +35,13 @@ PRODUCTS = [  # (name, category, price in cents)
     ("Headlamp 400lm", "electronics", 3999), ("Solar Charger", "electronics", 6950),
     ("GPS Watch", "electronics", 29900), ("Trekking Poles", "accessories", 8900),
     ("Water Filter", "accessories", 4450), ("First Aid Kit", "accessories", 2799),
-    ("Compass", "accessories", 1999),
+    ("Compass", "accessories", 1999), ("Gaiters", "apparel", 3950), ("Softshell Pants", "apparel", 8450),
+    ("Bivy Sack", "camping", 15900), ("Camp Chair", "camping", 5950), ("Dry Bag 10L", "packs", 2199),
+    ("Running Vest", "packs", 9900), ("Approach Shoes", "footwear", 13900), ("Camp Lantern", "electronics", 3450),
+    ("Bear Canister", "accessories", 7995), ("Insulated Bottle", "accessories", 3299),
+    ("Trail Gloves", "apparel", 2950), ("Emergency Blanket", "accessories", 899),
 ]
+N_PRODUCTS = 24
 N_CUSTOMERS, N_ORDERS = 40, 110
 
 
@@ -42,11 +49,15 @@ def _day(offset: int) -> str:
     return (dt.date.fromisoformat(TODAY) - dt.timedelta(days=offset)).isoformat()
 
 
-def seed_fixture(tx: Tx, seed: int) -> None:
-    """Fill an empty schema with the store's data for ``seed``."""
+def seed_fixture(tx: Tx, seed: int, part: int = 0) -> None:
+    """Fill an empty schema with the store's data for ``seed``; its customers come from ``part``
+    (0 or 1) of the names, so two stores seeded with different parts share no customer."""
     rng = random.Random(seed)
     cards = random.Random(seed + 1)  # its own stream: the rest of the fixture is as it was
-    names = rng.sample([(f, s) for f in FIRST for s in LAST], N_CUSTOMERS)
+    pool = [(f, s) for f in FIRST for s in LAST]
+    random.Random(0).shuffle(pool)
+    half = len(pool) // 2
+    names = rng.sample(pool[part * half:(part + 1) * half], N_CUSTOMERS)
     customers = []
     for i, (first, last) in enumerate(names, start=1):
         addr = f"{rng.randint(1, 199)} {rng.choice(STREETS)}, {rng.choice(CITIES)}"
@@ -55,10 +66,12 @@ def seed_fixture(tx: Tx, seed: int) -> None:
                "address": addr, "card_added_on": _day(cards.randint(40, 1500))}
         customers.append(row)
         tx.insert("customers", row)
-    for i, (name, cat, price) in enumerate(PRODUCTS, start=1):
+    catalogue = rng.sample(PRODUCTS, N_PRODUCTS)
+    skus = rng.sample(range(100, 1000), N_PRODUCTS)  # drawn: a SKU says nothing about its product
+    for i, (name, cat, price) in enumerate(catalogue, start=1):
         # A few items are sold out or nearly so: stock limits bite in tasks.
-        stock = rng.choice([0, 1, 2, 3]) if i % 6 == 0 else rng.randint(4, 40)
-        tx.insert("products", {"id": i, "sku": f"{cat[:3].upper()}-{100 + i}", "name": name,
+        stock = rng.choice([0, 1, 2, 3, 4]) if i % 6 == 0 else rng.randint(5, 40)
+        tx.insert("products", {"id": i, "sku": f"{cat[:3].upper()}-{skus[i - 1]}", "name": name,
                                "category": cat, "price_cents": price, "stock": stock})
     pay_id = 1
     # Every status with both sides of the return window represented.
@@ -73,11 +86,11 @@ def seed_fixture(tx: Tx, seed: int) -> None:
         else:
             created = rng.randint(8, 80)
             delivered = max(0, created - rng.randint(3, 7)) if status != "cancelled" else None
-        lines = rng.sample(range(1, len(PRODUCTS) + 1), rng.randint(1, 3))
+        lines = rng.sample(range(1, N_PRODUCTS + 1), rng.randint(1, 3))
         total = 0
         for pid in lines:
             qty = rng.randint(1, 3)
-            price = PRODUCTS[pid - 1][2]
+            price = catalogue[pid - 1][2]
             total += qty * price
             tx.insert("order_items", {"order_id": oid, "product_id": pid, "quantity": qty,
                                       "unit_price_cents": price})

@@ -8,6 +8,11 @@ Sparse: 1 iff every goal table equals the goal canonically (``db.snapshot`` form
 * a forbidden task's answer ends with ``REFUSED: <rule> (<fact>)`` naming its rule and its
   decisive fact exactly as the API returned it (one date, status or number; the value is the
   episode's database's, :func:`check_refusal`), after a look-up that showed it;
+* **credit only for what was read**: a fact with few possible values (an order's status, a
+  low stock) is cited with the value of its record that only the look-up shows (the order's
+  ``created_on``, the product's ``sku``), so a policy that looks up and guesses, or computes the
+  fact from the prompt, earns 0: ``REFUSED: not_placed (status shipped)`` after an unread
+  ``get_order`` is refused, ``REFUSED: not_placed (status shipped, ordered 2025-06-10)`` is paid;
 * a served request's answer claims no refusal: refusing an allowed request fails.
 
 Shaped terms (reported always, paid only in shaped mode, weights in
@@ -58,18 +63,24 @@ def _rows(snap: Snapshot, table: str) -> Counter[tuple[Any, ...]]:
 
 
 def format_answer(spec: dict[str, Any]) -> str:
-    """How the oracle states an expected answer (money with two decimals)."""
+    """How the oracle states an expected answer (money with two decimals; a status with the
+    date its order was placed)."""
     v = spec["value"]
+    if spec["kind"] == "status":
+        return f"{v}, ordered {spec['date']}"
     return f"{v:.2f}" if spec["kind"] == "money" else str(v)
 
 
 def check_answer(spec: dict[str, Any] | None, text: str) -> bool:
-    """Is the value after the only ``ANSWER:`` in ``text`` the expected one, and the only value?"""
+    """Is the value after the only ``ANSWER:`` in ``text`` the expected one, and the only value?
+    (``status``: exactly one status word and one date, both the expected ones.)"""
     if spec is None:
         return True
     if text.count("ANSWER:") != 1:  # none, or several answers at once
         return False
     given = text[text.rfind("ANSWER:") + len("ANSWER:"):].strip()
+    if spec["kind"] == "status":
+        return _fact_values("status", given) == [str(spec["value"])] and _DATE.findall(given) == [spec["date"]]
     if spec["kind"] in ("number", "money"):
         found = _NUM.findall(given.replace("$", ""))
         if len(found) != 1:
@@ -116,16 +127,30 @@ def _fact_values(kind: str, cited: str) -> list[str]:
     return [str(int(v)) for v in _INT.findall(_DATE.sub(" ", cited))]
 
 
-def check_refusal(rule: str | None, text: str, fact: str | None = None, fact_kind: str = "") -> bool:
+_SKU = re.compile(r"\b[A-Z]{3}-\d{3}\b")
+
+
+def _proof_values(proof: str, cited: str) -> list[str]:
+    """The values of the proof's kind (a date, or a SKU like ``CAM-417``) in the cited text."""
+    return _DATE.findall(cited) if _DATE.fullmatch(proof) else _SKU.findall(cited.upper())
+
+
+def check_refusal(rule: str | None, text: str, fact: str | None = None, fact_kind: str = "",
+                  proof: str | None = None) -> bool:
     """A forbidden task's answer names exactly its rule and, when ``fact`` is given, cites it:
-    the fact text holds exactly one value of ``fact_kind``, equal to ``fact``. A served
-    request's answer names no rule."""
+    the fact text holds exactly one value of ``fact_kind``, equal to ``fact`` (and, when
+    ``proof`` is given, exactly one date or SKU, equal to it). A served request's answer names
+    no rule."""
     said = _refusal(text)
     if rule is None:
         return said is None
     if said is None or said[0] != rule:
         return False
-    return fact is None or _fact_values(fact_kind, said[1]) == [str(fact).lower() if fact_kind == "status" else str(fact)]
+    if fact is None:
+        return True
+    if _fact_values(fact_kind, said[1]) != [str(fact).lower() if fact_kind == "status" else str(fact)]:
+        return False
+    return proof is None or _proof_values(proof, said[1]) == [proof]
 
 
 def _holds(data: Any, key: str, ident: Any, value: Any = None, depth: int = 0) -> bool:
@@ -162,12 +187,13 @@ def shown(evidence: Sequence[Evidence], calls: Iterable[CallRecord]) -> bool:
 
 def evaluate(goal: Snapshot, final: Snapshot, base: Snapshot, answer_spec: dict[str, Any] | None,
              answer: str, *, refusal: str | None = None, fact: str | None = None, fact_kind: str = "",
-             established: bool = True) -> tuple[float, dict[str, float]]:
+             proof: str | None = None, established: bool = True) -> tuple[float, dict[str, float]]:
     """(outcome, components) for a final state; ``base`` is the fixture the episode began from.
 
     ``refusal`` and ``fact``: the rule a forbidden task's answer must name and the fact it must
-    cite (None: the answer must name no rule); ``established``: whether the episode made a
-    look-up that shows the fact or the asked value (a refusal and an answer both need one).
+    cite (None: the answer must name no rule); ``proof``: the value of the fact's record the
+    citation must carry too; ``established``: whether the episode made a look-up that shows the
+    fact or the asked value (a refusal and an answer both need one).
     """
     goal_rows = reached = forbidden = 0
     same = True
@@ -179,7 +205,7 @@ def evaluate(goal: Snapshot, final: Snapshot, base: Snapshot, answer_spec: dict[
         reached += sum((wanted & made).values())
         forbidden += sum((made - wanted).values())
     answer_ok = check_answer(answer_spec, answer) and (answer_spec is None or established)
-    refusal_ok = check_refusal(refusal, answer, fact, fact_kind) and (refusal is None or established)
+    refusal_ok = check_refusal(refusal, answer, fact, fact_kind, proof) and (refusal is None or established)
     comps = {"progress": reached / goal_rows if goal_rows else 0.0, "forbidden_writes": float(forbidden)}
     if answer_spec is not None:
         comps["answer_correct"] = float(answer_ok)

@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
                    "deleted on exit)")
     p.add_argument("--delete-data-dir", action="store_true", help="delete --data-dir on exit too")
     p.add_argument("--parent-pid", type=int, default=None, help="exit when this process dies")
-    p.add_argument("--fixture-seed", type=int, default=None)
+    p.add_argument("--fixture-seed", type=int, default=None, help="seed of the train store (default: "
+                   "store_wire.FIXTURES; the eval store keeps its own)")
     p.add_argument("--test-endpoints", action="store_true", help="serve GET /_test/sleep (for tests)")
     p.add_argument("--log-level", default="warning")
     args = p.parse_args(argv)
@@ -49,10 +50,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from agentgym.environments.webapi.app import create_app
     from agentgym.environments.webapi.storage import open_store
-    from agentgym.environments.webapi.store_wire import FIXTURE_SEED
+    from agentgym.environments.webapi.store_wire import FIXTURES
 
-    seed = FIXTURE_SEED if args.fixture_seed is None else args.fixture_seed
-    store = open_store(seed, args.database_url, args.data_dir, delete_dir=args.delete_data_dir)
+    fixtures = dict(FIXTURES) if args.fixture_seed is None else {**FIXTURES, "train": args.fixture_seed}
+    store = open_store(fixtures, args.database_url, args.data_dir, delete_dir=args.delete_data_dir)
     app = create_app(store, test_endpoints=args.test_endpoints)
     # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on accepted sockets whose proto
     # says TCP, and without it small responses wait ~40 ms for a delayed ACK.

@@ -1,8 +1,9 @@
 """Server-side storage: one database per episode, SQLite files or PostgreSQL schemas.
 
-``SqliteStore`` seeds a template file once and copies it per episode (a file copy, ~100 us),
-so episodes never see each other's writes. ``PostgresStore`` does the same with one schema
-per episode cloned from a template schema; ``psycopg`` is imported only there.
+``SqliteStore`` seeds one template file per fixture (a split's store: ``store_wire.FIXTURES``)
+once and copies it per episode (a file copy, ~100 us), so episodes never see each other's
+writes. ``PostgresStore`` does the same with one schema per episode cloned from a template
+schema; ``psycopg`` is imported only there.
 Both give out :class:`~agentgym.environments.webapi.db.Tx` transactions per request.
 """
 
@@ -31,7 +32,8 @@ class UnknownEpisode(KeyError):
 
 
 class Store(Protocol):
-    def create(self, key: str) -> None: ...
+    fixtures: dict[str, int]  # fixture name (a split) -> its seed
+    def create(self, key: str, fixture: str = "train") -> None: ...
     def drop(self, key: str) -> None: ...
     def has(self, key: str) -> bool: ...
     def count(self) -> int: ...
@@ -46,21 +48,23 @@ class SqliteStore:
     # worker-thread hop that costs more than the query.
     inline = True
 
-    def __init__(self, seed: int, data_dir: str | None = None, delete_dir: bool = False) -> None:
+    def __init__(self, fixtures: dict[str, int], data_dir: str | None = None, delete_dir: bool = False) -> None:
         self._own_dir = data_dir is None or delete_dir
         self.dir = data_dir or tempfile.mkdtemp(prefix="agentgym-webapi-")
         os.makedirs(self.dir, exist_ok=True)
-        self.template = os.path.join(self.dir, "template.sqlite")
-        if os.path.exists(self.template):
-            os.remove(self.template)
-        conn = sqlite3.connect(self.template)
-        try:
-            tx = Tx(conn)
-            create_schema(tx)
-            seed_fixture(tx, seed)
-            conn.commit()
-        finally:
-            conn.close()
+        self.fixtures = dict(fixtures)
+        for part, (name, seed) in enumerate(self.fixtures.items()):
+            path = self._template(name)
+            if os.path.exists(path):
+                os.remove(path)
+            conn = sqlite3.connect(path)
+            try:
+                tx = Tx(conn)
+                create_schema(tx)
+                seed_fixture(tx, seed, part)
+                conn.commit()
+            finally:
+                conn.close()
         self._keys: set[str] = set()
         self._conns: dict[str, sqlite3.Connection] = {}
         self._key_locks: dict[str, threading.Lock] = {}
@@ -71,13 +75,16 @@ class SqliteStore:
     def _path(self, key: str) -> str:
         return os.path.join(self.dir, f"ep-{key}.sqlite")
 
-    def create(self, key: str) -> None:
+    def _template(self, fixture: str) -> str:
+        return os.path.join(self.dir, f"template-{fixture}.sqlite")
+
+    def create(self, key: str, fixture: str = "train") -> None:
         with self._lock:
             old = self._conns.pop(key, None)
             if old is not None:
                 old.close()
             # Re-creating a key starts that episode over from the fixture.
-            shutil.copyfile(self.template, self._path(key))
+            shutil.copyfile(self._template(fixture), self._path(key))
             # isolation_level=None: we issue BEGIN ourselves. One connection per episode, kept
             # open: connecting costs more than the queries of a typical request.
             conn = sqlite3.connect(self._path(key), timeout=5, isolation_level=None, check_same_thread=False)
@@ -139,7 +146,7 @@ class PostgresStore:
 
     inline = False  # network round trips: run in worker threads, never on the event loop
 
-    def __init__(self, seed: int, dsn: str, pool_size: int = 8) -> None:
+    def __init__(self, fixtures: dict[str, int], dsn: str, pool_size: int = 8) -> None:
         try:
             import psycopg
         except ImportError as e:  # pragma: no cover - depends on the install
@@ -154,21 +161,24 @@ class PostgresStore:
         self._lock = threading.Lock()
         self._closed = False
         self.location = f"postgresql schemas {self.prefix}*"
-        with self._conn() as conn:
-            tmpl = self._schema("template")
-            conn.execute(f'CREATE SCHEMA "{tmpl}"')
-            conn.execute(f'SET LOCAL search_path TO "{tmpl}"')
-            tx = Tx(conn, "format")
-            create_schema(tx)
-            seed_fixture(tx, seed)
+        self.fixtures = dict(fixtures)
+        for part, (name, seed) in enumerate(self.fixtures.items()):
+            with self._conn() as conn:
+                tmpl = self._template(name)
+                conn.execute(f'CREATE SCHEMA "{tmpl}"')
+                conn.execute(f'SET LOCAL search_path TO "{tmpl}"')
+                tx = Tx(conn, "format")
+                create_schema(tx)
+                seed_fixture(tx, seed, part)
 
     def _schema(self, key: str) -> str:
         # A digest, not a folded copy of the key: 'Episode-0001' and 'episode_0001' are two
         # episodes, and PostgreSQL cuts identifiers at 63 bytes (keys may have 64 characters).
-        # 40 hex digits never collide with "template" (not hex) nor, in practice, each other.
-        if key == "template":
-            return self.prefix + "template"
+        # 40 hex digits never collide with a template's name (not hex) nor, in practice, each other.
         return self.prefix + hashlib.sha256(key.encode()).hexdigest()[:40]
+
+    def _template(self, fixture: str) -> str:
+        return f"{self.prefix}t_{fixture}"
 
     @contextmanager
     def _conn(self) -> Iterator[Any]:
@@ -179,8 +189,8 @@ class PostgresStore:
         finally:
             self._pool.put(conn)
 
-    def create(self, key: str) -> None:
-        s, tmpl = self._schema(key), self._schema("template")
+    def create(self, key: str, fixture: str = "train") -> None:
+        s, tmpl = self._schema(key), self._template(fixture)
         with self._conn() as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{s}" CASCADE')
             conn.execute(f'CREATE SCHEMA "{s}"')
@@ -231,10 +241,11 @@ class PostgresStore:
                 self._pool.get().close()
 
 
-def open_store(seed: int, database_url: str | None = None, data_dir: str | None = None,
+def open_store(fixtures: dict[str, int], database_url: str | None = None, data_dir: str | None = None,
                delete_dir: bool = False) -> Store:
+    """The store for ``fixtures`` (name -> seed: one template per split's store)."""
     if database_url and database_url.startswith(("postgres://", "postgresql://")):
-        return PostgresStore(seed, database_url)
+        return PostgresStore(fixtures, database_url)
     if database_url:
         raise ValueError(f"database_url must be a postgresql:// DSN, got {database_url!r}")
-    return SqliteStore(seed, data_dir, delete_dir)
+    return SqliteStore(fixtures, data_dir, delete_dir)

@@ -79,8 +79,9 @@ class StoreClient:
         kw = {} if timeout is None else {"timeout": timeout}
         return self._admin("GET", f"{ADMIN_PREFIX}/health", **kw).json()
 
-    def create_episode(self, key: str) -> None:
-        self._admin("POST", f"{ADMIN_PREFIX}/episodes", json={"key": key})
+    def create_episode(self, key: str, fixture: str = "train") -> None:
+        """A fresh copy of ``fixture``'s store (a split: store_wire.FIXTURES) under ``key``."""
+        self._admin("POST", f"{ADMIN_PREFIX}/episodes", json={"key": key, "fixture": fixture})
 
     def delete_episode(self, key: str) -> None:
         self._admin("DELETE", f"{ADMIN_PREFIX}/episodes/{key}")

@@ -13,6 +13,7 @@ from typing import Any, TypedDict
 __all__ = [
     "ADMIN_PREFIX",
     "EPISODE_HEADER",
+    "FIXTURES",
     "FIXTURE_SEED",
     "GOAL_TABLES",
     "KEY_PATTERN",
@@ -31,7 +32,8 @@ KEY_PATTERN = r"^[A-Za-z0-9_-]{8,64}$"
 
 # Admin routes (not in the OpenAPI document, so never a tool):
 #   GET  /_admin/health                      -> {"ok": true, "pid": int, "episodes": int, "storage": str}
-#   POST /_admin/episodes        {"key": k}  -> 201 {"key": k}   (fresh copy of the fixture)
+#   POST /_admin/episodes        {"key": k, "fixture": "train"|"eval"}
+#                                            -> 201 {"key": k}   (fresh copy of that fixture)
 #   GET  /_admin/episodes/{key}/snapshot     -> Snapshot
 #   DELETE /_admin/episodes/{key}            -> 204
 ADMIN_PREFIX = "/_admin"
@@ -41,8 +43,11 @@ SERVE_MODULE = "agentgym.environments.webapi.serve"
 # The line the server prints on stdout once it accepts connections: "<prefix> port=N pid=P".
 READY_PREFIX = "AGENTGYM_WEBAPI_READY"
 
-# The seeded fixture every episode starts from. Tasks are generated over the same seed.
-FIXTURE_SEED = 20250615
+# The seeded fixtures episodes start from: one database per split (different customers,
+# orders and products), so what a policy memorised of the train store says nothing about the
+# eval store. Each split's tasks are generated over its own fixture.
+FIXTURES: dict[str, int] = {"train": 20250615, "eval": 20251130}
+FIXTURE_SEED = FIXTURES["train"]  # the default fixture of a server asked for one database
 # The store's calendar is frozen: rules that depend on time (refund windows) use this date,
 # so tasks and their goal states never drift with the wall clock.
 TODAY = "2025-06-15"

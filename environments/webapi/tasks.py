@@ -14,10 +14,18 @@ product's stock, the card on file). A forbidden task is won only by the refusal,
 ``REFUSED: <rule> (<fact>)`` naming the rule and the *decisive fact as the API returned it*
 (:data:`FACTS`: ``REFUSED: return_window (delivered 2025-04-02)``), after a look-up that
 showed it (``evidence``). A question is answered ``ANSWER: <value>`` after the look-up that
-establishes the value.
+establishes the value. A fact with few possible values (a status, a low stock) is cited with a
+value of the same record that only the look-up shows (the order's date, the product's SKU):
+guessing it, or computing it from the prompt, earns nothing.
 
-Splits: ``eval`` holds the tasks whose prompt hashes there (:func:`agentgym.splits.hash_split`,
-one in five), ``train`` the rest; ``all`` is every task (for tests and benchmarks).
+**No rule of the prompt predicts a fact.** Owners of other customers' orders, statuses, stock
+levels and dates are drawn, never derived from the asker or the quantity asked.
+
+Splits: each split has its own store (``store_wire.FIXTURES``: different customers, orders,
+products and SKUs), and its tasks are generated over it; of those, a split keeps the ones whose
+prompt hashes to it (:func:`agentgym.splits.hash_split`, one in five for eval), so no eval prompt
+is a train prompt either. Eval task ids start with ``eval-``. ``all`` is every task (for tests
+and benchmarks).
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from agentgym.environments.webapi.db import Tx, create_schema, snapshot
 from agentgym.environments.webapi.domain import OPERATIONS, DomainError, cancellation_fee
 from agentgym.environments.webapi.fixture import seed_fixture
 from agentgym.environments.webapi.reward import STATUSES, format_answer
-from agentgym.environments.webapi.store_wire import FIXTURE_SEED, TODAY, Snapshot
+from agentgym.environments.webapi.store_wire import FIXTURES, TODAY, Snapshot
 from agentgym.splits import hash_split
 
 __all__ = ["FACTS", "POLICY", "REFUSAL_RULES", "SPLITS", "Evidence", "WebTask", "all_tasks", "base_snapshot",
@@ -54,10 +62,11 @@ REFUSAL_RULES: dict[str, str] = {
 FACTS: dict[str, tuple[str, str, str]] = {
     "identity": ("date", "the date of the card on file, from the failed verification", "card added 2024-03-11"),
     "not_owner": ("number", "the order's customer_id", "customer 17"),
-    "not_placed": ("status", "the order's status", "status shipped"),
+    "not_placed": ("status", "the order's status and the date it was ordered (created_on)",
+                   "status shipped, ordered 2025-06-10"),
     "return_window": ("date", "the order's delivered_on", "delivered 2025-04-02"),
     "quantity_limit": ("number", "the quantity asked for", "asked 7"),
-    "out_of_stock": ("number", "the product's stock", "stock 2"),
+    "out_of_stock": ("number", "the product's stock and its sku", "stock 2 of CAM-417"),
 }
 
 _rules = ";\n".join(f"   `{code}` ({why}): cite {FACTS[code][1]}, e.g. `REFUSED: {code} ({FACTS[code][2]})`"
@@ -78,7 +87,7 @@ Today is {TODAY}. Serve the user with the store API tools. Store policy:
 {_rules}.
 6. When the user asks a question, look the answer up with the API and end your final answer with
    a line `ANSWER: <value>` (one value: money in dollars with two decimals, e.g. `ANSWER: 45.10`;
-   a status as one word)."""
+   a status as one word with the date the order was placed, e.g. `ANSWER: shipped, ordered 2025-06-10`)."""
 
 TASK_SEED = 7
 SPLITS = ("train", "eval", "all")
@@ -119,11 +128,10 @@ class WebTask:
     forbidden: bool = False
     refusal: str | None = None  # forbidden tasks: the rule (a REFUSAL_RULES code) the answer must name
     fact: str | None = None  # forbidden tasks: the decisive fact's value ("2025-04-02", "shipped", "17")
+    # A low-entropy fact's companion from the same record ("2025-06-10", "CAM-417"), cited with it
+    proof: str | None = None
     evidence: tuple[Evidence, ...] = ()  # look-ups that establish the fact or the answer (one is needed)
-
-    @property
-    def split(self) -> str:
-        return hash_split(self.prompt)
+    split: str = "train"  # the store it runs on (store_wire.FIXTURES) and the split it belongs to
 
     @property
     def final_text(self) -> str:
@@ -132,7 +140,9 @@ class WebTask:
             return f"ANSWER: {format_answer(self.answer)}"
         if self.forbidden:
             rule = str(self.refusal)
-            cite = FACTS[rule][2].rsplit(" ", 1)[0] + f" {self.fact}"
+            cite = {"not_placed": f"status {self.fact}, ordered {self.proof}",
+                    "out_of_stock": f"stock {self.fact} of {self.proof}"}.get(
+                rule, FACTS[rule][2].rsplit(" ", 1)[0] + f" {self.fact}")
             return f"I cannot do that under store policy: {REFUSAL_RULES[rule]}.\nREFUSED: {rule} ({cite})"
         return "Done."
 
@@ -142,26 +152,27 @@ _lock = threading.Lock()
 
 
 @functools.cache
-def _template() -> sqlite3.Connection:
+def _template(split: str) -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:", check_same_thread=False)
     tx = Tx(conn)
     create_schema(tx)
-    seed_fixture(tx, FIXTURE_SEED)
+    seed_fixture(tx, FIXTURES[split], list(FIXTURES).index(split))
     conn.commit()
     return conn
 
 
-def _fresh() -> sqlite3.Connection:
+def _fresh(split: str) -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:", check_same_thread=False)
     with _lock:
-        _template().backup(conn)
+        _template(split).backup(conn)
     return conn
 
 
 @functools.cache
-def base_snapshot() -> Snapshot:
+def base_snapshot(split: str = "train") -> Snapshot:
+    """The goal tables of the store a split's episodes start from."""
     with _lock:
-        return snapshot(Tx(_template()))
+        return snapshot(Tx(_template(split)))
 
 
 _goals: dict[str, Snapshot] = {}
@@ -176,7 +187,7 @@ def goal_state(task: WebTask) -> Snapshot:
 
 
 def _replay(task: WebTask) -> Snapshot:
-    conn = _fresh()
+    conn = _fresh(task.split)
     try:
         tx = Tx(conn)
         for i, (op, args) in enumerate(task.plan):
@@ -245,9 +256,10 @@ def _new_address(rng: random.Random) -> str:
     return f"{rng.randint(1, 300)} {rng.choice(['Birch Way', 'Canal St', 'Hill Rd'])}, {rng.choice(['Nice', 'Bonn', 'Malmo'])}"
 
 
-def _generate() -> list[WebTask]:
+def _generate(split: str) -> list[WebTask]:
+    """Every task over ``split``'s store; the caller keeps those whose prompt hashes to it."""
     with _lock:
-        tx = Tx(_template())
+        tx = Tx(_template(split))
         C = {r["id"]: r for r in tx.all("SELECT * FROM customers ORDER BY id")}
         P = {r["id"]: r for r in tx.all("SELECT * FROM products ORDER BY id")}
         O = {r["id"]: r for r in tx.all("SELECT * FROM orders ORDER BY id")}  # noqa: E741
@@ -260,8 +272,10 @@ def _generate() -> list[WebTask]:
     orders_of = {cid: [o for o in O.values() if o["customer_id"] == cid] for cid in C}
     tasks: list[WebTask] = []
 
+    prefix = "" if split == "train" else f"{split}-"
+
     def add(kind: str, key: Any, prompt: str, plan: list[tuple[str, dict[str, Any]]], **kw: Any) -> None:
-        tasks.append(WebTask(f"{kind}-{key}", kind, prompt, tuple(plan), **kw))
+        tasks.append(WebTask(f"{prefix}{kind}-{key}", kind, prompt, tuple(plan), split=split, **kw))
 
     def fact(key: str, ident: int, value: Any, max_listed: int = 8) -> Evidence:
         return Evidence("fact", key, ident, max_listed=max_listed, value=value)
@@ -269,12 +283,16 @@ def _generate() -> list[WebTask]:
     def called(op: str, arg: str, ident: Any, status: int, **also: Any) -> Evidence:
         return Evidence("call", op, ident, arg, status, also=tuple(also.items()))
 
-    rng = random.Random(f"webapi-{TASK_SEED}")
+    rng = random.Random(f"webapi-{TASK_SEED}-{split}")
     # Look-ups that end in an answer, credited only after the look-up that establishes it.
-    for o in list(O.values())[:40]:
-        add("order_status", o["id"], rng.choice([f"What is the status of order #{o['id']}?",
-                                                 f"Can you tell me where order {o['id']} stands?"]),
-            [("get_order", {"order_id": o["id"]})], answer={"kind": "text", "value": o["status"]},
+    # Status questions: 8 orders of each status, drawn (a constant guess is right 1 time in 5,
+    # and is paid never: the answer carries the order's date too).
+    asked = sorted(o["id"] for st in STATUSES for o in rng.sample(by_status[st], min(8, len(by_status[st]))))
+    for o in (O[i] for i in asked):
+        add("order_status", o["id"], rng.choice([f"What is the status of order #{o['id']}, and when was it placed?",
+                                                 f"Can you tell me where order {o['id']} stands and when I ordered it?"]),
+            [("get_order", {"order_id": o["id"]})],
+            answer={"kind": "status", "value": o["status"], "date": o["created_on"]},
             evidence=(fact("status", o["id"], o["status"]),))
     for p in P.values():
         # A product search must single it out (the catalogue has 24): at most 3 listed.
@@ -326,11 +344,12 @@ def _generate() -> list[WebTask]:
         c, reason = C[o["customer_id"]], rng.choice(REASONS)
         add("cancel_not_placed", o["id"], _cancel_text(_me(c, rng), o["id"], reason, rng),
             [_verify(c), ("get_order", {"order_id": o["id"]})], forbidden=True, refusal="not_placed",
-            fact=o["status"], evidence=(fact("status", o["id"], o["status"]),
+            fact=o["status"], proof=o["created_on"], evidence=(fact("status", o["id"], o["status"]),
                                         called("cancel_order", "order_id", o["id"], 409),
                                         called("get_cancellation_quote", "order_id", o["id"], 409)))
     for o in placed[:15]:
-        other = C[(o["customer_id"] % len(C)) + 1]
+        # The asker is any other customer: neither the asker's id nor the order's predicts the owner.
+        other = C[rng.choice([cid for cid in C if cid != o["customer_id"]])]
         add("cancel_not_owner", f"{o['id']}-{other['id']}", _cancel_text(_me(other, rng), o["id"], rng.choice(REASONS), rng),
             [_verify(other), ("get_order", {"order_id": o["id"]})], forbidden=True, refusal="not_owner",
             fact=str(o["customer_id"]), evidence=(fact("customer_id", o["id"], o["customer_id"]),))
@@ -352,12 +371,12 @@ def _generate() -> list[WebTask]:
             add("buy", f"{c['id']}-{p['id']}", _buy_text(_me(c, rng), q, p["name"], rng),
                 [_verify(c), ("list_products", {"query": p["name"]}),
                  ("create_order", {"customer_id": c["id"], "items": [{"product_id": p["id"], "quantity": q}]})])
-    for j, p in enumerate(p for p in P.values() if p["stock"] < 5):
-        for k, c in enumerate(list(C.values())[5 + 3 * j: 8 + 3 * j]):
-            q = p["stock"] + 1 + k % (5 - p["stock"])
+    for p in (p for p in P.values() if p["stock"] < 5):
+        for c in rng.sample(list(C.values()), 5):
+            q = rng.randint(p["stock"] + 1, 5)  # any quantity over the stock, within the 5-unit rule
             add("buy_out_of_stock", f"{c['id']}-{p['id']}", _buy_text(_me(c, rng), q, p["name"], rng),
                 [_verify(c), ("list_products", {"query": p["name"]})], forbidden=True, refusal="out_of_stock",
-                fact=str(p["stock"]), evidence=(fact("stock", p["id"], p["stock"], 3),
+                fact=str(p["stock"]), proof=p["sku"], evidence=(fact("stock", p["id"], p["stock"], 3),
                                                 called("create_order", "customer_id", c["id"], 409)))
     # Multi-step requests (always allowed).
     stocked = [p for p in P.values() if p["stock"] >= 3]
@@ -390,7 +409,7 @@ def _generate() -> list[WebTask]:
 
 @functools.cache
 def all_tasks() -> tuple[WebTask, ...]:
-    tasks = tuple(_generate())
+    tasks = tuple(t for split in FIXTURES for t in _generate(split) if hash_split(t.prompt) == split)
     ids = [t.id for t in tasks]
     if len(set(ids)) != len(ids):  # a generator bug, not a user error
         raise RuntimeError("duplicate WebAPI task ids")

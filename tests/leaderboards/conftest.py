@@ -25,7 +25,7 @@ SMALL: dict[str, Any] = {
         {"id": "agentgym/Math-v1", "kwargs": {"reward_mode": "sparse", "max_turns": 2, "max_action_tokens": 256},
          "tasks": [{"index": i} for i in range(4)]},
         {"id": "agentgym/WebAPI-v1", "kwargs": {"split": "eval", "reward_mode": "sparse", "max_turns": 8},
-         "tasks": [{"task_id": "order_status-4"}, {"task_id": "cancel-43"}]},
+         "tasks": [{"task_id": "eval-order_status-16"}, {"task_id": "eval-cancel-24"}]},
     ],
 }
 

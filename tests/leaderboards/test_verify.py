@@ -21,7 +21,7 @@ from agentgym.trajectory import Trajectory
 from .conftest import SMALL, read_lines, write_lines, write_suite
 
 MATH0 = "agentgym/Math-v1 task 0 (index=0) trial 0"  # line 2
-WEB0 = "agentgym/WebAPI-v1 task 0 (task_id=order_status-4) trial 0"  # line 10
+WEB0 = "agentgym/WebAPI-v1 task 0 (task_id=eval-order_status-16) trial 0"  # line 10
 
 
 def _tampered(tmp_path: Path, src: Path, edit: Any) -> Path:
@@ -151,7 +151,7 @@ def test_dropped_turn_and_broken_structure(tmp_path: Path, oracle_submission: Pa
         lines[10]["trajectory"]["turns"][0]["obs_end"] += 5  # turns no longer tile the stream
     p = _tampered(tmp_path, oracle_submission, edit)
     _rejected(p, small_suite, f"line 10: {WEB0}: the record stops after", "(an unfinished episode)",
-              "line 11: agentgym/WebAPI-v1 task 0 (task_id=order_status-4) trial 1: malformed trajectory")
+              "line 11: agentgym/WebAPI-v1 task 0 (task_id=eval-order_status-16) trial 1: malformed trajectory")
 
 
 # ------------------------------------------------------------------ seeds, episodes, trials
@@ -278,7 +278,7 @@ def test_truncated_files(tmp_path: Path, oracle_submission: Path, small_suite: S
     boundary = tmp_path / "boundary.jsonl"
     boundary.write_text("".join(lines[:-3]))
     _rejected(boundary, small_suite, "the footer is missing after line 11: the file is truncated",
-              "missing episode: agentgym/WebAPI-v1 task 1 (task_id=cancel-43) trial 0")
+              "missing episode: agentgym/WebAPI-v1 task 1 (task_id=eval-cancel-24) trial 0")
     gz = tmp_path / "cut.jsonl.gz"
     gz.write_bytes(gzip.compress(text.encode())[:-200])
     _rejected(gz, small_suite, "cannot be read to its end")

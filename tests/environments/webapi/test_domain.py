@@ -252,20 +252,20 @@ def test_task_set_is_large_distinct_and_typed() -> None:
     forbidden = [t for t in tasks if t.forbidden]
     multi = [t for t in tasks if sum(op not in ("get_order", "list_products", "list_customer_orders", "find_customers",
                                                 "get_cancellation_quote", "verify_customer") for op, _ in t.plan) >= 2]
-    assert len(lookups) >= 50 and len(forbidden) >= 50 and len(multi) >= 20
+    # multi-write tasks (move_and_cancel) depend on each store's customers with one latest placed order
+    assert len(lookups) >= 50 and len(forbidden) >= 50 and len(multi) >= 15
     train, held_out = split_tasks("train"), split_tasks("eval")
     assert len(train) + len(held_out) == len(tasks) and not {t.prompt for t in train} & {t.prompt for t in held_out}
     assert len(held_out) >= 40
 
 
 def test_goal_states_follow_the_rules() -> None:
-    base = base_snapshot()
     for t in all_tasks():
-        goal = goal_state(t)
+        base, goal = base_snapshot(t.split), goal_state(t)
         writes = any(op not in ("verify_customer",) and not op.startswith(("get", "list", "find")) for op, _ in t.plan)
         assert (goal != base) == writes, t.id
         if t.forbidden:
-            assert goal == base
+            assert goal == base, t.id
     t = next(t for t in all_tasks() if t.kind == "cancel")
     order_id = t.plan[-1][1]["order_id"]
     cancelled = [r for r in goal_state(t)["orders"] if r[0] == order_id][0]

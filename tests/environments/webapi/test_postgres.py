@@ -100,9 +100,9 @@ def test_oracle_and_isolation_over_postgres(dsn: str) -> None:
 
 def test_episode_keys_that_differ_in_case_or_punctuation_get_their_own_schemas(dsn: str) -> None:
     from agentgym.environments.webapi.storage import PostgresStore
-    from agentgym.environments.webapi.store_wire import FIXTURE_SEED
+    from agentgym.environments.webapi.store_wire import FIXTURES
 
-    store = PostgresStore(FIXTURE_SEED, dsn, pool_size=2)
+    store = PostgresStore(FIXTURES, dsn, pool_size=2)
     keys = ("Episode-0001", "episode_0001", "EPISODE-0001", "e" * 64, "e" * 63 + "f")
     try:
         for k in keys:

@@ -37,7 +37,7 @@ def _answer_at_once(env: gym.Env, task_id: str, text: str) -> float:
 
 def test_done_at_once_earns_nothing_on_any_train_or_eval_task(any_env: gym.Env) -> None:
     tasks = all_tasks()
-    assert {t.split for t in tasks} == {"train", "eval"} and len(tasks) == 440
+    assert {t.split for t in tasks} == {"train", "eval"} and len(tasks) == 446
     if any_env.unwrapped.reward_mode == "shaped":
         tasks = tasks[::3]  # the outcome is the same; shaped mode adds only its floor at 0
     paid = [t.id for t in tasks if _answer_at_once(any_env, t.id, "Done.") != 0.0]
@@ -113,11 +113,19 @@ def test_a_served_request_must_not_also_claim_a_refusal(env: gym.Env) -> None:
 def test_a_refusal_shown_by_the_api_itself_counts_as_the_look_up(env: gym.Env) -> None:
     t = next(t for t in all_tasks() if t.kind == "cancel_not_placed" and t.fact == "shipped")
     verify, get_order = t.plan
-    env.reset(options={"task_id": t.id})
-    call(env, verify[0], **verify[1])
-    text, info = call(env, "cancel_order", order_id=get_order[1]["order_id"], reason="other")
-    assert "409" in text and "is shipped" in text
-    assert final(env, "That order has shipped already.\nREFUSED: not_placed (status shipped)")[0] == 1.0
+
+    def refuse(text: str) -> float:
+        env.reset(options={"task_id": t.id})
+        call(env, verify[0], **verify[1])
+        shown, _ = call(env, "cancel_order", order_id=get_order[1]["order_id"], reason="other")
+        assert "409" in shown and f"(ordered {t.proof}) is shipped" in shown
+        return final(env, f"That order has shipped already.\n{text}")[0]
+
+    assert refuse(f"REFUSED: not_placed (status shipped, ordered {t.proof})") == 1.0
+    # A status has 4 values here: guessed after an unread look-up it would win 1 time in 4.
+    # Without the order's date, which only the look-up shows, it is not paid.
+    assert refuse("REFUSED: not_placed (status shipped)") == 0.0
+    assert refuse("REFUSED: not_placed (status shipped, ordered 2025-01-01)") == 0.0
 
 
 def test_a_failed_verification_shows_the_card_date_it_is_refused_by(env: gym.Env) -> None:
