@@ -413,16 +413,16 @@ def _refuse_progress_file(path: Path) -> None:
     """An agentgym-eval progress file is not a submission: say what it is and what to do."""
     if not path.name.endswith(".partial") or not path.is_file():
         return
-    import json
+    from agentgym.leaderboards.limits import MAX_LINE_BYTES, LineError, parse_line
 
     with open(path, encoding="utf-8", errors="replace") as f:
         try:
-            first = json.loads(f.readline() or "{}")
-        except json.JSONDecodeError:
+            first = parse_line(f.readline(MAX_LINE_BYTES) or "{}")
+        except LineError:
             return
         if not (isinstance(first, dict) and first.get("kind") == "run"):
             return
-        done = sum(1 for line in f if '"kind":"episode"' in line)
+        done = sum(1 for line in iter(lambda: f.readline(MAX_LINE_BYTES), "") if '"kind":"episode"' in line)
     raise SubmissionError(
         f"{path} is agentgym-eval's progress file of an unfinished run of {first.get('suite')} ({done} episodes "
         "done), not a submission: nothing in it is checked until the run ends. Run the same agentgym-eval "
