@@ -212,9 +212,9 @@ def test_other_suite_version(tmp_path: Path, oracle_submission: Path, small_suit
 
 def test_declared_sampling_and_tokenizer(tmp_path: Path, oracle_submission: Path, small_suite: Suite) -> None:
     def edit(lines: list[dict[str, Any]]) -> None:
-        lines[0]["submission"]["describe"]["temperature"] = 0.0
+        lines[0]["submission"]["describe"]["temperature"] = 0.5
     _rejected(_tampered(tmp_path, oracle_submission, edit), small_suite,
-              "sampled at temperature 0.0, the suite requires 1.0")
+              "sampled at temperature 0.5, the suite requires 1.0 (or 0: greedy decoding, scored on one trial)")
 
     def tok(lines: list[dict[str, Any]]) -> None:
         lines[0]["submission"]["tokenizer"]["vocab_size"] = 1000
