@@ -196,8 +196,14 @@ def build_board(root: Path = DEFAULT_ROOT, *, site_dir: Path | None = None, chec
     for suite in suites:
         ranked: list[Entry] = []
         for path in _submissions(root, suite):
-            report = verify_submission(path, suite=suite, workers=workers, progress=progress)
             rel = path.relative_to(root).as_posix()
+            try:
+                report = verify_submission(path, suite=suite, workers=workers, progress=progress)
+            except Exception as e:  # one file must not take the board down with it
+                first = (str(e).splitlines() or [""])[0][:300]
+                result.problems.append(f"{rel} cannot be verified and is left off the board: {type(e).__name__}: "
+                                       f"{first}")
+                continue
             if (report.header.get("suite") or {}).get("subset_of"):
                 result.problems.append(f"{rel} is a run of a subset of {suite.ref} (agentgym-eval --envs/--tasks): "
                                        "it verifies, but a board ranks full runs only; move it out of submissions/")

@@ -3,6 +3,7 @@
     agentgym-eval --suite core --policy oracle
     agentgym-eval --suite core --policy hf --policy-arg model=runs/cpu-quickstart --name quickstart
     agentgym leaderboard verify SUBMISSION [...]     replay and re-score; exit 1 if any is rejected
+    agentgym leaderboard verify SUB --model PATH     ... and check the actions were sampled from PATH
     agentgym leaderboard build [--check]             verify every submission, write the board
     agentgym leaderboard suites                      suites, their versions and episode counts
     agentgym validate ENV_ID [...]                   may this env be on a board?
@@ -129,13 +130,19 @@ def _verify(args: argparse.Namespace) -> int:
     from agentgym.leaderboards.verify import verify_submission
 
     suite = load_suite(args.suite) if args.suite else None
+    if args.model is None and (args.sample is not None or args.sample_seed is not None or args.tolerance is not None):
+        raise ConfigError("--sample, --sample-seed and --tolerance belong to the provenance check: add --model PATH")
+    prov = {k: v for k, v in (("sample", args.sample), ("seed", args.sample_seed), ("tolerance", args.tolerance),
+                              ("device", args.device)) if v is not None}
     bad = 0
     for path in args.submissions:
-        report = verify_submission(path, suite=suite, workers=args.workers, progress=not args.no_progress)
+        report = verify_submission(path, suite=suite, workers=args.workers, progress=not args.no_progress,
+                                   model=args.model, provenance=prov)
         print(report.format())
         if args.json:
             print(json.dumps({"path": str(path), "ok": report.ok, "problems": report.problems,
-                              "scores": report.scores, "overall": report.overall, "seconds": report.seconds}))
+                              "scores": report.scores, "overall": report.overall, "seconds": report.seconds,
+                              "provenance": report.provenance.to_dict() if report.provenance else None}))
         bad += not report.ok
     return 1 if bad else 0
 
@@ -171,6 +178,15 @@ def leaderboard_main(argv: list[str] | None = None) -> int:
     v.add_argument("--workers", type=int, default=4)
     v.add_argument("--json", action="store_true", help="also print one JSON line per submission")
     v.add_argument("--no-progress", action="store_true")
+    v.add_argument("--model", metavar="PATH", help="provenance: re-score a random sample of the recorded actions "
+                   "under this model (a model dir, run dir or checkpoint) and reject the file if they were not "
+                   "sampled from it")
+    v.add_argument("--sample", type=int, metavar="N", help="episodes re-scored with --model (default 16)")
+    v.add_argument("--sample-seed", type=int, metavar="S", help="which episodes are re-scored (default: random, "
+                   "printed so that the check can be repeated)")
+    v.add_argument("--tolerance", type=float, metavar="NATS", help="mean |recorded - recomputed log-prob| allowed "
+                   "per episode (default 0.05)")
+    v.add_argument("--device", help="where --model runs (default cpu)")
     v.set_defaults(fn=_verify)
     b = sub.add_parser("build", help="verify every submission and write the board (Markdown + web page)")
     b.add_argument("--root", default=str(DEFAULT_ROOT), help="the leaderboards folder (default: %(default)s)")

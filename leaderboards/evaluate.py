@@ -171,9 +171,10 @@ def run_suite(suite: Suite, policy: EpisodePolicy, out: str | Path, *, name: str
     out = Path(out)
     describe = policy.describe()
     temp = describe.get("temperature")
-    if temp is not None and float(temp) != suite.temperature:
+    if temp is not None and float(temp) not in (suite.temperature, 0.0):
         raise ConfigError(f"suite {suite.ref} samples at temperature {suite.temperature}, the policy at {temp}; "
-                          f"pass --policy-arg temperature={suite.temperature}")
+                          f"pass --policy-arg temperature={suite.temperature} (or temperature=0: greedy "
+                          "decoding, scored on trial 0 alone)")
     tok = getattr(policy, "tokenizer", None)
     identity = {"suite": suite.ref, "name": name, "policy": policy_name, "policy_args": policy_args or {},
                 "describe": describe, "tokenizer": tokenizer_info(tok)}
@@ -258,10 +259,11 @@ def run_suite(suite: Suite, policy: EpisodePolicy, out: str | Path, *, name: str
 
 def _assemble(suite: Suite, part: _Partial, specs: list[EpisodeSpec], out: Path, identity: dict[str, Any], *,
               notes: str, command: list[str] | None, version: str) -> Path:
-    from agentgym.leaderboards.verify import summarize
+    from agentgym.leaderboards.verify import scored_trials, summarize
 
     records = [part.done[s.key] for s in specs]
-    per_env, overall = summarize(suite, [(s, Trajectory.from_dict(r["trajectory"])) for s, r in zip(specs, records)])
+    per_env, overall = summarize(suite, [(s, Trajectory.from_dict(r["trajectory"])) for s, r in zip(specs, records)],
+                                 scored_trials(suite, identity["describe"]))
     cost = {k: sum(r["cost"][k] for r in records) for k in ("input_tokens", "output_tokens", "turns")}
     cost["wall_s"] = round(sum(r["cost"]["wall_s"] for r in records), 3)
     header = {"kind": "header", "format": FORMAT, "schema": SCHEMA_VERSION, "suite": suite.content,

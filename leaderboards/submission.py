@@ -18,14 +18,24 @@ from __future__ import annotations
 
 import functools
 import gzip
+import hashlib
 import json
 import os
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from agentgym.errors import SubmissionError
+from agentgym.leaderboards.limits import (
+    MAX_FILE_BYTES,
+    MAX_LINE_BYTES,
+    MAX_LINES,
+    MAX_PROBLEMS,
+    LineError,
+    parse_line,
+)
 from agentgym.trajectory import Trajectory
 
 __all__ = ["FORMAT", "SCHEMA_VERSION", "RawSubmission", "episode_cost", "episode_score", "load_tokenizer",
@@ -79,20 +89,47 @@ def tokenizer_info(tok: Any) -> dict[str, Any]:
 
 
 def load_tokenizer(info: dict[str, Any]) -> Any:
-    """The tokenizer a header names (``byte`` or a local path / hub id that must be available offline)."""
-    from agentgym.tokenizers import ByteTokenizer, as_tokenizer
+    """The tokenizer a header names, built without the network: ``byte``, a name of
+    :data:`agentgym.tokenizers.TOKENIZERS`, or a local folder / a hub id already in the Hugging Face
+    cache (``local_files_only``). Anything else is a :class:`SubmissionError` saying how to get it."""
+    from agentgym.tokenizers import TOKENIZERS, as_tokenizer
 
-    spec = info.get("spec", "")
+    spec = str(info.get("spec", ""))
     try:
-        tok = ByteTokenizer() if spec == "byte" else as_tokenizer(spec)
+        tok = as_tokenizer(spec) if spec in TOKENIZERS else _local_tokenizer(spec)
+    except SubmissionError:
+        raise
     except Exception as e:
-        raise SubmissionError(f"cannot load the submission's tokenizer {spec!r} ({e}); verification needs "
+        first = (str(e).splitlines() or [type(e).__name__])[0][:300]
+        raise SubmissionError(f"cannot load the submission's tokenizer {spec!r} ({first}); verification needs "
                               "it locally (a directory with tokenizer.json)") from e
     if tok.vocab_size != info.get("vocab_size") or getattr(tok, "name", None) != info.get("name"):
         raise SubmissionError(f"tokenizer {spec!r} loads as {getattr(tok, 'name', '?')!r} with "
                               f"{tok.vocab_size} ids, but the submission recorded {info.get('name')!r} with "
                               f"{info.get('vocab_size')}: not the tokenizer the episodes were sampled with")
     return tok
+
+
+def _local_tokenizer(spec: str) -> Any:
+    """A Hugging Face tokenizer from a local folder or the local cache; never from the hub
+    (verification is offline: a submission must not make the verifier fetch anything)."""
+    from agentgym.tokenizers import HFTokenizer
+
+    if not spec:
+        raise SubmissionError("the header names no tokenizer (submission.tokenizer.spec is empty)")
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as e:
+        raise SubmissionError(f"the submission's tokenizer {spec!r} is a Hugging Face tokenizer, which needs "
+                              "transformers: pip install 'agentgym-suite[train]'") from e
+    try:
+        hf = AutoTokenizer.from_pretrained(spec, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise SubmissionError(
+            f"the submission's tokenizer {spec!r} is not available locally (verification never downloads: "
+            f"{(str(e).splitlines() or ['not found'])[0][:200]}); put its files in a local folder or the Hugging "
+            "Face cache (huggingface-cli download NAME on a machine with access), then verify again") from None
+    return HFTokenizer(hf)
 
 
 def _dumps(obj: dict[str, Any]) -> str:
@@ -128,31 +165,71 @@ class RawSubmission:
     problems: list[str] = field(default_factory=list)  # structural: cut-off lines, missing header/footer
 
 
+def _lines(path: Path, out: RawSubmission) -> list[str | None] | None:
+    """The file's lines (newlines kept), each read with a bounded ``readline`` (:mod:`.limits`); a
+    ``.gz`` stream is decompressed a buffer at a time. A line that repeats an earlier one byte for
+    byte is a problem and None (a bomb of one line repeated is never parsed twice). None when the
+    file must not be read further (the reason is in ``out.problems``)."""
+    lines: list[str | None] = []
+    total = 0
+    seen: dict[bytes, int] = {}  # digest of a line -> its line number
+    try:
+        with (gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")) as f:
+            while raw := f.readline(MAX_LINE_BYTES + 1):
+                n = len(lines) + 1
+                total += len(raw)
+                if total > MAX_FILE_BYTES:
+                    out.problems.append(f"the file holds more than {MAX_FILE_BYTES:,} bytes (uncompressed) by line "
+                                        f"{n}: larger than any submission agentgym-eval writes (a compression "
+                                        "bomb?); refused without reading further")
+                    return None
+                if n > MAX_LINES:
+                    out.problems.append(f"the file has more than {MAX_LINES:,} lines: more than any suite has "
+                                        "episodes; refused without reading further")
+                    return None
+                if len(raw) > MAX_LINE_BYTES:
+                    out.problems.append(f"line {n} is longer than {MAX_LINE_BYTES:,} bytes: longer than any line "
+                                        "agentgym-eval writes; refused without reading further")
+                    return None
+                digest = hashlib.blake2b(raw, digest_size=16).digest()
+                if digest in seen:
+                    out.problems.append(f"line {n} repeats line {seen[digest]} byte for byte")
+                    lines.append(None)
+                else:
+                    seen[digest] = n
+                    lines.append(raw.decode("utf-8"))
+                if len(out.problems) > MAX_PROBLEMS:
+                    out.problems.append(f"more than {MAX_PROBLEMS} problems by line {n}: reading stopped")
+                    return None
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as e:
+        # A cut-off gzip stream ends with EOFError ("Compressed file ended before the end-of-stream marker").
+        reason = (str(e).splitlines() or [type(e).__name__])[0][:200]
+        out.problems.append(f"{path}: the file cannot be read to its end ({reason}): truncated or corrupt")
+        return None
+    return lines
+
+
 def read_raw(path: str | Path) -> RawSubmission:
-    """Read every line, never raising on content: what is wrong goes to ``problems``."""
+    """Read every line within the limits of :mod:`.limits`, never raising on content: what is
+    wrong goes to ``problems``."""
     path = Path(path)
     out = RawSubmission(path)
     if not path.exists():
         raise SubmissionError(f"{path}: no such submission file")
-    try:
-        with open_text(path) as f:
-            lines = f.read().split("\n")
-    except (OSError, EOFError, UnicodeDecodeError) as e:
-        # A cut-off gzip stream ends with EOFError ("Compressed file ended before the end-of-stream marker").
-        out.problems.append(f"{path}: the file cannot be read to its end ({e}): truncated or corrupt")
+    lines = _lines(path, out)
+    if lines is None:
         return out
-    if lines and lines[-1] == "":
-        lines.pop()
-    elif lines:
+    if lines and lines[-1] is not None and not lines[-1].endswith("\n"):
         out.problems.append(f"line {len(lines)}: the last line has no newline: the file was cut off while "
                             "being written (truncated)")
     for n, line in enumerate(lines, 1):
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            out.problems.append(f"line {n}: not valid JSON ({e.msg} at column {e.colno}): the line is cut off "
-                                "or corrupt")
+        if line is None:
             continue
+        try:
+            obj = parse_line(line.removesuffix("\n"))
+        except LineError as e:
+            out.problems.append(f"line {n}: {e}")
+            obj = None
         kind = obj.get("kind") if isinstance(obj, dict) else None
         if kind == "header" and n == 1:
             out.header = obj
@@ -160,9 +237,12 @@ def read_raw(path: str | Path) -> RawSubmission:
             out.episodes.append((n, obj))
         elif kind == "footer" and n == len(lines):
             out.footer = obj
-        else:
+        elif obj is not None:
             out.problems.append(f"line {n}: unexpected record kind {kind!r} here (line 1 is the header, the "
                                 "last line the footer, every other line an episode)")
+        if len(out.problems) > MAX_PROBLEMS:
+            out.problems.append(f"more than {MAX_PROBLEMS} problems by line {n}: reading stopped")
+            return out
     if out.header is None:
         out.problems.append("line 1: the header is missing (expected {\"kind\": \"header\", ...} first)")
     if out.footer is None:

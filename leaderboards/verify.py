@@ -11,7 +11,11 @@ Nothing the verifier can recompute is taken from the file. It checks, in order:
 4. replay (:mod:`.replay`): the env at the suite's seed, fed the recorded actions, must produce
    every recorded token, reward, component, turn and flag; the episode's score and token counts
    must be the replay's;
-5. the footer: episode count, per-env scores, intervals, pass^k and token totals recomputed.
+5. trials: a sampling entry (temperature > 0) whose trials of one task carry the same action
+   stream is refused unless the stream's recorded probability makes a repeat plausible
+   (:data:`COPY_P`); a deterministic entry (temperature 0, or ``null`` for a scripted policy) has
+   identical trials by design and is scored on trial 0 alone (pass^1, one sample per task);
+6. the footer: episode count, per-env scores, intervals, pass^k and token totals recomputed.
 
 Every problem names the line and the episode (env, task, options, trial) and what differs.
 
@@ -49,12 +53,16 @@ from agentgym.leaderboards.submission import (
 from agentgym.leaderboards.suite import EpisodeSpec, Suite, load_suite, suite_from_dict
 from agentgym.trajectory import Trajectory
 
-__all__ = ["Replayed", "VerifyReport", "score_lines", "summarize", "verify_submission"]
+__all__ = ["COPY_P", "Replayed", "VerifyReport", "deterministic", "score_lines", "scored_trials", "summarize",
+           "verify_submission"]
 
 MAX_LISTED = 20  # missing episodes listed one by one before "... and N more"
 PER_EPISODE = 6  # differences reported per episode (the first ones; later ones usually follow from them)
 SHOWN = 40  # problems printed by VerifyReport.format (all are in report.problems / --json)
 REPLAY_RETRIES = 2  # fresh-env replays of an episode whose replay met an infrastructure fault
+# Two independent samples repeat a stream with probability p(stream): a repeat of a stream the
+# policy itself gave p < COPY_P is a copy (a false alarm costs a chance of at most COPY_P per pair).
+COPY_P = 1e-6
 
 
 @dataclass
@@ -78,6 +86,8 @@ class VerifyReport:
     episodes: list[Replayed] = field(default_factory=list)
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)  # diagnoses that explain many problems at once
+    trials: int = 1  # trials per task that are scored (1 for a deterministic entry: :func:`scored_trials`)
+    provenance: Any = None  # a provenance.Provenance when verified with a model (--model)
 
     def format(self) -> str:
         head = f"{self.path}: " + ("VERIFIED" if self.ok else f"REJECTED ({len(self.problems)} problems)")
@@ -85,11 +95,13 @@ class VerifyReport:
         if self.suite is not None:
             lines.append(f"  suite {self.suite.ref}, {len(self.episodes)} episodes replayed in {self.seconds:.1f} s")
         lines += [f"  note: {n}" for n in self.notes]
+        if self.provenance is not None:
+            lines.append(f"  {self.provenance.summary()}")
         lines += [f"  - {p}" for p in self.problems[:SHOWN]]
         if len(self.problems) > SHOWN:
             lines.append(f"  ... and {len(self.problems) - SHOWN} more problems (--json lists them all)")
         if self.scores:
-            lines += score_lines(self.scores, self.overall, self.suite.trials if self.suite else 1)
+            lines += score_lines(self.scores, self.overall, self.trials)
         return "\n".join(lines)
 
 
@@ -102,12 +114,28 @@ def score_lines(scores: dict[str, dict[str, Any]], overall: dict[str, Any], tria
     return lines
 
 
-def summarize(suite: Suite, scored: list[tuple[EpisodeSpec, Trajectory]]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Per-env summaries (suite order) and the overall one, from (spec, trajectory) pairs."""
+def deterministic(describe: dict[str, Any]) -> bool:
+    """An entry that declares no sampling: temperature 0 (greedy) or ``null`` (a scripted policy)."""
+    temp = describe.get("temperature")
+    return temp is None or float(temp) == 0.0
+
+
+def scored_trials(suite: Suite, describe: dict[str, Any]) -> int:
+    """Trials per task that count: all of them for a sampling entry, trial 0 for a deterministic one
+    (its trials are the same episode k times: k copies are one sample, not k)."""
+    return 1 if deterministic(describe) else suite.trials
+
+
+def summarize(suite: Suite, scored: list[tuple[EpisodeSpec, Trajectory]], trials: int | None = None
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per-env summaries (suite order) and the overall one, from (spec, trajectory) pairs; only
+    trials ``0..trials-1`` count (default: all of the suite's)."""
+    k = suite.trials if trials is None else trials
     by_env: dict[str, dict[int, list[float]]] = {e.id: {} for e in suite.envs}
     for spec, traj in scored:
-        by_env[spec.env.id].setdefault(spec.task, []).append(episode_score(traj))
-    per_env = {env_id: env_summary(tasks, suite.trials) for env_id, tasks in by_env.items()}
+        if spec.trial < k:
+            by_env[spec.env.id].setdefault(spec.task, []).append(episode_score(traj))
+    per_env = {env_id: env_summary(tasks, k) for env_id, tasks in by_env.items()}
     return per_env, overall_summary(per_env)
 
 
@@ -198,10 +226,15 @@ def _check_header(raw: RawSubmission, suite: Suite | None, report: VerifyReport)
             f"line 1 (header): the submission was made for suite {carried.ref}, but the suite to verify against "
             f"is {current.ref}: a different suite version (re-run agentgym-eval with the current suite)")
         return None
-    temp = header["submission"]["describe"].get("temperature")
-    if temp is not None and not math.isclose(float(temp), current.temperature):
+    describe = header["submission"]["describe"]
+    temp = describe.get("temperature")
+    if "temperature" not in describe:
+        report.problems.append("line 1 (header): submission.describe has no 'temperature': declare the sampling "
+                               f"temperature ({current.temperature} for this suite), 0 for greedy decoding, or null "
+                               "for a scripted policy (agentgym-eval records it)")
+    elif temp is not None and not (math.isclose(float(temp), current.temperature) or float(temp) == 0.0):
         report.problems.append(f"line 1 (header): the policy sampled at temperature {temp}, the suite requires "
-                               f"{current.temperature}")
+                               f"{current.temperature} (or 0: greedy decoding, scored on one trial)")
     try:
         tok = load_tokenizer(header["submission"]["tokenizer"])
     except SubmissionError as e:
@@ -317,6 +350,34 @@ def _replay_one(envs: _Envs, spec: EpisodeSpec, line: int, obj: dict[str, Any]
     return Replayed(spec, line, obj, truth), [f"{where}: {p}" for p in probs]
 
 
+def _check_copies(report: VerifyReport, describe: dict[str, Any]) -> None:
+    """Trials of one task with the same action stream, where the declared sampling cannot repeat it."""
+    if deterministic(describe) or "temperature" not in describe:
+        return
+    first: dict[tuple[str, int, tuple[int, ...]], Replayed] = {}
+    for r in sorted(report.episodes, key=lambda r: r.spec.key):
+        t = r.truth
+        actions = tuple(x for x, m in zip(t.tokens, t.policy_mask) if m)
+        if not actions:
+            continue
+        key = (r.spec.env.id, r.spec.task, actions)
+        if key not in first:
+            first[key] = r
+            continue
+        lps = [lp for lp, m in zip(r.record["trajectory"]["logprobs"], t.policy_mask) if m]
+        logp = None if any(lp is None for lp in lps) else float(sum(lps))
+        if logp is not None and logp >= math.log(COPY_P):
+            continue  # a likely stream: independent samples may well repeat it
+        chance = "no recorded log-probs to show it likely" if logp is None else \
+            f"recorded probability {math.exp(logp):.1e} < {COPY_P:.0e}"
+        o = first[key]
+        task = r.spec.label.rsplit(" trial ", 1)[0]
+        report.problems.append(
+            f"line {r.line}: {task}: trials {o.spec.trial} and "
+            f"{r.spec.trial} carry the same {len(actions)} action tokens ({chance}): sampling at temperature "
+            f"{describe['temperature']} with different seeds does not repeat them: copies of one episode")
+
+
 def _unreplayable(env: Any, record: Trajectory) -> str | None:
     """Why this episode cannot be verified by replay (None when it can): an imported env whose
     source is not replayable, or an episode an infrastructure fault cut short."""
@@ -360,9 +421,12 @@ def _check_footer(raw: RawSubmission, report: VerifyReport, n_lines: int) -> Non
 
 
 def verify_submission(path: str | Path, *, suite: Suite | None = None, workers: int = 4, progress: bool = False,
-                      on_episode: Callable[[int, int], None] | None = None) -> VerifyReport:
+                      on_episode: Callable[[int, int], None] | None = None, model: str | None = None,
+                      provenance: dict[str, Any] | None = None) -> VerifyReport:
     """Verify one submission file; ``suite`` overrides the one named in the header (default: the
-    current ``leaderboards/suites/NAME.yaml``). Never raises on content: see ``report.problems``."""
+    current ``leaderboards/suites/NAME.yaml``). With ``model`` (a model dir), a file that replays
+    is also checked for provenance (:mod:`.provenance`; ``provenance``: keyword arguments of
+    :func:`~.provenance.check_provenance`). Never raises on content: see ``report.problems``."""
     t0 = time.perf_counter()
     report = VerifyReport(Path(path))
     _refuse_progress_file(Path(path))
@@ -398,12 +462,20 @@ def verify_submission(path: str | Path, *, suite: Suite | None = None, workers: 
         if bar is not None:
             bar.close()
         envs.close()
-    report.scores, report.overall = summarize(the_suite, [(r.spec, r.truth) for r in report.episodes])
+    describe = report.header["submission"]["describe"]
+    _check_copies(report, describe)
+    report.trials = scored_trials(the_suite, describe)
+    report.scores, report.overall = summarize(the_suite, [(r.spec, r.truth) for r in report.episodes], report.trials)
     costs = [episode_cost(r.truth) for r in report.episodes]
     report.cost = {k: sum(c[k] for c in costs) for k in ("input_tokens", "output_tokens", "turns")}
     report.cost["wall_s"] = round(sum(float(r.record["cost"]["wall_s"]) for r in report.episodes), 3)
     _check_footer(raw, report, len(raw.episodes))
     _diagnose(report)
+    if model is not None and not report.problems:
+        from agentgym.leaderboards.provenance import check_provenance
+
+        report.provenance = check_provenance(report, model, **(provenance or {}))
+        report.problems += report.provenance.problems
     report.ok = not report.problems
     report.seconds = time.perf_counter() - t0
     return report
@@ -413,16 +485,16 @@ def _refuse_progress_file(path: Path) -> None:
     """An agentgym-eval progress file is not a submission: say what it is and what to do."""
     if not path.name.endswith(".partial") or not path.is_file():
         return
-    import json
+    from agentgym.leaderboards.limits import MAX_LINE_BYTES, LineError, parse_line
 
     with open(path, encoding="utf-8", errors="replace") as f:
         try:
-            first = json.loads(f.readline() or "{}")
-        except json.JSONDecodeError:
+            first = parse_line(f.readline(MAX_LINE_BYTES) or "{}")
+        except LineError:
             return
         if not (isinstance(first, dict) and first.get("kind") == "run"):
             return
-        done = sum(1 for line in f if '"kind":"episode"' in line)
+        done = sum(1 for line in iter(lambda: f.readline(MAX_LINE_BYTES), "") if '"kind":"episode"' in line)
     raise SubmissionError(
         f"{path} is agentgym-eval's progress file of an unfinished run of {first.get('suite')} ({done} episodes "
         "done), not a submission: nothing in it is checked until the run ends. Run the same agentgym-eval "

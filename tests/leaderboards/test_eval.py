@@ -147,8 +147,9 @@ def test_openai_http_policy_against_a_served_model(tmp_path: Path, math_suite: S
 def test_temperature_must_be_the_suites(math_suite: Suite, model_dir: Path, tmp_path: Path) -> None:
     from agentgym.errors import ConfigError
 
-    pol = make_policy("hf", None, model=str(model_dir), temperature=0.0)
-    with pytest.raises(ConfigError, match="suite tinymath@.* samples at temperature 1.0"):
+    pol = make_policy("hf", None, model=str(model_dir), temperature=0.5)
+    with pytest.raises(ConfigError, match="suite tinymath@.* samples at temperature 1.0, the policy at 0.5.*"
+                                          "or temperature=0: greedy"):
         run_suite(math_suite, pol, tmp_path / "x.jsonl", name="x", policy_name="hf", progress=False)
 
 

@@ -174,9 +174,14 @@ def test_missing_episode(tmp_path: Path, oracle_submission: Path, small_suite: S
 def test_duplicated_episode(tmp_path: Path, oracle_submission: Path, small_suite: Suite) -> None:
     def edit(lines: list[dict[str, Any]]) -> None:
         lines.insert(5, copy.deepcopy(lines[1]))
+        lines[5]["cost"]["wall_s"] += 1.0  # not byte for byte: the same episode all the same
     p = _tampered(tmp_path, oracle_submission, edit)
     _rejected(p, small_suite, f"line 6: {MATH0}: duplicated episode (also on line 2)",
               "footer: claims 12 episodes, the file has 13")
+
+    def exact(lines: list[dict[str, Any]]) -> None:
+        lines.insert(5, copy.deepcopy(lines[1]))
+    _rejected(_tampered(tmp_path, oracle_submission, exact), small_suite, "line 6 repeats line 2 byte for byte")
 
 
 def test_other_env_version(tmp_path: Path, oracle_submission: Path, small_suite: Suite) -> None:
@@ -207,9 +212,9 @@ def test_other_suite_version(tmp_path: Path, oracle_submission: Path, small_suit
 
 def test_declared_sampling_and_tokenizer(tmp_path: Path, oracle_submission: Path, small_suite: Suite) -> None:
     def edit(lines: list[dict[str, Any]]) -> None:
-        lines[0]["submission"]["describe"]["temperature"] = 0.0
+        lines[0]["submission"]["describe"]["temperature"] = 0.5
     _rejected(_tampered(tmp_path, oracle_submission, edit), small_suite,
-              "sampled at temperature 0.0, the suite requires 1.0")
+              "sampled at temperature 0.5, the suite requires 1.0 (or 0: greedy decoding, scored on one trial)")
 
     def tok(lines: list[dict[str, Any]]) -> None:
         lines[0]["submission"]["tokenizer"]["vocab_size"] = 1000
