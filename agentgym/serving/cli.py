@@ -63,7 +63,7 @@ def _serve_model(args: argparse.Namespace) -> int:
     from agentgym.errors import ConfigError
 
     try:
-        from agentgym.serving.model_server import run
+        from agentgym.serving.model_server import ModelLimits, run
     except ImportError as e:  # torch / transformers: the [train] extra
         raise ConfigError(f"`agentgym serve model` needs the trainer's dependencies ({e}); "
                           "install them with: pip install 'agentgym-suite[train]'") from None
@@ -72,7 +72,9 @@ def _serve_model(args: argparse.Namespace) -> int:
     access = server_access("agentgym serve model", args.host, hosts=args.allow_host, origins=args.allow_origin)
     run(args.model, host=args.host, port=args.port, device=args.device, model_name=args.served_model_name,
         tokenizer=args.tokenizer, reasoning_effort=args.reasoning_effort, max_tokens=args.max_tokens,
-        threads=args.threads, access=access)
+        threads=args.threads, access=access, weights_dirs=args.weights_dir,
+        limits=ModelLimits(max_prompt_tokens=args.max_prompt_tokens, max_tokens=args.max_completion_tokens,
+                           header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout))
     return 0
 
 
@@ -120,7 +122,7 @@ def _parser() -> argparse.ArgumentParser:
                            help="a policy behind an OpenAI-compatible API: token-id completions, chat "
                                 "completions with tools, weight reload (needs the [train] extra)")
     model.add_argument("--model", required=True, help="checkpoint directory, hub id, or 'tiny'")
-    model.add_argument("--host", default="127.0.0.1", help="bind address")
+    model.add_argument("--host", default="127.0.0.1", help="bind address (loopback only by default)")
     model.add_argument("--port", type=int, default=8000, help="TCP port")
     model.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     model.add_argument("--served-model-name", default="agentgym", help="the model name requests must use")
@@ -129,7 +131,18 @@ def _parser() -> argparse.ArgumentParser:
                             "'byte' for tiny models, else the model's own directory)")
     model.add_argument("--reasoning-effort", default="low", choices=REASONING_EFFORTS,
                        help="chat default when a request names none (the environments use low)")
-    model.add_argument("--max-tokens", type=int, default=2048, help="chat default completion budget")
+    model.add_argument("--max-tokens", type=positive_int, default=2048, help="chat default completion budget")
+    model.add_argument("--max-completion-tokens", type=positive_int, default=4096,
+                       help="the most tokens one request may ask to generate per prompt (max_tokens)")
+    model.add_argument("--max-prompt-tokens", type=positive_int, default=8192,
+                       help="the longest prompt accepted, in tokens (chat: the rendered conversation)")
+    model.add_argument("--weights-dir", action="append", default=[], metavar="DIR",
+                       help="/reload_weights loads only checkpoints inside this directory (repeatable; "
+                            "none: reload is refused). The openai-http engine writes to its checkpoint_dir")
+    model.add_argument("--header-timeout", type=positive_float, default=10.0,
+                       help="close a connection that is idle or slow to send its request headers (s)")
+    model.add_argument("--body-timeout", type=positive_float, default=30.0,
+                       help="refuse a request whose body takes longer than this (s)")
     model.add_argument("--threads", type=int, default=1,
                        help="torch intra-op threads (1: a tiny model on a shared CPU decodes ~15x faster "
                             "than with 2 threads fighting for 2 busy cores; raise it for a large model)")
