@@ -38,6 +38,7 @@ _OLD = "`agentgym serve ENV_ID` is now `agentgym serve env ENV_ID` (`agentgym se
 
 def _serve_env(args: argparse.Namespace) -> int:
     import agentgym
+    from agentgym.errors import ConfigError
     from agentgym.registration import check_env_id
     from agentgym.serving.env_server import serve
     from agentgym.serving.env_sessions import SessionManager, parse_env_kwarg
@@ -45,6 +46,11 @@ def _serve_env(args: argparse.Namespace) -> int:
     from agentgym.serving.guard import server_access
 
     check_env_id(args.env_id, agentgym.registered_ids())
+    try:
+        import websockets  # noqa: F401  (uvicorn speaks WebSocket through it)
+    except ImportError:
+        raise ConfigError("`agentgym serve env` serves its sessions over WebSocket and needs the websockets "
+                          "package; install it with: pip install 'agentgym-suite[scale]'") from None
     limits = Limits(max_sessions=args.max_sessions, max_message_bytes=args.max_message_bytes,
                     max_client_sessions=min(args.max_client_sessions or args.max_sessions, args.max_sessions),
                     idle_timeout_s=args.idle_timeout, detach_grace_s=args.detach_grace,

@@ -196,9 +196,18 @@ class SessionManager:
                               f"{sorted(client_kwargs)}, the server's {sorted(self.env_kwargs)}): {e}") from None
 
     def check(self) -> None:
-        """Build and close one env with the server's own keyword arguments: a typo in
-        ``agentgym serve env --env-kwarg`` fails at start-up, not at every client's hello."""
-        self._build({}).close()
+        """Build one env with the server's own keyword arguments and start an episode: a typo in
+        ``agentgym serve env --env-kwarg``, or infrastructure the env needs and cannot reach (no
+        Docker engine for CodeFix), fails at start-up, before the server says it is ready, not
+        at every client's first reset."""
+        env = self._build({})
+        try:
+            _, info = env.reset(seed=0)
+            if info.get("infra_error"):
+                raise ServiceError(f"{self.env_id} cannot start an episode: {info['infra_error']}; fix its "
+                                   "infrastructure before serving it")
+        finally:
+            env.close()
 
     def get(self, session_id: str, secret: str) -> Session:
         s = self._sessions.get(session_id)

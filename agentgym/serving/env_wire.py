@@ -140,6 +140,8 @@ def decode(raw: str | bytes, *, max_bytes: int) -> dict[str, Any]:
         msg = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise errors.ConfigError(f"expected one JSON object per message, got unparseable data ({e})") from None
+    except RecursionError:
+        raise errors.ConfigError("expected one JSON object per message, got one nested too deeply") from None
     if not isinstance(msg, dict):
         raise errors.ConfigError(f"expected a JSON object per message, got {type(msg).__name__}")
     return msg

@@ -147,6 +147,11 @@ def test_the_actions_the_wire_carries_still_cross() -> None:
         assert back.dtype == a.dtype and back.tolist() == a.tolist()
 
 
+def test_deep_json_is_a_clear_error() -> None:
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        env_wire.decode("[" * 100_000 + "]" * 100_000, max_bytes=1 << 20)
+
+
 def test_sessions_per_client_are_capped() -> None:
     m = SessionManager(MATH, limits=env_wire.Limits(max_sessions=4, max_client_sessions=2))
     m.open(HELLO, "ws", "10.0.0.1")
