@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import functools
 import inspect
+import json
 import sys
 import time
 import weakref
@@ -53,8 +54,10 @@ class _Retrying:
     """Backoff bookkeeping shared by both channels."""
 
     def __init__(self, url: str, *, timeout: float, connect_timeout: float, reconnect_attempts: int,
-                 backoff_s: float) -> None:
+                 backoff_s: float, token: str | None = None) -> None:
         self.url, self.timeout, self.connect_timeout = url, timeout, connect_timeout
+        # The server's token (``agentgym.serving.guard``), sent on every request when set.
+        self.auth = {"authorization": f"Bearer {token}"} if token else {}
         self.reconnect_attempts, self.backoff_s = reconnect_attempts, backoff_s
         self.session: str | None = None
         self.secret: str | None = None
@@ -80,6 +83,18 @@ def _handshake_status(e: BaseException) -> int | None:
     return int(status) if isinstance(status, int) else None
 
 
+def _refusal(url: str, status: int, body: Any) -> ConfigError | None:
+    """The error for a request the server's guard refused (401, 403, 415 with its JSON reason), else None."""
+    if status not in (401, 403, 415):
+        return None
+    try:
+        message = str(json.loads(body)["error"]["message"])
+    except (TypeError, ValueError, KeyError):
+        return None
+    hint = f"; set {env_wire.TOKEN_ENV} to the token the server printed" if status == 401 else ""
+    return ConfigError(f"{url} refused the connection: {message}{hint}")
+
+
 _OPEN: weakref.WeakSet[WebSocketChannel] = weakref.WeakSet()  # channels with a live connection
 CLOSE_TIMEOUT_S = 2.0  # a polite close waits at most this long for the server's answer
 
@@ -101,9 +116,9 @@ class WebSocketChannel(_Retrying):
 
     def __init__(self, url: str, *, timeout: float = 60.0, connect_timeout: float = 10.0,
                  reconnect_attempts: int = 3, backoff_s: float = 0.2, max_message_bytes: int = 64 << 20,
-                 connect: Callable[..., Any] | None = None) -> None:
+                 token: str | None = None, connect: Callable[..., Any] | None = None) -> None:
         super().__init__(url, timeout=timeout, connect_timeout=connect_timeout,
-                         reconnect_attempts=reconnect_attempts, backoff_s=backoff_s)
+                         reconnect_attempts=reconnect_attempts, backoff_s=backoff_s, token=token)
         if connect is None:
             try:
                 from websockets.sync.client import connect as ws_connect
@@ -132,7 +147,7 @@ class WebSocketChannel(_Retrying):
             try:
                 self._ws = self._connect(self.url, open_timeout=self.connect_timeout,
                                          max_size=self.max_message_bytes, compression=None,
-                                         close_timeout=CLOSE_TIMEOUT_S)
+                                         close_timeout=CLOSE_TIMEOUT_S, additional_headers=self.auth)
                 _OPEN.add(self)
                 reply = self._roundtrip(first)
             except TimeoutError:
@@ -141,6 +156,9 @@ class WebSocketChannel(_Retrying):
             except (OSError, WebSocketException) as e:
                 self._drop()
                 status = _handshake_status(e)
+                refused = _refusal(self.url, status or 0, getattr(getattr(e, "response", None), "body", b""))
+                if refused is not None:  # the server's guard: no retry helps
+                    raise refused from None
                 if status is not None:  # a server answered, but not with a WebSocket: no retry helps
                     raise ConfigError(
                         f"{self.url} answered the WebSocket handshake with HTTP {status}: the server is up but "
@@ -222,15 +240,17 @@ class HTTPChannel(_Retrying):
     """Plain HTTP (``http://host:port``): one POST per request; ``transport`` is injectable."""
 
     def __init__(self, url: str, *, timeout: float = 60.0, connect_timeout: float = 10.0,
-                 reconnect_attempts: int = 3, backoff_s: float = 0.2,
+                 reconnect_attempts: int = 3, backoff_s: float = 0.2, token: str | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
         super().__init__(url.rstrip("/"), timeout=timeout, connect_timeout=connect_timeout,
-                         reconnect_attempts=reconnect_attempts, backoff_s=backoff_s)
-        self._http = httpx.Client(base_url=self.url, transport=transport,
+                         reconnect_attempts=reconnect_attempts, backoff_s=backoff_s, token=token)
+        self._http = httpx.Client(base_url=self.url, transport=transport, headers=self.auth,
                                   timeout=httpx.Timeout(timeout, connect=connect_timeout))
 
     def _post(self, path: str, msg: dict[str, Any], what: str) -> dict[str, Any]:
-        headers = {"authorization": f"Bearer {self.secret}"} if self.secret else {}
+        headers = {"content-type": "application/json"}
+        if self.secret:
+            headers[env_wire.SECRET_HEADER] = self.secret
         last: BaseException | None = None
         for attempt in range(self.reconnect_attempts + 1):
             if attempt:
@@ -245,6 +265,9 @@ class HTTPChannel(_Retrying):
             except httpx.TransportError as e:  # refused, reset: the same seq is safe to resend
                 last = e
                 continue
+            refused = _refusal(self.url, r.status_code, r.content)
+            if refused is not None:
+                raise refused
             try:
                 reply = r.json()
             except ValueError:
@@ -279,7 +302,7 @@ class HTTPChannel(_Retrying):
         if self.session is not None:
             try:
                 self._http.delete(f"{env_wire.HTTP_PREFIX}/{self.session}",
-                                  headers={"authorization": f"Bearer {self.secret}"}, timeout=5.0)
+                                  headers={env_wire.SECRET_HEADER: str(self.secret)}, timeout=5.0)
             except httpx.HTTPError:
                 pass
         self.session = self.secret = None

@@ -11,6 +11,10 @@ each step appended), so ``env.unwrapped.trajectory`` and ``.codec`` work as with
 the trainer's collector needs no change. Same seed and keyword arguments, same tokens,
 rewards and info as the local env (tested token for token on every registered env).
 
+A server that requires a token (bound to anything but loopback) gets the one in the environment
+variable ``token_env`` (default ``AGENTGYM_SERVE_TOKEN``): the token is never a keyword argument,
+so it is not recorded with the env's spec.
+
 Errors: a server that cannot be reached, a session that was lost, or a request that timed out
 raise :class:`ServiceLost` (a ServiceError and an InfraError: the episode in flight is lost, and
 the trainer and agentgym-eval count it as an infrastructure fault; ``reset()`` opens a new
@@ -24,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import os
 from typing import Any
 
 import gymnasium as gym
@@ -56,7 +61,8 @@ class RemoteEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def __init__(self, *, url: str, env_id: str, tokenizer: Tokenizer | Any = None, timeout: float = 60.0,
                  connect_timeout: float = 10.0, reconnect_attempts: int = 3, backoff_s: float = 0.2,
-                 channel: Channel | None = None, render_mode: str | None = None, **env_kwargs: Any) -> None:
+                 token_env: str = env_wire.TOKEN_ENV, channel: Channel | None = None, render_mode: str | None = None,
+                 **env_kwargs: Any) -> None:
         if render_mode not in (None, "ansi"):
             raise ConfigError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         if not (timeout > 0 and connect_timeout > 0 and reconnect_attempts >= 0):
@@ -78,7 +84,7 @@ class RemoteEnv(gym.Env[np.ndarray, np.ndarray]):
                                      "vocab_size": int(self.tokenizer.vocab_size)}}
         self.channel: Channel = channel or make_channel(
             url, timeout=timeout, connect_timeout=connect_timeout, reconnect_attempts=reconnect_attempts,
-            backoff_s=backoff_s)
+            backoff_s=backoff_s, token=os.environ.get(token_env) or None)
         self.trajectory: Trajectory | None = None
         self.counts: dict[str, int] = {}
         self._seq = 0

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import os
 import signal
 import socket
@@ -38,6 +37,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from agentgym.errors import AgentGymError, ConfigError
 from agentgym.serving import env_wire
 from agentgym.serving.env_sessions import Session, SessionManager
+from agentgym.serving.guard import Access, Guard
+from agentgym.serving.transport import listen, read_body, uvicorn_config
 
 __all__ = ["create_app", "serve"]
 
@@ -45,7 +46,8 @@ __all__ = ["create_app", "serve"]
 WS_POLICY, WS_TRY_LATER = 1008, 1013
 
 
-def create_app(manager: SessionManager) -> Starlette:
+def create_app(manager: SessionManager, access: Access | None = None) -> Guard:
+    """The app of one served env behind :class:`Guard` (``access``: loopback, no token by default)."""
     limits = manager.limits
     threads = anyio.CapacityLimiter(max(4, limits.max_sessions))
 
@@ -66,7 +68,7 @@ def create_app(manager: SessionManager) -> Starlette:
             await _close(ws, WS_POLICY)
             return
         try:
-            session = await _attach(first)
+            session = await _attach(first, client_of(ws))
         except Exception as e:  # a refused hello, or an env that failed to build: the client is told
             await ws.send_text(env_wire.encode(env_wire.error_reply(e)))
             await _close(ws, WS_TRY_LATER if "capacity" in str(e) else WS_POLICY)
@@ -96,10 +98,10 @@ def create_app(manager: SessionManager) -> Starlette:
                 session.attached = False
                 session.touched = time.monotonic()
 
-    async def _attach(first: dict[str, Any]) -> Session:
+    async def _attach(first: dict[str, Any], client: str) -> Session:
         op = first.get("op")
         if op == "hello":
-            return await in_thread(manager.open, first, "ws")  # type: ignore[no-any-return]
+            return await in_thread(manager.open, first, "ws", client)  # type: ignore[no-any-return]
         if op == "resume":
             if first.get("protocol") != env_wire.PROTOCOL:
                 raise ConfigError(f"protocol {first.get('protocol')!r} is not spoken here ({env_wire.PROTOCOL})")
@@ -107,14 +109,18 @@ def create_app(manager: SessionManager) -> Starlette:
         raise ConfigError(f"the first message must be 'hello' or 'resume', got op {op!r}")
 
     # ------------------------------------------------------------------ HTTP
+    async def body(request: Request) -> bytes:
+        return await read_body(request, limits.max_message_bytes, limits.body_timeout_s)
+
     async def http_open(request: Request) -> Response:
         try:
-            msg = env_wire.decode(await _body(request, limits.max_message_bytes), max_bytes=limits.max_message_bytes)
+            msg = env_wire.decode(await body(request), max_bytes=limits.max_message_bytes)
             if msg.get("op", "hello") != "hello":
                 raise ConfigError("POST /v1/sessions opens a session: expected op 'hello'")
-            session = await in_thread(manager.open, msg, "http")
+            session = await in_thread(manager.open, msg, "http", client_of(request))
         except Exception as e:
-            return JSONResponse(env_wire.error_reply(e), status_code=503 if "capacity" in str(e) else 400)
+            status = getattr(e, "status", 503 if "capacity" in str(e) else 400)
+            return JSONResponse(env_wire.error_reply(e), status_code=status)
         return JSONResponse(_welcome(session), status_code=201)
 
     async def http_request(request: Request) -> Response:
@@ -123,19 +129,18 @@ def create_app(manager: SessionManager) -> Starlette:
             if request.method == "DELETE":
                 await in_thread(manager.close, session)
                 return JSONResponse({"ok": True})
-            msg = env_wire.decode(await _body(request, limits.max_message_bytes), max_bytes=limits.max_message_bytes)
+            msg = env_wire.decode(await body(request), max_bytes=limits.max_message_bytes)
             if msg.get("op") == "close":
                 await in_thread(manager.close, session)
                 return JSONResponse({"ok": True})
             reply = await in_thread(session.handle, msg)
         except AgentGymError as e:
-            return JSONResponse(env_wire.error_reply(e), status_code=404 if "no session" in str(e) else 400)
+            status = getattr(e, "status", 404 if "no session" in str(e) else 400)
+            return JSONResponse(env_wire.error_reply(e), status_code=status)
         return JSONResponse(reply)
 
     def _session_of(request: Request) -> Session:
-        auth = request.headers.get("authorization", "")
-        secret = auth.removeprefix("Bearer ").strip()
-        return manager.get(request.path_params["sid"], secret)
+        return manager.get(request.path_params["sid"], request.headers.get(env_wire.SECRET_HEADER, ""))
 
     async def health(_: Request) -> Response:
         return JSONResponse(manager.health())
@@ -162,12 +167,12 @@ def create_app(manager: SessionManager) -> Starlette:
                 "tokenizer": manager.tokenizer_info(), "limits": limits.to_dict(), "protocol": env_wire.PROTOCOL,
                 "splits": list(getattr(session.env.unwrapped, "splits", ()))}
 
-    return Starlette(routes=[
+    return Guard(Starlette(routes=[
         WebSocketRoute(env_wire.WS_PATH, ws_endpoint),
         Route(env_wire.HTTP_PREFIX, http_open, methods=["POST"]),
         Route(env_wire.HTTP_PREFIX + "/{sid}", http_request, methods=["POST", "DELETE"]),
         Route("/healthz", health, methods=["GET"]),
-    ], lifespan=lifespan)
+    ], lifespan=lifespan), access or Access())
 
 
 async def _receive(ws: WebSocket, max_bytes: int) -> dict[str, Any]:
@@ -183,52 +188,37 @@ async def _close(ws: WebSocket, code: int) -> None:
         await ws.close(code)
 
 
-async def _body(request: Request, max_bytes: int) -> bytes:
-    """The request body, refusing more than ``max_bytes`` before reading it all."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise ConfigError(f"request body of {declared} bytes is over this server's limit of {max_bytes}")
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > max_bytes:
-            raise ConfigError(f"request body is over this server's limit of {max_bytes} bytes")
-    return body
+def client_of(conn: Request | WebSocket) -> str:
+    """Who a connection comes from, for the per-client session cap: its address."""
+    return conn.client.host if conn.client is not None else "unknown"
 
 
 # ---------------------------------------------------------------------------- process
 def serve(manager: SessionManager, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
           parent_pid: int | None = None, ready: Callable[[str], None] | None = None,
-          stop: threading.Event | None = None) -> None:
+          stop: threading.Event | None = None, access: Access | None = None) -> None:
     """Run the server until SIGTERM/SIGINT, ``parent_pid`` dies or ``stop`` is set; blocks.
+
+    ``access``: who is let in (:mod:`agentgym.serving.guard`; default: loopback, no token).
 
     ``ready(url)`` is called once the socket accepts connections (default: print
     ``AGENTGYM_SERVE_READY url=ws://HOST:PORT/ws pid=PID`` on stdout, for scripts and tests).
     """
-    import uvicorn  # here, so that `agentgym --help` stays fast
+    import uvicorn
 
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets whose proto says TCP; without
-    # it every small reply waits ~40 ms for a delayed ACK.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        why = "is in use by another process" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e.strerror})"
-        raise ConfigError(f"port {port} on {host} {why}; pick another --port, or --port 0 for a free one") from None
-    sock.listen(2048)
+    access = access or Access(host=host)
+    if access.host != host:
+        raise ConfigError(f"access is for {access.host!r} but the server binds {host!r}")
+    sock = listen(host, port, what="agentgym serve env")
     lim = manager.limits
-    config = uvicorn.Config(create_app(manager), log_level=log_level, access_log=False, lifespan="on",
-                            # Frames up to twice the limit get a readable error reply from
-                            # env_wire.decode; larger ones are cut off by uvicorn itself.
-                            ws_max_size=2 * lim.max_message_bytes + 65536, ws_ping_interval=20.0,
-                            ws_ping_timeout=20.0, timeout_keep_alive=int(lim.idle_timeout_s),
-                            backlog=2048, timeout_graceful_shutdown=5)
+    # Frames up to twice the limit get a readable error reply from env_wire.decode; larger ones
+    # are cut off by the WebSocket implementation itself.
+    config = uvicorn_config(create_app(manager, access), header_timeout_s=lim.header_timeout_s,
+                            max_ws_bytes=2 * lim.max_message_bytes + 65536, log_level=log_level, lifespan="on",
+                            ws_ping_interval=20.0, ws_ping_timeout=20.0, backlog=2048, timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     bound = sock.getsockname()[1]
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
     url = f"ws://{shown}:{bound}{env_wire.WS_PATH}"
 
     def announce() -> None:

@@ -31,11 +31,14 @@ __all__ = ["Session", "SessionManager"]
 class Session:
     """One client's environment. Not thread-safe by itself: the manager serialises its requests."""
 
-    def __init__(self, env: gym.Env, env_id: str, transport: str) -> None:
+    def __init__(self, env: gym.Env, env_id: str, transport: str, client: str = "unknown",
+                 max_action_items: int = env_wire.MAX_ACTION_ITEMS) -> None:
         self.id = secrets.token_urlsafe(12)
         self.secret = secrets.token_urlsafe(24)
         self.env, self.env_id = env, env_id
         self.transport = transport  # "ws" (ends with its connection) or "http" (ends when idle)
+        self.client = client  # the client's address (sessions per client are capped)
+        self.max_action_items = max_action_items
         self.lock = threading.Lock()  # one request at a time per session
         self.last_seq = 0
         self.last_reply: dict[str, Any] | None = None
@@ -84,7 +87,8 @@ class Session:
                 raise ConfigError("step: missing 'action'")
             traj = self.env.unwrapped.trajectory  # type: ignore[attr-defined]
             start = len(traj.tokens) if traj is not None else 0
-            obs, reward, terminated, truncated, info = self.env.step(env_wire.decode_action(msg["action"]))
+            action = env_wire.decode_action(msg["action"], max_items=self.max_action_items)
+            obs, reward, terminated, truncated, info = self.env.step(action)
             traj = self.env.unwrapped.trajectory  # type: ignore[attr-defined]
             delta: env_wire.Delta = {
                 "tokens": traj.tokens[start:], "policy_mask": traj.policy_mask[start:],
@@ -122,7 +126,7 @@ class SessionManager:
         self._make_env: MakeEnv = make_env or gym.make
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
-        self._reserved = 0  # sessions being created (counted against the cap)
+        self._reserved: dict[str, int] = {}  # sessions being created, per client (counted against the caps)
         self.created = 0
 
     # ------------------------------------------------------------------ identity
@@ -135,8 +139,10 @@ class SessionManager:
                 "created": self.created, "limits": self.limits.to_dict(), "protocol": env_wire.PROTOCOL}
 
     # ------------------------------------------------------------------ lifecycle
-    def open(self, hello: dict[str, Any], transport: str = "ws") -> Session:
-        """Check a hello message and create its session (blocking: builds the env)."""
+    def open(self, hello: dict[str, Any], transport: str = "ws", client: str = "unknown") -> Session:
+        """Check a hello message and create its session (blocking: builds the env).
+
+        ``client``: the client's address; it may hold at most ``limits.max_client_sessions``."""
         if hello.get("protocol") != env_wire.PROTOCOL:
             raise ConfigError(f"protocol {hello.get('protocol')!r} is not spoken here (server speaks "
                               f"{env_wire.PROTOCOL}); use the same agentgym version on both sides")
@@ -159,16 +165,23 @@ class SessionManager:
                               f"{sorted(self.allow_kwargs)}. The operator fixes the others with "
                               "`agentgym serve env --env-kwarg KEY=JSON` or opens them with --allow-kwarg KEY")
         with self._lock:
-            if len(self._sessions) + self._reserved >= self.limits.max_sessions:
+            if len(self._sessions) + sum(self._reserved.values()) >= self.limits.max_sessions:
                 raise ServiceError(f"server at capacity: {self.limits.max_sessions} sessions are open; "
                                    "retry later, close idle envs, or start another `agentgym serve env`")
-            self._reserved += 1
+            held = sum(s.client == client for s in self._sessions.values()) + self._reserved.get(client, 0)
+            if held >= self.limits.max_client_sessions:
+                raise ServiceError(f"client at capacity: {client} holds {held} sessions, this server's limit "
+                                   f"per client (--max-client-sessions {self.limits.max_client_sessions}); "
+                                   "close idle envs or retry later")
+            self._reserved[client] = self._reserved.get(client, 0) + 1
         try:
             env = self._build(kwargs)
         finally:
             with self._lock:
-                self._reserved -= 1
-        session = Session(env, self.env_id, transport)
+                self._reserved[client] -= 1
+                if not self._reserved[client]:
+                    del self._reserved[client]
+        session = Session(env, self.env_id, transport, client, self.limits.max_action_items)
         with self._lock:
             self._sessions[session.id] = session
             self.created += 1
@@ -183,9 +196,18 @@ class SessionManager:
                               f"{sorted(client_kwargs)}, the server's {sorted(self.env_kwargs)}): {e}") from None
 
     def check(self) -> None:
-        """Build and close one env with the server's own keyword arguments: a typo in
-        ``agentgym serve env --env-kwarg`` fails at start-up, not at every client's hello."""
-        self._build({}).close()
+        """Build one env with the server's own keyword arguments and start an episode: a typo in
+        ``agentgym serve env --env-kwarg``, or infrastructure the env needs and cannot reach (no
+        Docker engine for CodeFix), fails at start-up, before the server says it is ready, not
+        at every client's first reset."""
+        env = self._build({})
+        try:
+            _, info = env.reset(seed=0)
+            if info.get("infra_error"):
+                raise ServiceError(f"{self.env_id} cannot start an episode: {info['infra_error']}; fix its "
+                                   "infrastructure before serving it")
+        finally:
+            env.close()
 
     def get(self, session_id: str, secret: str) -> Session:
         s = self._sessions.get(session_id)

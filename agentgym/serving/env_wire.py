@@ -25,13 +25,16 @@ Errors: ``{"ok": false, "error": {"type": "ConfigError", "message": "..."}, "seq
 type names a class of ``agentgym.errors`` and the client raises that class.
 
 Over HTTP: ``POST /v1/sessions`` (hello), ``POST /v1/sessions/{id}`` (a request; header
-``Authorization: Bearer <secret>``), ``DELETE /v1/sessions/{id}``, ``GET /healthz``.
+``X-Agentgym-Secret: <secret>``), ``DELETE /v1/sessions/{id}``, ``GET /healthz``; every POST body
+is ``Content-Type: application/json``. A server that requires a token (``agentgym.serving.guard``)
+wants ``Authorization: Bearer <token>`` on every request and on the WebSocket handshake.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -44,6 +47,8 @@ __all__ = [
     "PROTOCOL",
     "READY_PREFIX",
     "SAFE_KWARGS",
+    "SECRET_HEADER",
+    "TOKEN_ENV",
     "WS_PATH",
     "Delta",
     "Limits",
@@ -59,6 +64,8 @@ __all__ = [
 PROTOCOL = 1
 HTTP_PREFIX = "/v1/sessions"
 WS_PATH = "/ws"  # the WebSocket endpoint of `agentgym serve env`
+TOKEN_ENV = "AGENTGYM_SERVE_TOKEN"  # the servers' token, for servers and clients (agentgym.serving.guard)
+SECRET_HEADER = "x-agentgym-secret"  # an HTTP session's secret (Authorization carries the server's token)
 # `agentgym serve env` prints one line starting with this once it accepts connections.
 READY_PREFIX = "AGENTGYM_SERVE_READY"
 
@@ -73,15 +80,22 @@ SAFE_KWARGS: frozenset[str] = frozenset({
 })
 
 
+MAX_ACTION_ITEMS = 1 << 16  # values in one action sent as a declared array (dtype, shape, data)
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What one ``agentgym serve env`` process accepts (sent to clients in the hello reply)."""
 
     max_sessions: int = 256  # env instances held at once (one per session)
+    max_client_sessions: int = 256  # of those, held by one client address
     max_message_bytes: int = 1 << 20  # one request; actions of 4096 tokens are ~30 KB
+    max_action_items: int = MAX_ACTION_ITEMS  # values in one declared array action (module doc)
     idle_timeout_s: float = 300.0  # an HTTP session with no request for this long is closed
     detach_grace_s: float = 30.0  # a WebSocket session whose connection dropped waits this long
     hello_timeout_s: float = 10.0  # a connection that does not say hello in time is dropped
+    header_timeout_s: float = 10.0  # a connection idle, or slow with its request headers, is closed
+    body_timeout_s: float = 30.0  # an HTTP request body that takes longer is refused (408)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -126,6 +140,8 @@ def decode(raw: str | bytes, *, max_bytes: int) -> dict[str, Any]:
         msg = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise errors.ConfigError(f"expected one JSON object per message, got unparseable data ({e})") from None
+    except RecursionError:
+        raise errors.ConfigError("expected one JSON object per message, got one nested too deeply") from None
     if not isinstance(msg, dict):
         raise errors.ConfigError(f"expected a JSON object per message, got {type(msg).__name__}")
     return msg
@@ -150,18 +166,48 @@ def encode_action(action: Any) -> Action:
     return {"dtype": arr.dtype.str, "shape": list(arr.shape), "data": arr.tolist()}
 
 
-def decode_action(a: Any) -> Any:
-    """The server side of :func:`encode_action`: an object ``ToolEnv.step`` accepts or rejects."""
+# The dtypes an action may declare: booleans, integers and floats of up to 8 bytes, and strings of
+# up to MAX_ACTION_CHARS characters. Checked on the string, before numpy parses it: a declared
+# "<U100000000" would otherwise allocate 400 MB per element.
+_ACTION_DTYPE = re.compile(r"[<>|=]?(?:b1|[iu][1248]|f[248]|U(\d{1,4}))")
+MAX_ACTION_CHARS = 256
+_BAD_ACTION: Any = [[0], [0, 0]]  # not an action: a ragged value the env rejects as a bad action
+
+
+def _leaves(data: Any, cap: int) -> int:
+    """The number of values in a nested list, counting no further than ``cap + 1``."""
+    count, stack = 0, [data]
+    while stack and count <= cap:
+        x = stack.pop()
+        if isinstance(x, list):
+            stack.extend(x)
+        else:
+            count += 1
+    return count
+
+
+def decode_action(a: Any, *, max_items: int = MAX_ACTION_ITEMS) -> Any:
+    """The server side of :func:`encode_action`: an object ``ToolEnv.step`` accepts or rejects.
+
+    A declared array is built only when its dtype is one the wire carries (``_ACTION_DTYPE``)
+    and it holds at most ``max_items`` values; anything else becomes a bad action."""
     if isinstance(a, list):
         if not all(isinstance(i, int) and not isinstance(i, bool) for i in a):
-            return [[0], [0, 0]]  # not ids: a ragged value the env rejects as a bad action
+            return _BAD_ACTION
         return np.asarray(a, dtype=np.int64)
-    if isinstance(a, dict) and isinstance(a.get("dtype"), str) and a["dtype"][1:2] in tuple("iufbU"):
-        try:
-            return np.asarray(a.get("data"), dtype=np.dtype(a["dtype"])).reshape(a.get("shape"))
-        except (TypeError, ValueError):
-            pass
-    return [[0], [0, 0]]
+    if not isinstance(a, dict) or not isinstance(a.get("dtype"), str):
+        return _BAD_ACTION
+    kind = _ACTION_DTYPE.fullmatch(a["dtype"])
+    shape, data = a.get("shape"), a.get("data")
+    if (kind is None or (kind.group(1) is not None and int(kind.group(1)) > MAX_ACTION_CHARS)
+            or not (isinstance(shape, list) and len(shape) <= 8
+                    and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape))
+            or math.prod(shape) > max_items or _leaves(data, max_items) > max_items):
+        return _BAD_ACTION
+    try:
+        return np.asarray(data, dtype=np.dtype(a["dtype"])).reshape(shape)
+    except (TypeError, ValueError, OverflowError):
+        return _BAD_ACTION
 
 
 # --------------------------------------------------------------------------------- errors

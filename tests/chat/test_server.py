@@ -123,7 +123,8 @@ def test_bad_requests_get_clear_errors(server: CompletionServer, patch: dict, st
 
 
 def test_malformed_json_body_is_a_400(server: CompletionServer) -> None:
-    r = httpx.post(f"{server.url}/v1/chat/completions", content=b"{not json", timeout=30)
+    r = httpx.post(f"{server.url}/v1/chat/completions", content=b"{not json", timeout=30,
+                   headers={"content-type": "application/json"})
     assert r.status_code == 400
 
 

@@ -301,7 +301,7 @@ def test_async_with_a_served_engine_in_its_own_server(tmp_path: Path) -> None:
 
     served = HFEngine(build_tiny_gptoss(ByteTokenizer().vocab_size, seed=1), share=False)  # other weights
     k, steps = 1, 3
-    with CompletionServer(served) as server:
+    with CompletionServer(served, weights_dirs=[tmp_path]) as server:
         cfg = load_config("cpu-quickstart", [
             *SMALL, f"log.run_dir={tmp_path / 'run'}", f"ppo.steps={steps}", "rollout.mode=async",
             f"rollout.max_staleness={k}", "rollout.engine=openai-http", "rollout.prefix_cache=false",

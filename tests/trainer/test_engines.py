@@ -99,7 +99,7 @@ def test_make_engine_unknown_name_suggests() -> None:
 def test_openai_http_end_to_end_with_weight_sync(policy: torch.nn.Module, tmp_path: Path) -> None:
     """Real uvicorn server on 127.0.0.1 serving *different* weights until the trainer syncs."""
     served = HFEngine(build_tiny_gptoss(TOK.vocab_size, seed=1), share=False)
-    with CompletionServer(served) as server:
+    with CompletionServer(served, weights_dirs=[tmp_path]) as server:
         eng = make_engine("openai-http", base_url=server.url, checkpoint_dir=tmp_path / "sync")
         try:
             before = eng.generate(PROMPTS, max_new_tokens=16, temperature=1.0, stop_ids=STOPS, seed=3)
@@ -206,7 +206,7 @@ def test_server_runs_as_a_process(policy: torch.nn.Module, tmp_path: Path) -> No
         port = s.getsockname()[1]
     proc = subprocess.Popen(
         [sys.executable, "-m", "agentgym.cli", "serve", "model", "--model", "tiny", "--port", str(port),
-         "--device", "cpu"],
+         "--device", "cpu", "--weights-dir", str(tmp_path)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     url = f"http://127.0.0.1:{port}"

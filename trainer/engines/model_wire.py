@@ -30,10 +30,14 @@ from typing import Any
 from agentgym.errors import ServiceError
 from agentgym.trainer.engines.base import Sample
 
-__all__ = ["COMPLETIONS_PATH", "RELOAD_PATH", "completion_request", "completion_response", "parse_completion"]
+__all__ = ["COMPLETIONS_PATH", "RELOAD_PATH", "TOKEN_ENV", "completion_request", "completion_response",
+           "parse_completion"]
 
 COMPLETIONS_PATH = "/v1/completions"
 RELOAD_PATH = "/reload_weights"
+# The bearer token of `agentgym serve model` (required when it is bound off loopback); the
+# client sends it when no api_key is given. The same variable as the env server's.
+TOKEN_ENV = "AGENTGYM_SERVE_TOKEN"
 _TOKEN_PREFIX = "token_id:"
 
 

@@ -24,10 +24,14 @@ reload; the other ranks wait for it. One server per node, reading the node's ``c
 A separate server needs the weights on disk; the in-process ``vllm`` engine never does.
 
 Every request has a timeout, so a hung sync fails loudly instead of stalling the run.
+Requests carry ``Authorization: Bearer`` with ``api_key``, or else ``$AGENTGYM_SERVE_TOKEN`` when
+set (the token of an ``agentgym serve model`` bound off loopback). That server loads weights only
+from its ``--weights-dir`` directories: set ``checkpoint_dir`` to one of them.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -42,6 +46,7 @@ from agentgym.trainer.engines.base import Sample
 from agentgym.trainer.engines.model_wire import (
     COMPLETIONS_PATH,
     RELOAD_PATH,
+    TOKEN_ENV,
     completion_request,
     parse_completion,
 )
@@ -120,6 +125,7 @@ class OpenAIHTTPEngine:
             raise ConfigError(f"base_url must start with http:// or https://, got {base_url!r}")
         if reload not in RELOADERS:
             raise ConfigError(f"reload must be one of {sorted(RELOADERS)}, got {reload!r}")
+        api_key = api_key if api_key is not None else os.environ.get(TOKEN_ENV)  # `agentgym serve model`'s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(
             base_url=base_url.rstrip("/"), timeout=timeout, headers=headers, transport=transport
