@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, Protocol
 
-from agentgym.errors import SandboxError
+from agentgym.errors import SandboxError, SandboxLost
 from agentgym.sandboxes.base import DEFAULT_OUTPUT_LIMIT, ExecResult, Sandbox
 from agentgym.sandboxes.runner import decode_frame_length, encode_message
 
@@ -28,8 +28,11 @@ __all__ = ["PipeTransport", "RunnerClient", "RunnerGone", "RunnerSandbox", "Tran
 HOST_GRACE_S = 5.0
 
 
-class RunnerGone(SandboxError):
-    """The runner stopped answering (killed, out of memory, hung). Internal: triggers a restart."""
+class RunnerGone(SandboxLost):
+    """The runner stopped answering (killed, out of memory, hung, its container gone with a Docker
+    engine restart). Inside a sandbox it triggers one restart; when that fails too it reaches
+    the episode as what it is, a lost sandbox: an infrastructure fault (``InfraError``) that
+    the env and the trainer count and mask, never a crash of the run."""
 
 
 class Transport(Protocol):

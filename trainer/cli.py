@@ -155,6 +155,10 @@ def _run(argv: list[str], run_dir: list[str]) -> int:
         for m in missing:
             print(f"note: {m} (a run on this machine would stop here)")
         return 2 if plan.problems else 0
+    if not problems and not missing:
+        from agentgym.trainer.plan import memory_problems
+
+        problems = memory_problems(cfg)  # before anything is allocated
     if problems or missing:
         raise ConfigError("; ".join(problems + missing))
     from agentgym.trainer.controls import run_with_controls

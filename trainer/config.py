@@ -16,6 +16,8 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import math
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -491,6 +493,10 @@ class TrainConfig:
             raise ConfigError(f"env.kwargs: {clash} are env.* keys of their own; set them as "
                               + " ".join(f"env.{k}=..." for k in clash if k != "tokenizer")
                               + (" (the tokenizer comes from the model)" if "tokenizer" in clash else ""))
+        if self.model.tiny and not (self.model.name == "tiny" or self.model.name.startswith("tiny:")):
+            raise ConfigError(f"model.tiny={_short(self.model.tiny)} shapes the tiny model built locally, but "
+                              f"model.name={self.model.name!r} is loaded as it is; fix: drop model.tiny, "
+                              "or model.name=tiny")
         for key, (got, allowed) in choices.items():
             if got not in allowed:
                 raise ConfigError(f"{key}: expected one of {list(allowed)}, got {got!r}; "
@@ -524,7 +530,7 @@ class TrainConfig:
         for key, v in positive.items():
             if not v > 0:
                 raise ConfigError(f"{key}: expected a positive number, got {v!r}")
-        nonneg = {"ppo.steps": self.ppo.steps, "sft.steps": self.sft.steps, "sft.oracle_steps": self.sft.oracle_steps,
+        nonneg = {"seed": self.seed, "sft.seed": self.sft.seed, "ppo.steps": self.ppo.steps, "sft.steps": self.sft.steps, "sft.oracle_steps": self.sft.oracle_steps,
                   "sft.checkpoint_every": self.sft.checkpoint_every,
                   "log.eval_episodes_final": self.log.eval_episodes_final,
                   "log.eval_seed_start": self.log.eval_seed_start,
@@ -700,6 +706,72 @@ class TrainConfig:
 
 # ---------------------------------------------------------------------------- loading
 
+MAX_INT = 1 << 63  # every integer of the config fits an int64 (torch and numpy seeds, tensor sizes)
+MAX_DEPTH = 32  # nesting of a recipe's mappings and lists (its sections are 3 deep)
+MAX_RECIPE_BYTES = 1 << 20  # a recipe is a page of YAML; anything larger is a wrong file
+
+
+def _short(value: Any) -> str:
+    """``repr(value)`` cut to one readable line (a value may be a 5,000-digit number or a novel)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's digit limit
+        return f"an integer of more than {sys.get_int_max_str_digits()} digits"
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
+def _check_depth(data: Any, where: str) -> None:
+    """Refuse nesting deeper than :data:`MAX_DEPTH`, iteratively (no recursion to overflow)."""
+    stack = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"{where}: expected mappings and lists nested at most {MAX_DEPTH} deep, "
+                              "found deeper ones; fix: flatten that value")
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((c, depth + 1) for c in children)
+
+
+def _safe_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load`` whose every failure is one ConfigError line: bad syntax, nesting that
+    exhausts the parser's recursion, an integer past Python's digit limit."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        first = " ".join(str(e).split())
+        raise ConfigError(f"{where}: not valid YAML ({first[:200]}); fix the file's syntax") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: expected YAML nested at most {MAX_DEPTH} deep, got one too deep "
+                          "to parse; fix: flatten it") from None
+    except ValueError as e:  # int("<5,000 digits>"): Python's limit on integer conversion
+        raise ConfigError(f"{where}: a value cannot be read ({str(e).split(';')[0]}); expected numbers "
+                          "of ordinary size (integers below 2^63)") from None
+    _check_depth(data, where)
+    return data
+
+
+def _read_recipe(file: Path) -> str:
+    """The recipe's text, or a ConfigError saying why it is not a recipe (a folder, a device,
+    a binary or oversized file)."""
+    if file.is_dir():
+        raise ConfigError(f"{file}: expected a YAML file, got a directory; fix: --config {file}/NAME.yaml")
+    if not file.is_file():
+        raise ConfigError(f"{file}: expected a regular YAML file, got a device or special file")
+    size = file.stat().st_size
+    if size > MAX_RECIPE_BYTES:
+        raise ConfigError(f"{file}: expected a YAML recipe (a few KB), got {size:,} bytes; is it the right file?")
+    try:
+        raw = file.read_bytes()
+        if b"\0" in raw:
+            raise UnicodeDecodeError("utf-8", raw, raw.index(b"\0"), raw.index(b"\0") + 1, "NUL byte")
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{file}: expected a UTF-8 YAML text file, got binary data (byte {e.start}); "
+                          "is it the right file?") from None
+    except OSError as e:
+        raise ConfigError(f"{file}: cannot be read ({e.strerror or e}); fix its permissions or the path") from None
+
+
 def _suggest(name: str, options: typing.Iterable[str]) -> str | None:
     hits = difflib.get_close_matches(name, list(options), n=1, cutoff=0.5)
     return hits[0] if hits else None
@@ -739,22 +811,35 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        raise ConfigError(f"{key}: expected true or false, got {_short(value)}")
     if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+        if isinstance(value, str):  # YAML 1.1 reads "1e9" as a string
             try:
-                return float(value)
+                value = float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) >= MAX_INT:
+                raise ConfigError(f"{key}: expected an integer of at most 63 bits (below 2^63), got one of "
+                                  f"{len(str(abs(value)))} digits; fix: e.g. {key}=1000")
+            return value
+        raise ConfigError(f"{key}: expected an integer, got {_short(value)}")
+    if tp is float:
+        number: float | None = None
+        try:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                number = float(value)
+            elif isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+                number = float(value)
+        except (ValueError, OverflowError):
+            pass
+        if number is None:
+            raise ConfigError(f"{key}: expected a number, got {_short(value)}")
+        if not math.isfinite(number):  # inf would train on NaN weights, NaN compares false everywhere
+            raise ConfigError(f"{key}: expected a finite number, got {number}; fix: e.g. {key}=0.001")
+        return number
     if tp is str:
         if isinstance(value, str):
             return value
@@ -768,7 +853,7 @@ def _apply(obj: Any, data: dict[str, Any], prefix: str = "") -> None:
     for k, v in data.items():
         key = f"{prefix}{k}"
         if k not in known:
-            hint = _suggest(k, known)
+            hint = _suggest(str(k), known)
             raise ConfigError(f"unknown config key {key!r}"
                               + (f"; did you mean '{prefix}{hint}'?" if hint else "")
                               + f" Known keys under {prefix or 'the top level'}: {sorted(known)}")
@@ -787,9 +872,11 @@ def _parse_override(item: str) -> tuple[list[str], Any]:
     key, raw = item.split("=", 1)
     key = key.strip().lstrip("-")
     try:
-        value = yaml.safe_load(raw) if raw != "" else ""
-    except yaml.YAMLError:
-        value = raw
+        value = _safe_yaml(raw, f"override {key}") if raw != "" else ""
+    except ConfigError as e:
+        if "not valid YAML" not in str(e):
+            raise
+        value = raw  # not YAML: the text itself (a string value)
     return key.split("."), value
 
 
@@ -812,10 +899,7 @@ def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] 
     cfg = TrainConfig()
     if path is not None:
         file = find_recipe(str(path))
-        try:
-            data = yaml.safe_load(file.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{file}: not valid YAML ({e})") from e
+        data = _safe_yaml(_read_recipe(file), str(file)) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{file}: expected a mapping at the top level, got {type(data).__name__}")
         _apply(cfg, data)

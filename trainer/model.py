@@ -25,6 +25,7 @@ sampled, and both are pinned here:
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import torch
@@ -121,6 +122,7 @@ def tiny_gptoss_config(vocab_size: int, /, **overrides: Any) -> Any:
         from transformers import GptOssConfig
     except ImportError as e:  # pragma: no cover - depends on the install
         raise ConfigError(f"transformers with GPT-OSS support is required: {_INSTALL_HINT}") from e
+    _check_tiny_keys(GptOssConfig, overrides)
     n_layers = int(overrides.pop("num_hidden_layers", 4))
     kwargs: dict[str, Any] = dict(
         vocab_size=vocab_size,
@@ -150,6 +152,23 @@ def tiny_gptoss_config(vocab_size: int, /, **overrides: Any) -> Any:
     )
     kwargs.update(overrides)
     return GptOssConfig(**kwargs)
+
+
+def _check_tiny_keys(config_cls: Any, overrides: dict[str, Any]) -> None:
+    """``model.tiny`` names ``GptOssConfig`` arguments only: transformers keeps any unknown keyword
+    as an attribute nobody reads, so a typo (``hidden_sise``) would silently build the default."""
+    import inspect
+
+    known = {n for cls in config_cls.__mro__ if "__init__" in vars(cls)
+             for n, p in inspect.signature(cls.__init__).parameters.items()
+             if n != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    known.discard("vocab_size")  # the tokenizer decides it
+    for key in overrides:
+        if key not in known:
+            hint = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
+            raise ConfigError(f"model.tiny: unknown key {key!r}; expected GptOssConfig arguments such as "
+                              "hidden_size, num_hidden_layers, num_local_experts"
+                              + (f"; did you mean 'model.tiny.{hint[0]}'?" if hint else ""))
 
 
 def is_tiny(name: str) -> bool:

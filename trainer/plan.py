@@ -1,4 +1,4 @@
-"""The dry run: is a recipe's process layout consistent, and does it fit in GPU memory?
+"""The dry run: is a recipe's process layout consistent, and does it fit in GPU and host memory?
 
     agentgym-train --dry-run --config gptoss-20b-8gpu-vllm        # prints the plan, exit 0 / 2
 
@@ -15,19 +15,23 @@ checked against the rules the trainer enforces at run time:
   sleeping needs sleep mode on;
 * memory per GPU in both phases (estimates, see :func:`estimate_memory`): rollout (learner
   state resident + the engine's share of the GPU) and update (learner state + gradients +
-  gathered parameters + activations + the sleeping engine's residue).
+  gathered parameters + activations + the sleeping engine's residue);
+* host memory against this machine's (:func:`host_memory`): the episodes held at once, plus
+  the learner when it runs on the CPU. A real start checks it too (:func:`memory_problems`).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agentgym.errors import ConfigError
 
-__all__ = ["KNOWN_ARCHITECTURES", "MXFP4_HUB_IDS", "Plan", "check_engine_checkpoint", "estimate_memory",
-           "layer_activation_bytes", "make_plan"]
+__all__ = ["EPISODE_BYTES_PER_TOKEN", "KNOWN_ARCHITECTURES", "MXFP4_HUB_IDS", "Plan", "check_engine_checkpoint",
+           "estimate_memory", "host_memory", "layer_activation_bytes", "machine_memory", "make_plan",
+           "memory_problems"]
 
 GIB = 1 << 30
 # Public config.json values of the hub models (GptOssConfig's defaults are gpt-oss-120b's).
@@ -38,6 +42,10 @@ KNOWN_ARCHITECTURES: dict[str, dict[str, Any]] = {
 MXFP4_HUB_IDS = frozenset(KNOWN_ARCHITECTURES)  # both ship MXFP4 experts
 CUDA_CONTEXT = 1.0 * GIB  # per process, CUDA/NCCL context and allocator slack
 SLEEP_RESIDUE = 0.5 * GIB  # what a sleeping vLLM keeps (level 1 and 2)
+# Host bytes per token of an episode held in memory: the record's token ids, policy mask and
+# behaviour log-probs as Python lists (~76 bytes), or the step's padded (B, T) tensors (int64
+# ids, masks, five float32 columns: ~33). An estimate that refuses only the absurd.
+EPISODE_BYTES_PER_TOKEN = 64
 
 
 @dataclass
@@ -47,6 +55,7 @@ class Plan:
     layout: dict[str, Any] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, float] = field(default_factory=dict)
+    host: dict[str, float] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
     def report(self) -> str:
@@ -54,6 +63,8 @@ class Plan:
         lines += ["model:"] + [f"  {k}: {v}" for k, v in self.model.items()]
         lines += ["memory per GPU (GiB, estimates):"]
         lines += [f"  {k}: {v / GIB:.1f}" for k, v in self.memory.items()]
+        lines += [f"host memory (GiB, estimates; this machine has {machine_memory() / GIB:.1f}):"]
+        lines += [f"  {k}: {_gib(v)}" for k, v in self.host.items()]
         lines += ["verdict: " + ("consistent, fits" if not self.problems else "NOT consistent")]
         lines += [f"  - {p}" for p in self.problems]
         return "\n".join(lines)
@@ -215,6 +226,59 @@ def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -
     return mem
 
 
+def _gib(n: float) -> str:
+    return f"{n / GIB:.1f}" if n < 1e5 * GIB else f"{n / GIB:.3g}"
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: the machine's RAM, or its cgroup's limit if lower."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return total
+    return min(total, int(limit)) if limit.isdigit() else total
+
+
+def host_memory(cfg: Any, learner_peak: float) -> dict[str, float]:
+    """Bytes of host memory (see :data:`EPISODE_BYTES_PER_TOKEN`): the most episodes held at
+    once (a PPO step's, a warm-start step's demonstrations or an evaluation's), each
+    ``env.max_tokens`` long, plus ``learner_peak`` (the learner's peak when it runs on the CPU)."""
+    episodes = max(cfg.rollout.tasks_per_step * cfg.rollout.samples_per_task,
+                   cfg.sft.batch_size if cfg.sft.steps else 0,
+                   (cfg.log.eval_episodes_final or cfg.log.eval_episodes) * cfg.log.eval_samples)
+    held = float(episodes) * (cfg.env.max_tokens + 1) * EPISODE_BYTES_PER_TOKEN
+    return {"episodes held at once": held, "learner (on the CPU)": learner_peak,
+            "total": held + learner_peak}
+
+
+def host_problems(host: dict[str, float]) -> list[str]:
+    """The plan's host memory against :func:`machine_memory` (90% of it: room for Python,
+    the envs and the page cache)."""
+    have = machine_memory()
+    if host["total"] <= 0.9 * have:
+        return []
+    return [f"host memory: the plan needs {_gib(host['total'])} GiB ({_gib(host['episodes held at once'])} "
+            f"for the episodes held at once, {_gib(host['learner (on the CPU)'])} for the learner on the "
+            f"CPU), more than 90% of this machine's {have / GIB:.1f} GiB; fix: fewer episodes per step "
+            "(rollout.tasks_per_step, rollout.samples_per_task, sft.batch_size), a shorter env.max_tokens "
+            "or a smaller model"]
+
+
+def memory_problems(cfg: Any) -> list[str]:
+    """What a real start checks before it builds anything: the host memory of :func:`make_plan`
+    (the learner's share only when the model's architecture can be read without a download)."""
+    learner = 0.0
+    if cfg.model.device == "cpu":
+        try:
+            config = _config(cfg.model.name, cfg)
+        except ConfigError:
+            config = None
+        if config is not None:
+            learner = estimate_memory(_count(config), config, cfg, cfg.distributed.nproc or 1)["peak during update"]
+    return host_problems(host_memory(cfg, learner))
+
+
 def check_engine_checkpoint(name: str) -> None:
     """Refuse to start a weight-synced engine from an MXFP4 checkpoint (module doc)."""
     from agentgym.trainer.mxfp4 import is_mxfp4
@@ -311,6 +375,8 @@ def make_plan(cfg: Any) -> Plan:
             plan.problems.append(f"the engine's share ({plan.memory['engine awake'] / GIB:.1f} GiB) leaves "
                                  f"{kv / GIB:.1f} GiB for the KV cache after its weights; raise "
                                  "gpu_memory_utilization or rollout_tp")
+    plan.host = host_memory(cfg, plan.memory["peak during update"] if not on_gpu else 0.0)
+    plan.problems += host_problems(plan.host)
     limit = 0.95 * d.gpu_memory_gib * GIB
     for phase in ("peak during rollout", "peak during update"):
         if on_gpu and plan.memory[phase] > limit:
