@@ -105,8 +105,13 @@ def _demo(args: argparse.Namespace) -> int:
     ids = args.env_ids or ["agentgym/Math-v1", "agentgym/MathCalc-v1"]
     for env_id in ids:
         check_env_id(env_id, ids_with("oracle"), "an environment with a scripted policy")
+    from agentgym.leaderboards.cli import parse_kv
+
+    kwargs = parse_kv(args.env_arg, "--env-arg")
+    print(f"agentgym demo: {args.episodes} episodes of the scripted oracle on each of {', '.join(ids)}"
+          + (f" with {kwargs}" if kwargs else ""), file=sys.stderr, flush=True)
     for env_id in ids:
-        env = gym.make(env_id)
+        env = gym.make(env_id, **kwargs)
         t0 = time.perf_counter()
         try:
             rewards = [run_oracle(env, seed=s).total_reward for s in range(args.episodes)]
@@ -131,6 +136,9 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the scripted oracle policies", formatter_class=fmt)
     demo.add_argument("env_ids", nargs="*", metavar="ENV_ID", help="default: Math-v1 and MathCalc-v1")
     demo.add_argument("--episodes", type=positive_int, default=100, help="episodes per env")
+    demo.add_argument("--env-arg", action="append", metavar="KEY=VALUE",
+                      help="gym.make keyword for every env named (repeatable; values read as YAML: "
+                           "split=eval, max_turns=4)")
     demo.set_defaults(fn=_demo)
     sub.add_parser("serve", help="env|model: an environment or a policy as a server (see `agentgym serve -h`)")
     return parser

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+from typing import IO
 
 import pytest
 
@@ -85,32 +88,42 @@ ENTRY = {"agentgym": "agentgym.cli:main", "agentgym-eval": "agentgym.leaderboard
 def _launch(prog: str, *args: str, cwd: str) -> subprocess.Popen[str]:
     module, fn = ENTRY[prog].split(":")
     code = f"import sys; from {module} import {fn}; sys.exit({fn}())"
+    env = {**os.environ, "AGENTGYM_PROGRESS_EVERY_S": "0.05"}  # a progress line per finished episode
     return subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=cwd)
+                            text=True, cwd=cwd, env=env)
 
 
-@pytest.mark.parametrize(("prog", "args", "ready", "message"), [
-    ("agentgym", ["serve", "env", "agentgym/Math-v1", "--port", "0"], "AGENTGYM_SERVE_READY", None),
-    ("agentgym", ["demo", "agentgym/MathCalc-v1", "--episodes", "100000000"], None, "agentgym demo: interrupted"),
-    ("agentgym-eval", ["--suite", "core", "--policy", "do-nothing", "--out", "x.jsonl.gz"], None,
-     "run the same command again to resume"),
+def _wait_for(stream: IO[str], ready: str) -> None:
+    """Read lines until one matches ``ready`` (a regular expression): the command is at work."""
+    seen = []
+    while not seen or not re.search(ready, seen[-1]):
+        line = stream.readline()
+        assert line, f"the command ended before printing {ready!r}: {seen[-5:]}"
+        seen.append(line)
+
+
+# (command, its arguments, the stream and line that say it is at work, its Ctrl-C line, seconds to stop)
+@pytest.mark.parametrize(("prog", "args", "ready", "message", "within_s"), [
+    ("agentgym", ["serve", "env", "agentgym/Math-v1", "--port", "0"], ("stdout", "AGENTGYM_SERVE_READY"), None, 20),
+    ("agentgym", ["demo", "agentgym/MathCalc-v1", "--episodes", "100000000"], ("stderr", "agentgym demo: "),
+     "agentgym demo: interrupted", 20),
+    # an episode has finished (the counter counts it as it happens) and more are queued
+    ("agentgym-eval", ["--suite", "core", "--policy", "do-nothing", "--out", "x.jsonl.gz"],
+     ("stdout", r" [1-9][0-9]*/198 "), "run the same command again to resume", 20),
     ("agentgym-train", ["doctor", "--episodes", "16", "--max-turns", "8", "--max-new-tokens", "96"],
-     "agentgym-train doctor:", "agentgym-train: interrupted"),
+     ("stderr", "agentgym-train doctor:"), "agentgym-train: interrupted", 20),
 ])
-def test_one_ctrl_c_stops_a_long_running_command(tmp_path, prog: str, args: list[str], ready: str | None,  # type: ignore[no-untyped-def]
-                                                 message: str | None) -> None:
+def test_one_ctrl_c_stops_a_long_running_command(tmp_path, prog: str, args: list[str], ready: tuple[str, str],  # type: ignore[no-untyped-def]
+                                                 message: str | None, within_s: float) -> None:
     p = _launch(prog, *args, cwd=str(tmp_path))
     try:
         assert p.stdout is not None and p.stderr is not None
-        if ready is not None:  # the server announces itself on stdout; the doctor's chatter is on stderr
-            line = (p.stderr if prog == "agentgym-train" else p.stdout).readline()
-            assert ready in line, (line, p.stderr.read() if p.poll() is not None else "")
-        time.sleep(3)  # well into the work
+        _wait_for(p.stdout if ready[0] == "stdout" else p.stderr, ready[1])
         assert p.poll() is None, p.stderr.read()
         t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
-        rc = p.wait(timeout=30)
-        assert time.monotonic() - t0 < 20
+        rc = p.wait(timeout=60)
+        assert time.monotonic() - t0 < within_s
         err = p.stderr.read()
         assert "Traceback" not in err, err
         if message is not None:
@@ -119,3 +132,21 @@ def test_one_ctrl_c_stops_a_long_running_command(tmp_path, prog: str, args: list
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_ctrl_c_stops_the_openenv_export_server_without_a_traceback() -> None:
+    pytest.importorskip("openenv.core", reason="pip install 'agentgym-suite[interop]'")
+    p = subprocess.Popen([sys.executable, "-m", "agentgym.environments.interop.openenv_export", "agentgym/Math-v1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stderr is not None
+        _wait_for(p.stdout, "url=http://")
+        p.send_signal(signal.SIGINT)
+        rc = p.wait(timeout=30)
+        err = p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert rc == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, (rc, err)
+    assert err.strip().splitlines()[-1].endswith("interrupted"), err
