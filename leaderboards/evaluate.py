@@ -14,7 +14,12 @@ Infrastructure faults (a sandbox that dies, a server that stops answering, an en
 ``info["infra_error"]`` or an :class:`~agentgym.errors.InfraError`) are not scores. Such an
 episode is played again on a fresh environment, up to ``infra_retries`` times; one that still
 fails is written as an ``infra`` line (not done: the next run retries it), counted apart, and
-the submission is written only when every episode has a real outcome.
+the submission is written only when every episode has a real outcome. An env whose
+infrastructure is down before the run starts (no Docker engine, no database) is refused at once
+(:mod:`agentgym.leaderboards.preflight`), not played into a pile of faults.
+
+Ctrl-C drops the episodes not yet started at once and gives those in flight a few seconds to
+finish (each one that does is saved); a rerun resumes from the partial file.
 """
 
 from __future__ import annotations
@@ -22,10 +27,10 @@ from __future__ import annotations
 import json
 import os
 import platform
+import queue
 import sys
 import threading
 import time
-import queue
 from collections import deque
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -34,6 +39,7 @@ from typing import Any
 
 from agentgym.errors import ConfigError, InfraError, SubmissionError, infra_note
 from agentgym.leaderboards.policies import EpisodePolicy
+from agentgym.leaderboards.preflight import check_infrastructure
 from agentgym.leaderboards.submission import (
     FORMAT,
     SCHEMA_VERSION,
@@ -237,9 +243,17 @@ def run_suite(suite: Suite, policy: EpisodePolicy, out: str | Path, *, name: str
     if part.done:
         print(f"resuming {part.path}: {len(part.done)} of {len(specs)} episodes already done", file=sys.stderr)
 
+    all_envs: list[Any] = []  # closed at the end; the first of each id is the infrastructure check's
+    try:
+        for first in {s.env.id: s for s in reversed(todo)}.values():  # each id's first episode to run
+            all_envs.append(first.env.make(tok))
+            check_infrastructure(all_envs[-1], seed=first.seed, options=first.options)
+    except BaseException:
+        for e in all_envs:
+            e.close()
+        raise
     local = threading.local()
     closing = threading.Event()
-    all_envs: list[Any] = []
     envs_lock = threading.Lock()
 
     def run_one(spec: EpisodeSpec) -> float | None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentgym.leaderboards.policies import DoNothingPolicy, JustAnswerPolicy, OraclePolicy, ScriptedPolicy
+from agentgym.leaderboards.preflight import check_infrastructure
 from agentgym.trajectory import Trajectory
 
 __all__ = ["VARIANTS", "Check", "ValidationReport", "task_list", "validate_env"]
@@ -191,6 +192,8 @@ def validate_env(env_id: str, kwargs: dict[str, Any] | None = None, *, max_tasks
     # server, the sandbox pool), which would otherwise stop and restart around every fresh env.
     probe = runner.make()
     try:
+        opts = task_list(probe, max_tasks)
+        check_infrastructure(probe, seed=seed, options=opts[0] if opts else None)  # down: refused, not failed
         _run_checks(report, runner, probe, max_tasks=max_tasks, oracle=oracle, seed=seed)
     finally:
         probe.close()
