@@ -150,3 +150,35 @@ def test_ctrl_c_stops_the_openenv_export_server_without_a_traceback() -> None:
             p.wait()
     assert rc == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, (rc, err)
     assert err.strip().splitlines()[-1].endswith("interrupted"), err
+
+
+# An environments-only install: a finder in front of sys.meta_path refuses torch, as a machine
+# without the [train] extra would.
+NO_TORCH = """import sys
+class _NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "torch":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, _NoTorch())
+"""
+
+
+@pytest.mark.parametrize("call", [
+    "from agentgym.trainer.cli import main; sys.exit(main(['ppo.steps=1']))",
+    "from agentgym.trainer.cli import main; sys.exit(main(['doctor']))",
+    "from agentgym.leaderboards.cli import eval_main; "
+    "sys.exit(eval_main(['--suite', 'calc', '--policy', 'hf', '--policy-arg', 'model=random']))",
+])
+def test_without_the_train_extra_commands_print_the_install_hint(tmp_path, call: str) -> None:  # type: ignore[no-untyped-def]
+    p = subprocess.run([sys.executable, "-c", NO_TORCH + call], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
+    _one_line_error(p, 2, "this needs torch, which is not installed", "pip install 'agentgym-suite[train]'",
+                    "pip install -e '.[train]'")
+
+
+def test_eval_with_the_hf_policy_needs_a_model_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    p = subprocess.run([sys.executable, "-c", "import sys; from agentgym.leaderboards.cli import eval_main; "
+                        "sys.exit(eval_main(['--suite', 'calc', '--policy', 'hf']))"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    _one_line_error(p, 2, "--policy hf needs the model to evaluate", "model=random")
+    assert not list(tmp_path.iterdir())  # refused before any file is written
