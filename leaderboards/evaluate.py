@@ -285,8 +285,7 @@ def run_suite(suite: Suite, policy: EpisodePolicy, out: str | Path, *, name: str
     if progress:
         from agentgym.trainer.metrics import Progress
 
-        bar = Progress(len(specs), f"{suite.ref} {name}")
-        bar.update(len(part.done))
+        bar = Progress(len(specs), f"{suite.ref} {name}", already=len(part.done))
     scores = [float(r["score"]) for r in part.done.values()]
     pool = _Pool(run_one, todo, workers)
     try:

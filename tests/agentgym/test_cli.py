@@ -182,3 +182,22 @@ def test_eval_with_the_hf_policy_needs_a_model_named(tmp_path) -> None:  # type:
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     _one_line_error(p, 2, "--policy hf needs the model to evaluate", "model=random")
     assert not list(tmp_path.iterdir())  # refused before any file is written
+
+
+def test_long_commands_print_their_plan_and_an_estimate_before_the_work(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    p = run_cli("validate", "agentgym/MathCalc-v1", "agentgym/Math-v1")
+    assert p.returncode == 0, p.stderr
+    err = p.stderr.splitlines()
+    assert err[0].startswith("agentgym validate: 2 env configurations") and "--max-tasks N" in err[0], err[0]
+    plan = next(x for x in err if x.startswith("validate agentgym/MathCalc-v1: 6 tasks x 3 policies"))
+    assert re.search(r"one episode took \d+\.\d\d s here, so about \d+\.\d min", plan), plan
+    assert "validate agentgym/MathCalc-v1: oracle 0/6" in p.stdout  # the progress, on stdout
+    env = {**os.environ, "AGENTGYM_PROGRESS_EVERY_S": "0.05"}
+    p = subprocess.run([sys.executable, "-c", "import sys; from agentgym.leaderboards.cli import eval_main; "
+                        "sys.exit(eval_main(['--suite', 'calc', '--policy', 'oracle', '--workers', '1']))"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "90 episodes" in p.stderr and "--tasks N run a smaller verifiable subset" in p.stderr, p.stderr
+    counts = [int(m.group(1)) for m in re.finditer(r" (\d+)/90 \(", p.stdout)]
+    assert counts[0] == 0 and counts[-1] == 90 and len(set(counts)) > 3, p.stdout  # counted as they finish
+    assert re.search(r" \d+/90 \(\d+ s, ~\d+ s left\)", p.stdout), p.stdout
