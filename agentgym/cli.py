@@ -35,13 +35,21 @@ def positive_int(text: str) -> int:
     return value
 
 
+# Top-level module -> the extra of pyproject.toml that installs it (the install hint of guarded).
+EXTRA_OF = {"torch": "train", "transformers": "train", "safetensors": "train", "tensorboard": "train",
+            "matplotlib": "train", "vllm": "gpu", "flash_attn": "gpu", "openai_harmony": "harmony",
+            "bpe_openai": "harmony", "ray": "scale", "websockets": "scale", "psycopg": "postgres",
+            "reasoning_gym": "interop", "verifiers": "interop", "openenv": "interop", "skyrl_gym": "interop"}
+
+
 def guarded(prog: str, fn: Callable[[], int], *, on_interrupt: Callable[[], str] | None = None) -> int:
     """Run a command's body; turn agentgym's errors into one line on stderr and an exit code.
 
     2: a usage or config error (a ConfigError, a bad tokenizer or dataset, an unknown env id);
     1: any other AgentGymError (a service that died, a checkpoint that cannot be read, ...);
     3: a warm start whose tool loop did not learn (``WarmStartFailed``: a failed seed);
-    130: Ctrl-C, with ``on_interrupt()``'s line (default: "interrupted").
+    130: Ctrl-C, with ``on_interrupt()``'s line (default: "interrupted");
+    2 too for a missing optional dependency: the extra that installs it (``EXTRA_OF``) and the pip line.
     """
     import gymnasium as gym
 
@@ -70,6 +78,15 @@ def guarded(prog: str, fn: Callable[[], int], *, on_interrupt: Callable[[], str]
     except KeyboardInterrupt:
         print(f"{prog}: {on_interrupt() if on_interrupt else 'interrupted'}", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as e:  # an optional dependency of an extra that is not installed
+        top = (e.name or "").partition(".")[0]
+        if top not in EXTRA_OF:
+            raise
+        extra = EXTRA_OF[top]
+        print(f"{prog}: this needs {top}, which is not installed (it comes with the [{extra}] extra); "
+              f"install it with: pip install 'agentgym-suite[{extra}]' (from a checkout: pip install -e '.[{extra}]')",
+              file=sys.stderr)
+        return 2
 
 
 def _version() -> str:
@@ -105,8 +122,13 @@ def _demo(args: argparse.Namespace) -> int:
     ids = args.env_ids or ["agentgym/Math-v1", "agentgym/MathCalc-v1"]
     for env_id in ids:
         check_env_id(env_id, ids_with("oracle"), "an environment with a scripted policy")
+    from agentgym.leaderboards.cli import parse_kv
+
+    kwargs = parse_kv(args.env_arg, "--env-arg")
+    print(f"agentgym demo: {args.episodes} episodes of the scripted oracle on each of {', '.join(ids)}"
+          + (f" with {kwargs}" if kwargs else ""), file=sys.stderr, flush=True)
     for env_id in ids:
-        env = gym.make(env_id)
+        env = gym.make(env_id, **kwargs)
         t0 = time.perf_counter()
         try:
             rewards = [run_oracle(env, seed=s).total_reward for s in range(args.episodes)]
@@ -131,6 +153,9 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the scripted oracle policies", formatter_class=fmt)
     demo.add_argument("env_ids", nargs="*", metavar="ENV_ID", help="default: Math-v1 and MathCalc-v1")
     demo.add_argument("--episodes", type=positive_int, default=100, help="episodes per env")
+    demo.add_argument("--env-arg", action="append", metavar="KEY=VALUE",
+                      help="gym.make keyword for every env named (repeatable; values read as YAML: "
+                           "split=eval, max_turns=4)")
     demo.set_defaults(fn=_demo)
     sub.add_parser("serve", help="env|model: an environment or a policy as a server (see `agentgym serve -h`)")
     return parser

@@ -5,6 +5,9 @@ inside the function come back as a :class:`ToolResult` with ``ok=False`` and a r
 ``content`` that the model sees, plus a stable ``error`` code that ``info`` reports. The one
 exception is :class:`~agentgym.errors.InfraError` (the sandbox or service behind the tool
 failed): it passes through, and the environment ends the episode as an infrastructure fault.
+A sandbox that cannot be had (:class:`~agentgym.errors.SandboxUnavailable`: no Docker engine)
+or a service that failed (:class:`~agentgym.errors.ServiceError`) is one too: their text (a
+socket path, a host name) is the machine's business and never reaches the model.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from agentgym.errors import InfraError
+from agentgym.errors import InfraError, SandboxStartFailed, SandboxUnavailable, ServiceError, ServiceLost
 
 __all__ = ["Tool", "ToolResult"]
 
@@ -90,6 +93,10 @@ class Tool:
             result = self.fn(**arguments)
         except InfraError:  # not the model's doing: the env ends the episode as a fault (env.py)
             raise
+        except SandboxUnavailable as e:  # no engine, no image: as a fault, never as text for the model
+            raise SandboxStartFailed(str(e)) from None
+        except ServiceError as e:
+            raise ServiceLost(str(e)) from None
         except Exception as e:  # the tool's own bug or a hostile input: report, don't crash
             return ToolResult.failure("tool_exception", f"{type(e).__name__}: {_clip(str(e), 2000)}")
         return _as_result(result)

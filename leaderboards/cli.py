@@ -104,7 +104,11 @@ def _eval(args: argparse.Namespace, argv: list[str] | None) -> int:
     if envs is not None or args.tasks:
         suite = suite.subset(envs, args.tasks)
     print(f"agentgym-eval: suite {suite.ref}: {suite.size()}"
-          + (f" (a subset of {suite.subset_of['suite']})" if suite.subset_of else ""), file=sys.stderr, flush=True)
+          + (f" (a subset of {suite.subset_of['suite']})" if suite.subset_of else
+             "; a model policy takes from minutes to hours on all of it: --envs ID and --tasks N run a smaller "
+             "verifiable subset")
+          + f"; {args.workers} at a time, the counter estimates the time left as episodes finish",
+          file=sys.stderr, flush=True)
     policy_args = parse_kv(args.policy_arg, "--policy-arg")
     policy = make_policy(args.policy, {"temperature": suite.temperature}, **dict(policy_args))
     name = args.name or policy.name
@@ -240,6 +244,11 @@ def _validate(args: argparse.Namespace) -> int:
         load_callable(args.oracle)  # a typo fails here, before any env is built
     failed = 0
     env_kwargs = parse_kv(args.env_arg, "--env-arg")
+    if len(args.env_ids) > 1 and not args.no_progress:
+        runs = sum(len([env_kwargs] if env_kwargs else VARIANTS.get(i, [{}])) for i in args.env_ids)
+        print(f"agentgym validate: {runs} env configurations ({', '.join(args.env_ids)}); each prints its plan "
+              "and a time estimate" + ("" if args.max_tasks else "; --max-tasks N checks an even sample of N tasks "
+                                       "each (minutes instead of tens of minutes)"), file=sys.stderr, flush=True)
     for env_id in args.env_ids:
         variants = [env_kwargs] if env_kwargs else VARIANTS.get(env_id, [{}])
         for kw in variants:

@@ -137,11 +137,18 @@ def _tokenizer_for(model_dir: str, spec: str, vocab_size: int) -> Any:
                       f"tokenizer has {byte.vocab_size}); pass --policy-arg tokenizer=PATH")
 
 
-def hf_policy(*, model: str = "tiny", tokenizer: str = "auto", device: str = "cpu", dtype: str = "float32",
+def hf_policy(*, model: str | None = None, tokenizer: str = "auto", device: str = "cpu", dtype: str = "float32",
               threads: int = 1, temperature: float = 1.0, attn_implementation: str = "auto",
               name: str | None = None) -> EnginePolicy:
     """A transformers model in process (``make_engine("hf")``): ``model`` is a model dir, a run dir of
-    agentgym-train (latest checkpoint), a checkpoint dir, or ``tiny`` (random weights, for tests)."""
+    agentgym-train (latest checkpoint), a checkpoint dir, or ``random`` (alias ``tiny``: an untrained
+    tiny model with random weights, for tests). It must be named: no default model is evaluated."""
+    if model is None:
+        raise ConfigError("--policy hf needs the model to evaluate: pass --policy-arg model=PATH (a model "
+                          "directory, or a run dir of agentgym-train), or model=random for an untrained random "
+                          "model (a smoke test)")
+    if model == "random":
+        model = "tiny"
     import torch
 
     from agentgym.trainer.engines.base import make_engine

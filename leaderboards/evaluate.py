@@ -14,7 +14,12 @@ Infrastructure faults (a sandbox that dies, a server that stops answering, an en
 ``info["infra_error"]`` or an :class:`~agentgym.errors.InfraError`) are not scores. Such an
 episode is played again on a fresh environment, up to ``infra_retries`` times; one that still
 fails is written as an ``infra`` line (not done: the next run retries it), counted apart, and
-the submission is written only when every episode has a real outcome.
+the submission is written only when every episode has a real outcome. An env whose
+infrastructure is down before the run starts (no Docker engine, no database) is refused at once
+(:mod:`agentgym.leaderboards.preflight`), not played into a pile of faults.
+
+Ctrl-C drops the episodes not yet started at once and gives those in flight a few seconds to
+finish (each one that does is saved); a rerun resumes from the partial file.
 """
 
 from __future__ import annotations
@@ -22,16 +27,19 @@ from __future__ import annotations
 import json
 import os
 import platform
+import queue
 import sys
 import threading
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from collections import deque
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from agentgym.errors import ConfigError, InfraError, SubmissionError, infra_note
 from agentgym.leaderboards.policies import EpisodePolicy
+from agentgym.leaderboards.preflight import check_infrastructure
 from agentgym.leaderboards.submission import (
     FORMAT,
     SCHEMA_VERSION,
@@ -155,6 +163,56 @@ def _play(policy: EpisodePolicy, envs: dict[str, Any], spec: EpisodeSpec) -> tup
     return traj, wall
 
 
+class _Pool:
+    """``workers`` daemon threads playing ``todo`` in order; :meth:`results` yields as episodes finish.
+
+    Not a ``ThreadPoolExecutor``: its threads are joined at interpreter exit, so a Ctrl-C waited
+    for every episode in flight (and, before the queue was cancelled, for every queued one). Here
+    :meth:`stop` drops the queue at once and gives the episodes in flight ``grace_s`` to finish
+    (each one that does is saved); the process then exits without waiting for the rest, which
+    are lost from the progress file and played again by the next run.
+    """
+
+    def __init__(self, fn: Callable[[EpisodeSpec], float | None], todo: list[EpisodeSpec], workers: int,
+                 grace_s: float = 3.0) -> None:
+        self._fn, self._todo, self._grace_s = fn, deque(todo), grace_s
+        self._lock = threading.Lock()
+        self._out: queue.Queue[tuple[float | None, BaseException | None]] = queue.Queue()
+        self._threads = [threading.Thread(target=self._work, name=f"agentgym-eval-{i}", daemon=True)
+                         for i in range(max(1, min(workers, len(todo))))] if todo else []
+        for t in self._threads:
+            t.start()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                if not self._todo:
+                    return
+                spec = self._todo.popleft()
+            try:
+                self._out.put((self._fn(spec), None))
+            except BaseException as e:  # handed to the main thread, which stops the others
+                self._out.put((None, e))
+                return
+
+    def results(self) -> Iterator[float | None]:
+        while any(t.is_alive() for t in self._threads) or not self._out.empty():
+            try:
+                score, error = self._out.get(timeout=0.5)  # a timed wait: Ctrl-C lands here at once
+            except queue.Empty:
+                continue
+            if error is not None:
+                raise error
+            yield score
+
+    def stop(self) -> None:
+        with self._lock:
+            self._todo.clear()
+        deadline = time.monotonic() + self._grace_s
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
 def run_suite(suite: Suite, policy: EpisodePolicy, out: str | Path, *, name: str, policy_name: str,
               policy_args: dict[str, Any] | None = None, workers: int = 4, progress: bool = True,
               notes: str = "", command: list[str] | None = None, max_episodes: int | None = None,
@@ -186,8 +244,17 @@ def run_suite(suite: Suite, policy: EpisodePolicy, out: str | Path, *, name: str
     if part.done:
         print(f"resuming {part.path}: {len(part.done)} of {len(specs)} episodes already done", file=sys.stderr)
 
+    all_envs: list[Any] = []  # closed at the end; the first of each id is the infrastructure check's
+    try:
+        for first in {s.env.id: s for s in reversed(todo)}.values():  # each id's first episode to run
+            all_envs.append(first.env.make(tok))
+            check_infrastructure(all_envs[-1], seed=first.seed, options=first.options)
+    except BaseException:
+        for e in all_envs:
+            e.close()
+        raise
     local = threading.local()
-    all_envs: list[Any] = []
+    closing = threading.Event()
     envs_lock = threading.Lock()
 
     def run_one(spec: EpisodeSpec) -> float | None:
@@ -203,6 +270,8 @@ def run_suite(suite: Suite, policy: EpisodePolicy, out: str | Path, *, name: str
                 fault = traj.meta.get("infra_error") or ""
             except InfraError as e:
                 fault = infra_note(e)
+            if closing.is_set():  # played on while its env was being closed under it: not a result
+                return None
             if not fault:
                 rec = _record(spec, traj, wall)
                 part.add(spec, rec)
@@ -217,28 +286,23 @@ def run_suite(suite: Suite, policy: EpisodePolicy, out: str | Path, *, name: str
     if progress:
         from agentgym.trainer.metrics import Progress
 
-        bar = Progress(len(specs), f"{suite.ref} {name}")
-        bar.update(len(part.done))
+        bar = Progress(len(specs), f"{suite.ref} {name}", already=len(part.done))
     scores = [float(r["score"]) for r in part.done.values()]
+    pool = _Pool(run_one, todo, workers)
     try:
-        with ThreadPoolExecutor(max(1, workers), thread_name_prefix="agentgym-eval") as pool:
-            futures = {pool.submit(run_one, s) for s in todo}
-            while futures:
-                finished, futures = wait(futures, return_when=FIRST_EXCEPTION)
-                for f in finished:
-                    score = f.result()  # re-raises the first failure: the others are cancelled below
-                    if score is not None:
-                        scores.append(score)
-                if bar is not None:
-                    lost = f", {len(part.infra)} infrastructure faults" if part.infra else ""
-                    bar.update(len(part.done), f"mean score {sum(scores) / max(len(scores), 1):.3f}{lost}")
+        for score in pool.results():  # one per finished episode, as it finishes
+            if score is not None:
+                scores.append(score)
+            if bar is not None:
+                lost = f", {len(part.infra)} infrastructure faults" if part.infra else ""
+                bar.update(len(part.done), f"mean score {sum(scores) / max(len(scores), 1):.3f}{lost}")
     except BaseException:
-        for f in futures:
-            f.cancel()
+        pool.stop()  # Ctrl-C or a failure: no queued episode starts; those in flight get a short grace
         print(f"agentgym-eval stopped: {len(part.done)} of {len(specs)} episodes are saved in {part.path}; "
-              "run the same command again to resume", file=sys.stderr)
+              "run the same command again to resume", file=sys.stderr, flush=True)
         raise
     finally:
+        closing.set()
         if bar is not None:
             bar.close()
         policy.close()

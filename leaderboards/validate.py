@@ -21,6 +21,7 @@ as the source env's problem, with the fix (``no_attempt_guard=True``).
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentgym.leaderboards.policies import DoNothingPolicy, JustAnswerPolicy, OraclePolicy, ScriptedPolicy
+from agentgym.leaderboards.preflight import check_infrastructure
 from agentgym.trajectory import Trajectory
 
 __all__ = ["VARIANTS", "Check", "ValidationReport", "task_list", "validate_env"]
@@ -191,10 +193,31 @@ def validate_env(env_id: str, kwargs: dict[str, Any] | None = None, *, max_tasks
     # server, the sandbox pool), which would otherwise stop and restart around every fresh env.
     probe = runner.make()
     try:
+        opts = task_list(probe, max_tasks)
+        check_infrastructure(probe, seed=seed, options=opts[0] if opts else None)  # down: refused, not failed
+        if progress:
+            print(_plan(runner, probe, opts, seed, max_tasks), file=sys.stderr, flush=True)
         _run_checks(report, runner, probe, max_tasks=max_tasks, oracle=oracle, seed=seed)
     finally:
         probe.close()
     return report
+
+
+def _plan(runner: _Runner, probe: Any, opts: list[dict[str, Any] | None], seed: int, max_tasks: int | None) -> str:
+    """The planned episodes and a time estimate from one timed episode (the oracle's when there is one)."""
+    n = len(opts)
+    t0 = time.perf_counter()
+    try:
+        OraclePolicy().play(probe, seed=seed, options=opts[0] if opts else None)
+    except Exception:  # no oracle for this env (an imported one): the do-nothing probe's episode
+        DoNothingPolicy().play(probe, seed=seed, options=opts[0] if opts else None)
+    per = time.perf_counter() - t0
+    pooled = 3 * n  # oracle, do-nothing and just-answer on every task, ``workers`` at a time
+    serial = 3 * min(8, n) + 3 * min(4, n)  # determinism (fresh envs, twice) and isolation, one at a time
+    minutes = (per * pooled / runner.workers + per * serial) / 60
+    hint = ("; pass --max-tasks N for an even sample of N tasks" if max_tasks is None and minutes > 2 else "")
+    return (f"validate {runner.env_id}: {n} tasks x 3 policies + {serial} replay episodes; one episode took "
+            f"{per:.2f} s here, so about {max(minutes, 0.1):.1f} min{hint}")
 
 
 def _run_checks(report: ValidationReport, runner: _Runner, probe: Any, *, max_tasks: int | None,

@@ -65,7 +65,7 @@ def docker_client() -> Any:
             f"expected a running Docker engine at {where}, could not reach it ({exc}); "
             "start it (`sudo systemctl start docker`, or `sudo dockerd &`), make the socket "
             "accessible to this user, or use make_sandbox('bwrap')"
-        ) from exc
+        ) from None  # the reason is in the message: the SDK's chain of 5 tracebacks says nothing more
     return client
 
 

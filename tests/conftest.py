@@ -149,3 +149,22 @@ def browser() -> Iterator[Any]:
     finally:
         drv.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _sigint_as_in_a_foreground_job() -> Iterator[None]:
+    """Children get SIGINT at its default, as a terminal's foreground job has it.
+
+    A suite started in the background (``cmd &``, ``nohup``, many CI runners) inherits SIGINT as
+    *ignored*; every process it starts would inherit that too, and Python then installs no
+    KeyboardInterrupt handler, so the tests that press Ctrl-C on a command would wait for ever.
+    A Python handler here is reset to the default in each child at exec.
+    """
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, before)

@@ -128,7 +128,7 @@ def _run(argv: list[str], run_dir: list[str]) -> int:
     if not argv or any(a in ("-h", "--help") for a in argv):  # nothing asked: help, not a 30-step run
         print(_usage())
         if not argv:
-            print("To train: agentgym-train --config cpu-quickstart (a CPU run of a few minutes); "
+            print(f"To train: agentgym-train --config cpu-quickstart ({MEASURED['cpu-quickstart']}); "
                   "--dry-run checks a config without running it.")
         return 0
     config, resume, print_only, overrides = parse_args(argv)
@@ -172,6 +172,7 @@ def _run(argv: list[str], run_dir: list[str]) -> int:
     if speaks:
         print(f"agentgym-train: {'resuming' if resume else 'starting'} {cfg.env.id} with model {cfg.model.name} "
               f"({cfg.rollout.engine} engine) in {cfg.log.run_dir}", flush=True)
+        print(_plan_line(cfg, None if resume else config), flush=True)
 
     def build(cfg: Any, *, resume: bool) -> Trainer:  # vLLM takes minutes to start: say so
         bar = Progress(1, "building the policy, engine and envs", cfg.log.progress and speaks)
@@ -194,6 +195,26 @@ def _run(argv: list[str], run_dir: list[str]) -> int:
     if lines:  # under torchrun: rank 0 speaks
         print("\n".join(lines))
     return 0
+
+
+# Measured wall-clock cost of the bundled recipes (bench/RESULTS.md), printed with the plan.
+MEASURED = {"cpu-quickstart": "13-20 CPU-minutes on 2 cores, controls included; 15-25 min wall"}
+
+
+def _plan_line(cfg: Any, recipe: str | None) -> str:
+    """The run's planned work, and what it cost when measured, before it starts."""
+    parts = []
+    if cfg.sft.steps:
+        stop = f", stops early at pass@{cfg.sft.check_samples} >= {cfg.sft.stop_pass_at_k}" \
+            if cfg.sft.check_every and cfg.sft.stop_pass_at_k is not None else ""
+        parts.append(f"warm start up to {cfg.sft.steps} steps{stop}")
+    parts.append(f"{cfg.algo.upper()} {cfg.ppo.steps} steps")
+    if cfg.controls:
+        parts.append(f"then the controls ({', '.join(cfg.controls)})")
+    cost = MEASURED.get(Path(recipe).stem if recipe else "")
+    return ("agentgym-train: plan: " + "; ".join(parts)
+            + (f". Measured for this recipe: {cost}" if cost else "")
+            + ". Ctrl-C stops it; --resume RUN_DIR continues.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

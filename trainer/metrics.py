@@ -120,14 +120,16 @@ class Progress:
     single long step runs), and one at the end.
     """
 
-    def __init__(self, total: int, description: str, enabled: bool = True, *, file: TextIO | None = None) -> None:
+    def __init__(self, total: int, description: str, enabled: bool = True, *, file: TextIO | None = None,
+                 already: int = 0) -> None:
         self._bar: Any = None
         self._plain = False
         if not enabled:
             return
         self.file = file or sys.stdout
         self.total, self.description = total, description
-        self._done, self._info = 0, ""
+        self._done, self._info = already, ""
+        self._already = already  # done before this run (a resume): not counted in the rate
         self._t0 = self._last = time.monotonic()
         if not self.file.isatty():
             self._plain = True
@@ -151,12 +153,14 @@ class Progress:
         self._bar = RichProgress(TextColumn("[bold]{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
                                  TextColumn("{task.fields[info]}"), transient=False, console=Console(file=self.file))
-        self._task = self._bar.add_task(description, total=total, info="")
+        self._task = self._bar.add_task(description, total=total, completed=already, info="")
         self._bar.start()
 
     def _line(self, tail: str = "") -> None:
         elapsed = time.monotonic() - self._t0
-        print(f"{self.description} {self._done}/{self.total} ({elapsed:.0f} s){tail}"
+        rate = (self._done - self._already) / elapsed if elapsed > 0 else 0.0
+        left = f", ~{(self.total - self._done) / rate:.0f} s left" if 0 < rate and self._done < self.total else ""
+        print(f"{self.description} {self._done}/{self.total} ({elapsed:.0f} s{left}){tail}"
               + (f" {self._info}" if self._info else ""), file=self.file, flush=True)
         self._last = time.monotonic()
 

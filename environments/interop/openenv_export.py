@@ -151,4 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from agentgym.cli import guarded
+
+    # Ctrl-C: uvicorn stops the server, then raises the signal again; one line, exit 130, no traceback
+    sys.exit(guarded("python -m agentgym.environments.interop.openenv_export", main))

@@ -100,6 +100,17 @@ class MathToolEnv(MathEnv):
                      f"{self.sandbox_seconds:.0f} s; the episode ends here]")
         return ToolResult(text, ok=res.ok)
 
+    def check_infrastructure(self) -> None:
+        """Take a sandbox and run a command in it, as the first ``python`` call would; raises
+        :class:`~agentgym.errors.SandboxUnavailable` (or an InfraError) when none can be had.
+        ``agentgym validate`` and ``agentgym-eval`` ask before playing: with no Docker engine every
+        call would end its episode as an infrastructure fault."""
+        sb = self._make_sandbox()
+        try:
+            sb.run(["python3", "-c", "pass"], timeout=self.command_timeout)
+        finally:
+            sb.close()
+
     def budget_exhausted(self) -> bool:
         return self.used_s >= self.sandbox_seconds
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+from typing import IO
 
 import pytest
 
@@ -85,32 +88,42 @@ ENTRY = {"agentgym": "agentgym.cli:main", "agentgym-eval": "agentgym.leaderboard
 def _launch(prog: str, *args: str, cwd: str) -> subprocess.Popen[str]:
     module, fn = ENTRY[prog].split(":")
     code = f"import sys; from {module} import {fn}; sys.exit({fn}())"
+    env = {**os.environ, "AGENTGYM_PROGRESS_EVERY_S": "0.05"}  # a progress line per finished episode
     return subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=cwd)
+                            text=True, cwd=cwd, env=env)
 
 
-@pytest.mark.parametrize(("prog", "args", "ready", "message"), [
-    ("agentgym", ["serve", "env", "agentgym/Math-v1", "--port", "0"], "AGENTGYM_SERVE_READY", None),
-    ("agentgym", ["demo", "agentgym/MathCalc-v1", "--episodes", "100000000"], None, "agentgym demo: interrupted"),
-    ("agentgym-eval", ["--suite", "core", "--policy", "do-nothing", "--out", "x.jsonl.gz"], None,
-     "run the same command again to resume"),
+def _wait_for(stream: IO[str], ready: str) -> None:
+    """Read lines until one matches ``ready`` (a regular expression): the command is at work."""
+    seen = []
+    while not seen or not re.search(ready, seen[-1]):
+        line = stream.readline()
+        assert line, f"the command ended before printing {ready!r}: {seen[-5:]}"
+        seen.append(line)
+
+
+# (command, its arguments, the stream and line that say it is at work, its Ctrl-C line, seconds to stop)
+@pytest.mark.parametrize(("prog", "args", "ready", "message", "within_s"), [
+    ("agentgym", ["serve", "env", "agentgym/Math-v1", "--port", "0"], ("stdout", "AGENTGYM_SERVE_READY"), None, 20),
+    ("agentgym", ["demo", "agentgym/MathCalc-v1", "--episodes", "100000000"], ("stderr", "agentgym demo: "),
+     "agentgym demo: interrupted", 20),
+    # an episode has finished (the counter counts it as it happens) and more are queued
+    ("agentgym-eval", ["--suite", "core", "--policy", "do-nothing", "--out", "x.jsonl.gz"],
+     ("stdout", r" [1-9][0-9]*/198 "), "run the same command again to resume", 20),
     ("agentgym-train", ["doctor", "--episodes", "16", "--max-turns", "8", "--max-new-tokens", "96"],
-     "agentgym-train doctor:", "agentgym-train: interrupted"),
+     ("stderr", "agentgym-train doctor:"), "agentgym-train: interrupted", 20),
 ])
-def test_one_ctrl_c_stops_a_long_running_command(tmp_path, prog: str, args: list[str], ready: str | None,  # type: ignore[no-untyped-def]
-                                                 message: str | None) -> None:
+def test_one_ctrl_c_stops_a_long_running_command(tmp_path, prog: str, args: list[str], ready: tuple[str, str],  # type: ignore[no-untyped-def]
+                                                 message: str | None, within_s: float) -> None:
     p = _launch(prog, *args, cwd=str(tmp_path))
     try:
         assert p.stdout is not None and p.stderr is not None
-        if ready is not None:  # the server announces itself on stdout; the doctor's chatter is on stderr
-            line = (p.stderr if prog == "agentgym-train" else p.stdout).readline()
-            assert ready in line, (line, p.stderr.read() if p.poll() is not None else "")
-        time.sleep(3)  # well into the work
+        _wait_for(p.stdout if ready[0] == "stdout" else p.stderr, ready[1])
         assert p.poll() is None, p.stderr.read()
         t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
-        rc = p.wait(timeout=30)
-        assert time.monotonic() - t0 < 20
+        rc = p.wait(timeout=60)
+        assert time.monotonic() - t0 < within_s
         err = p.stderr.read()
         assert "Traceback" not in err, err
         if message is not None:
@@ -119,3 +132,72 @@ def test_one_ctrl_c_stops_a_long_running_command(tmp_path, prog: str, args: list
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_ctrl_c_stops_the_openenv_export_server_without_a_traceback() -> None:
+    pytest.importorskip("openenv.core", reason="pip install 'agentgym-suite[interop]'")
+    p = subprocess.Popen([sys.executable, "-m", "agentgym.environments.interop.openenv_export", "agentgym/Math-v1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stderr is not None
+        _wait_for(p.stdout, "url=http://")
+        p.send_signal(signal.SIGINT)
+        rc = p.wait(timeout=30)
+        err = p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert rc == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, (rc, err)
+    assert err.strip().splitlines()[-1].endswith("interrupted"), err
+
+
+# An environments-only install: a finder in front of sys.meta_path refuses torch, as a machine
+# without the [train] extra would.
+NO_TORCH = """import sys
+class _NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "torch":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, _NoTorch())
+"""
+
+
+@pytest.mark.parametrize("call", [
+    "from agentgym.trainer.cli import main; sys.exit(main(['ppo.steps=1']))",
+    "from agentgym.trainer.cli import main; sys.exit(main(['doctor']))",
+    "from agentgym.leaderboards.cli import eval_main; "
+    "sys.exit(eval_main(['--suite', 'calc', '--policy', 'hf', '--policy-arg', 'model=random']))",
+])
+def test_without_the_train_extra_commands_print_the_install_hint(tmp_path, call: str) -> None:  # type: ignore[no-untyped-def]
+    p = subprocess.run([sys.executable, "-c", NO_TORCH + call], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
+    _one_line_error(p, 2, "this needs torch, which is not installed", "pip install 'agentgym-suite[train]'",
+                    "pip install -e '.[train]'")
+
+
+def test_eval_with_the_hf_policy_needs_a_model_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    p = subprocess.run([sys.executable, "-c", "import sys; from agentgym.leaderboards.cli import eval_main; "
+                        "sys.exit(eval_main(['--suite', 'calc', '--policy', 'hf']))"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    _one_line_error(p, 2, "--policy hf needs the model to evaluate", "model=random")
+    assert not list(tmp_path.iterdir())  # refused before any file is written
+
+
+def test_long_commands_print_their_plan_and_an_estimate_before_the_work(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    p = run_cli("validate", "agentgym/MathCalc-v1", "agentgym/Math-v1")
+    assert p.returncode == 0, p.stderr
+    err = p.stderr.splitlines()
+    assert err[0].startswith("agentgym validate: 2 env configurations") and "--max-tasks N" in err[0], err[0]
+    plan = next(x for x in err if x.startswith("validate agentgym/MathCalc-v1: 6 tasks x 3 policies"))
+    assert re.search(r"one episode took \d+\.\d\d s here, so about \d+\.\d min", plan), plan
+    assert "validate agentgym/MathCalc-v1: oracle 0/6" in p.stdout  # the progress, on stdout
+    env = {**os.environ, "AGENTGYM_PROGRESS_EVERY_S": "0.05"}
+    p = subprocess.run([sys.executable, "-c", "import sys; from agentgym.leaderboards.cli import eval_main; "
+                        "sys.exit(eval_main(['--suite', 'calc', '--policy', 'oracle', '--workers', '1']))"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "90 episodes" in p.stderr and "--tasks N run a smaller verifiable subset" in p.stderr, p.stderr
+    counts = [int(m.group(1)) for m in re.finditer(r" (\d+)/90 \(", p.stdout)]
+    assert counts[0] == 0 and counts[-1] == 90 and len(set(counts)) > 3, p.stdout  # counted as they finish
+    assert re.search(r" \d+/90 \(\d+ s, ~\d+ s left\)", p.stdout), p.stdout

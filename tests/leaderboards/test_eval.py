@@ -170,3 +170,41 @@ def read_lines_gz(path: Path) -> list[dict[str, Any]]:
     import gzip
 
     return [json.loads(x) for x in gzip.decompress(path.read_bytes()).decode().splitlines()]
+
+
+def test_ctrl_c_stops_within_5_s_keeps_what_finished_and_the_rerun_resumes(tmp_path: Path, model_dir: Path) -> None:
+    long = {**MATH, "name": "tinymath-long", "envs": [{**MATH["envs"][0], "tasks": [{"index": i} for i in range(40)]}]}
+    write_suite(tmp_path, long)
+    out = tmp_path / "run.jsonl.gz"
+    cmd = [sys.executable, "-c", "from agentgym.leaderboards.cli import eval_main; raise SystemExit(eval_main())",
+           "--suite", str(tmp_path / "tinymath-long.yaml"), "--policy", "hf", "--policy-arg", f"model={model_dir}", "--workers", "2",
+           "--out", str(out)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "AGENTGYM_PROGRESS_EVERY_S": "0.05"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        for line in proc.stdout:  # the counter counts each episode as it finishes
+            if " 0/80 " not in line and "/80 " in line:
+                break
+        else:
+            raise AssertionError(f"no progress line counted a finished episode: {proc.stderr.read()}")
+        assert proc.poll() is None
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=60)
+        stopped_s = time.monotonic() - t0
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert stopped_s < 5.0, f"agentgym-eval took {stopped_s:.1f} s to stop after SIGINT"
+    assert rc == 130 and "Traceback" not in err, (rc, err)
+    part = partial_path(out)
+    done = sum(1 for line in part.read_text().splitlines() if '"kind":"episode"' in line)
+    assert 1 <= done < 80 and f"{done} of 80 episodes are saved in {part}" in err, err
+    res = subprocess.run([*cmd, "--max-episodes", "2", "--no-progress"], env=env, timeout=300, capture_output=True,
+                         text=True)
+    assert res.returncode == 0, res.stderr
+    assert f"resuming {part}: {done} of 80 episodes already done" in res.stderr
+    assert sum(1 for line in part.read_text().splitlines() if '"kind":"episode"' in line) == done + 2
