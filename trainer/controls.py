@@ -410,7 +410,8 @@ def seed_differences(results: dict[int, dict[str, Any]], arms: Sequence[str], ba
         finals = {a: trained_eval(r["dirs"][a]) if a in r["dirs"] else None for a in arms}
         ws = warm_eval(r["dirs"]["warm"]) if "warm" in r["dirs"] else None
         for a in arms:
-            g = gain(ws, finals[a], prefix, pass_at_k=pass_at_k) if ws and finals[a] else None
+            fin = finals[a]
+            g = gain(ws, fin, prefix, pass_at_k=pass_at_k) if ws and fin else None
             if g is not None:
                 out.setdefault(f"{a} - warm start", {})[seed] = g["gain"]
         for a in arms:
