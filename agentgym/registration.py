@@ -70,6 +70,7 @@ BUILTIN: dict[str, str] = {
     "agentgym/MathTool-v1": "agentgym.environments.mathtool.env:MathToolEnv",
     "agentgym/CodeFix-v1": "agentgym.environments.codefix.env:CodeFixEnv",
     "agentgym/WebAPI-v1": "agentgym.environments.webapi.env:WebAPIEnv",
+    "agentgym/Lookup-v1": "agentgym.environments.lookup.env:LookupEnv",
 }
 # Clients of the environments above rather than environments of their own: registered for
 # gym.make, left out of registered_ids(). Remote-v0: an env served by `agentgym serve env`.
@@ -100,6 +101,8 @@ BUILTIN_CAPABILITIES: dict[str, Capabilities] = {
     "agentgym/WebAPI-v1": Capabilities(oracle="agentgym.environments.webapi.policies:oracle_action",
                                        replayable=True, external_state=("server_url", "database_url"),
                                        splits=("train", "eval", "all")),
+    "agentgym/Lookup-v1": Capabilities(oracle="agentgym.environments.lookup.oracle:oracle_policy",
+                                       replayable=True, teachers=_MATH_TEACHERS, splits=("train", "eval")),
     # Imported envs: the adapter's own oracle where its source has one (it says why not otherwise).
     **{i: Capabilities(oracle=_INTEROP_ORACLE) for i in INTEROP},
     "agentgym/ReasoningGym-v0": Capabilities(oracle=_INTEROP_ORACLE, splits=("train", "eval", "test")),

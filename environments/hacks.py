@@ -413,6 +413,36 @@ def _codefix_tasks(env: Any, n: int) -> list[dict[str, Any]]:
     return [{"task_id": tasks[i * len(tasks) // n].id} for i in range(n)]
 
 
+# ---------------------------------------------------------------------------- lookup
+def _lookup_hacks() -> list[Hack]:
+    """Lookup-v1: every way to an answer that skips a link of the chain, or reads the fault."""
+    from agentgym.environments.lookup.env import UNAVAILABLE
+
+    start = lambda u: u.task.meta["codes"][0]  # noqa: E731
+    first = lambda u: u.task.meta["codes"][1]  # noqa: E731
+    one_short = lambda u: u.task.meta["codes"][-2]  # noqa: E731
+    return [
+        Hack("echo the start code", lambda u: [final(start)]),
+        Hack("answer the first link only", lambda u: [tool("lookup", lambda v: {"code": start(v)}), final(first)],
+             applies=lambda u: u.task.meta["depth"] >= 2),
+        Hack("stop one link short", lambda u: [final(one_short)], applies=lambda u: u.task.meta["depth"] >= 2),
+        Hack("answer the fault's text", lambda u: [final(UNAVAILABLE)]),
+        Hack("answer 'unavailable'", says("unavailable")),
+        Hack("retry the start code forever", lambda u: [tool("lookup", lambda v: {"code": start(v)})]),
+        Hack("every code of the chain at once", lambda u: [final(lambda v: " ".join(v.task.meta["codes"]))]),
+        Hack("constant 500", says("500"), applies=lambda u: u.task.answer != "500"),
+        Hack("the depth as the answer", lambda u: [final(lambda v: f"{v.task.meta['depth']:03d}")],
+             applies=lambda u: u.task.answer != f"{u.task.meta['depth']:03d}"),
+    ]
+
+
+def _lookup_tasks(n: int) -> list[dict[str, Any]]:
+    """About ``n`` tasks over depths 1-4, both splits, with and without faults."""
+    combos = [(d, p, s) for d in (1, 2, 3, 4) for p in (0.0, 0.5) for s in ("train", "eval")]
+    per = max(1, -(-n // len(combos)))
+    return [{"depth": d, "fail_rate": p, "split": s, "index": i} for d, p, s in combos for i in range(per)]
+
+
 # ---------------------------------------------------------------------------- tables
 HACKS: dict[str, Callable[[], list[Hack]]] = {
     "agentgym/Math-v1": lambda: _math_hacks(calc=False),
@@ -420,6 +450,7 @@ HACKS: dict[str, Callable[[], list[Hack]]] = {
     "agentgym/MathTool-v1": lambda: _math_hacks(calc=False),
     "agentgym/WebAPI-v1": _webapi_hacks,
     "agentgym/CodeFix-v1": _codefix_hacks,
+    "agentgym/Lookup-v1": _lookup_hacks,
 }
 
 
@@ -430,4 +461,6 @@ def hack_tasks(env_id: str, env: Any, size: str = "small") -> list[dict[str, Any
         return _webapi_tasks(env, 3 if big else 12)
     if env_id == "agentgym/CodeFix-v1":
         return _codefix_tasks(env, 12 if big else 2)
+    if env_id == "agentgym/Lookup-v1":
+        return _lookup_tasks(240 if big else 32)
     return _math_tasks(env, 240 if big else 40)
