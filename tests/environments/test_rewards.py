@@ -34,7 +34,7 @@ from agentgym.tokenizers import encode_harmony_text
 
 NEEDS_DOCKER = {"agentgym/CodeFix-v1", "agentgym/MathTool-v1"}
 BUILTIN = ["agentgym/Math-v1", "agentgym/MathCalc-v1", "agentgym/MathTool-v1", "agentgym/CodeFix-v1",
-           "agentgym/WebAPI-v1"]
+           "agentgym/WebAPI-v1", "agentgym/Lookup-v1"]
 MAX_TURNS = 5
 
 # An action is Harmony text, a callable env -> ids (it may read the episode), or ids.
@@ -147,6 +147,17 @@ def _webapi(task_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return idle, fail
 
 
+def _lookup() -> tuple[dict[str, Any], dict[str, Any]]:
+    start = lambda u: u.codec.tool_call_ids("lookup", {"code": u.task.meta["codes"][0]})  # noqa: E731
+    fail: dict[str, Any] = {
+        "looks up the start, answers its result": [start, lambda u: u.codec.final_ids(u.task.meta["codes"][1])],
+        "looks up a code it never read, answers it": [tool("lookup", code="999"), final("999")],
+        "retries until the budget ends": [start],
+        "answers the fault": [final("unavailable")],
+    }
+    return {}, fail
+
+
 # (env id) -> [(reset options, constructor kwargs, idle extra, fail)]
 def cases(env_id: str, mode: str = "shaped") -> list[tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]]:
     if env_id == "agentgym/Math-v1":
@@ -168,6 +179,8 @@ def cases(env_id: str, mode: str = "shaped") -> list[tuple[dict[str, Any], dict[
         ids = [next(t.id for t in all_tasks() if t.kind == k)
                for k in ("return_late", "update_email_wrong_card", "move_and_cancel", "cancel_latest")]
         return [({"task_id": i}, {"split": "all"}, *_webapi(i)) for i in ids]
+    if env_id == "agentgym/Lookup-v1":
+        return [({"depth": 2, "index": 0}, {}, *_lookup()), ({"depth": 2, "fail_rate": 0.3}, {}, *_lookup())]  # one fault, retried
     raise AssertionError(f"no scripted policies for {env_id}: every registered env needs them")
 
 
