@@ -75,7 +75,7 @@ READY_PREFIX = "AGENTGYM_SERVE_READY"
 # choosing `sandbox="unsafe-local"` or `dataset="/etc/..."` would run or read things on the host.
 SAFE_KWARGS: frozenset[str] = frozenset({
     "reward_mode", "max_turns", "max_tokens", "max_action_tokens", "shaping", "prompt",
-    "split", "level", "levels", "families", "difficulty",
+    "split", "level", "levels", "families", "difficulty", "depth", "fail_rate",
     "request_timeout", "command_timeout", "sandbox_seconds", "max_output_chars", "max_file_bytes",
 })
 

@@ -26,6 +26,7 @@ KWARGS: dict[str, dict[str, Any]] = {
     "agentgym/MathTool-v1": {"reward_mode": "shaped"},
     "agentgym/CodeFix-v1": {"reward_mode": "shaped"},
     "agentgym/WebAPI-v1": {"reward_mode": "shaped"},
+    "agentgym/Lookup-v1": {"reward_mode": "shaped", "fail_rate": 0.3, "max_turns": 12},
 }
 SEEDS = (0, 1)
 
