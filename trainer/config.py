@@ -321,6 +321,10 @@ class SFTConfig:
     teacher_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the teacher's factory, for teachers that take options (``oracle``
     takes none)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Reset options of the warm start's demonstrations, over ``env.train_options`` (e.g.
+    ``{depth: [1, 2], fail_rate: 0.0}`` on Lookup-v1: cheap demonstrations of the simpler cases,
+    while RL trains on the harder ones ``env.train_options`` names)."""
     oracle_steps: int = 0
     """With a teacher other than ``oracle``: the first ``oracle_steps`` steps imitate the oracle,
     the rest the teacher (0 = the teacher from the start)."""

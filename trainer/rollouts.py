@@ -341,7 +341,8 @@ class Rollouts:
         return cut_actions(traj, self.cfg.env.max_action_tokens, self.held.stop_ids) > 0
 
     def _demos(self, step: int) -> list[Any]:
-        """``algo: sft``: oracle demonstrations of as many new train problems as PPO's episodes."""
+        """``algo: sft``: oracle demonstrations of as many new train problems as PPO's episodes, of
+        the warm start's kind (``sft.options``): continued SFT, the control for "more imitation"."""
         from agentgym.trainer.sft import demonstrations, find_oracle
 
         cfg = self.cfg
@@ -349,7 +350,8 @@ class Rollouts:
             self._demo_env = self.make_env(cfg.env.train_split)
         n = cfg.derived()["episodes_per_step"]
         seeds = [cfg.stream(SFT_ARM_SEED_BASE) + step * n + i for i in range(n)]
-        trajs = demonstrations(self._demo_env, find_oracle(cfg.env.id), seeds, self.train_options(), self.held)
+        options = {**self.train_options(), **cfg.sft.options}  # the warm start's kind of demonstration
+        trajs = demonstrations(self._demo_env, find_oracle(cfg.env.id), seeds, options, self.held)
         self.held.overlap(trajs, f"step {step + 1}")
         return trajs
 

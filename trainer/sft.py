@@ -160,7 +160,7 @@ def run_sft(cfg: Any, learner: Learner, rollouts: Rollouts, log: Any, *, held: A
     sc = cfg.sft
     teacher, oracle = make_teacher(cfg.env.id, sc), find_oracle(cfg.env.id)
     env = rollouts.make_env(cfg.env.train_split)
-    options = rollouts.train_options()
+    options = {**rollouts.train_options(), **cfg.sft.options}
     opt, sched = (optimizer, scheduler) if optimizer is not None else sft_optimizer(cfg, learner.model)
     bar = Progress(sc.steps, "warm start", cfg.log.progress)
     bar.update(start)
