@@ -340,3 +340,25 @@ def test_run_seeds_runs_every_arm_of_every_seed_as_processes(tmp_path: Path) -> 
     assert len(rows) == 6 and all(re.search(r"\| +[+-]\d\.\d{3} +\d\.\d{3} .*\[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", r)
                                   for r in rows), rows
     assert re.search(r"ppo - placebo: .*not decided \(0 seed", out.stdout), out.stdout
+
+
+def test_the_warm_start_and_the_sft_arm_demonstrate_the_kind_sft_options_name(tmp_path: Path) -> None:
+    """cpu-lookup: the demonstrations are short chains without faults (``sft.options``), the RL
+    tasks are longer (``env.train_options``); the SFT control continues the warm start's kind."""
+    import gymnasium as gym
+
+    from agentgym.trainer.sft import demo_seeds, demonstrations, find_oracle
+
+    cfg = load_config("cpu-lookup", ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false",
+                                     f"log.run_dir={tmp_path}", "sft.steps=0", "algo=sft", "controls=[]",
+                                     "rollout.tasks_per_step=2", "rollout.samples_per_task=2"])
+    t = Trainer(cfg)
+    arm = t.rollouts._demos(0)
+    assert arm and all(d.task_id.startswith(("lookup/d1/", "lookup/d2/")) for d in arm)
+    env = gym.make("agentgym/Lookup-v1", prompt="compact", max_turns=8)
+    warm = demonstrations(env, find_oracle("agentgym/Lookup-v1"), demo_seeds(cfg, 0)[:8],
+                          {**t.rollouts.train_options(), **cfg.sft.options})
+    assert {d.task_id.split("/")[1] for d in warm} <= {"d1", "d2"}
+    # no faults: each demonstration calls lookup exactly once per link (a fault would add a retry)
+    assert all(sum(1 for u in d.turns if u.tool) == int(d.task_id.split("/")[1][1:]) for d in warm)
+    t.close()
