@@ -17,22 +17,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentgym.scores import Z95, solved, wilson  # the one success rule and interval (re-exported)
+
 __all__ = ["Z95", "env_summary", "overall_summary", "pass_hat_k", "wilson"]
-
-Z95 = 1.959963984540054  # two-sided 95% normal quantile
-SUCCESS = 1.0 - 1e-9  # an episode succeeds when its outcome is 1
-
-
-def wilson(p: float, n: float, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval for a proportion ``p`` observed on ``n`` (possibly fractional) units."""
-    if n <= 0:
-        return (0.0, 1.0)
-    d = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / d
-    half = z * math.sqrt(max(p * (1 - p), 0.0) / n + z * z / (4 * n * n)) / d
-    lo, hi = max(0.0, centre - half), min(1.0, centre + half)
-    return (0.0 if p <= 0 else lo, 1.0 if p >= 1 else hi)  # exact at the ends, not 1 - 1e-16
-
 
 def pass_hat_k(successes: Sequence[int], trials: Sequence[int], k: int) -> float:
     """Mean over tasks of C(c, k) / C(n, k): the chance that k fresh trials all succeed."""
@@ -53,7 +40,7 @@ def env_summary(scores: Mapping[int, Sequence[float]], k: int) -> dict[str, Any]
     se = math.sqrt(var / n_tasks)
     n_eff = float(n_tasks) if se == 0 else min(max(p * (1 - p) / (se * se), n_tasks), n_eps)
     lo, hi = wilson(p, n_eff)
-    succ = [sum(1 for x in t if x >= SUCCESS) for t in tasks]
+    succ = [sum(1 for x in t if solved(x)) for t in tasks]
     return {"mean": p, "ci95": [lo, hi], "pass_k": pass_hat_k(succ, [len(t) for t in tasks], k), "k": k,
             "tasks": n_tasks, "episodes": n_eps, "se": se}
 

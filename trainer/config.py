@@ -851,11 +851,22 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     return value
 
 
+# Keys that left the config, with the value that did nothing: a run dir saved before they left
+# still resumes (its config.yaml lists every key).
+_RETIRED: dict[str, Any] = {"sft.skip_tool": 0.0, "sft.guess_right": 0.0, "sft.sign_error": 0.0}
+
+
 def _apply(obj: Any, data: dict[str, Any], prefix: str = "") -> None:
     hints = typing.get_type_hints(type(obj))
     known = _fields(type(obj))
     for k, v in data.items():
         key = f"{prefix}{k}"
+        if key in _RETIRED and k not in known:
+            if v != _RETIRED[key]:
+                raise ConfigError(f"{key}={v!r}: an option of the defect teachers, which are no longer "
+                                  "built in; fix: drop it, or declare such a teacher on your env "
+                                  "(Capabilities.teachers) and pass its options in sft.teacher_kwargs")
+            continue  # a run saved before they left: the default changed nothing
         if k not in known:
             hint = _suggest(str(k), known)
             raise ConfigError(f"unknown config key {key!r}"

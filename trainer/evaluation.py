@@ -9,7 +9,7 @@ of the eval split), with fixed sampling seeds:
 * at ``log.eval_temperature`` (plain keys; greedy by default: the secondary number).
 
 Its record (one ``eval`` row of ``metrics.jsonl``) holds ``success`` with a 95% interval
-(``success_lo``/``success_hi``: Wilson; with several samples per problem at the effective
+(``success_lo``/``success_hi``: :func:`agentgym.scores.wilson`; with several samples per problem at the effective
 sample size of the per-problem means, since samples of one problem are correlated), ``problems``, ``samples``, ``episodes``, ``pass_at_K``,
 ``wellformed`` (share of episodes whose tool loop is well formed, :func:`episode_wellformed`),
 ``problems_hash`` (digest of the problem list) and ``outcomes``, the per-episode results as a
@@ -30,28 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.errors import WarmStartFailed
+from agentgym.scores import wilson
 from agentgym.trainer.health import KL_UNWATCHED, LABELS, health_summary
 from agentgym.trainer.metrics import Progress, episode_stats, episode_success, read_metrics
 
 __all__ = ["ARM_NAMES", "STAGE_NAMES", "Evaluator", "arm_label", "collect_fixed", "episode_wellformed", "eval_record",
-           "gain", "pass_at_k", "per_problem", "ratio_moved", "report_lines", "update_line", "wilson"]
+           "gain", "pass_at_k", "per_problem", "ratio_moved", "report_lines", "update_line"]
 
 STAGE_NAMES = {"init": "untrained", "warm_start": "warm start", "ppo": "after {arm}"}
 ARM_NAMES = {"ppo": "PPO", "placebo": "placebo", "rft": "RFT", "raft": "best-of-group", "sft": "SFT"}
-Z95 = 1.959964
-
-
-def wilson(k: float, n: float, z: float = Z95) -> tuple[float, float]:
-    """95% Wilson score interval of a success rate k/n (sensible at 0/n and n/n too; ``n`` may
-    be an effective sample size, ``k`` then fractional)."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    d = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / d
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    # the interval contains p; at p = 1 rounding left mid + half at 0.9999999999999999
-    return max(0.0, min(p, mid - half)), min(1.0, max(p, mid + half))
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -114,11 +101,11 @@ def eval_record(trajs: Sequence[Any], temperature: float, prefix: str = "", *, s
     means = [x for x in per_problem(outcomes, samples) if x is not None]
     mean = sum(ok) / len(ok) if ok else 0.0
     if samples == 1:
-        lo, hi = wilson(sum(ok), len(ok))
+        lo, hi = wilson(mean, len(ok))
     else:  # Wilson at the effective sample size of the per-problem means (samples are clustered)
         se = _se(means)
         n_eff = min(float(len(ok)), mean * (1 - mean) / se**2) if se > 0 else float(len(means))
-        lo, hi = wilson(mean * n_eff, n_eff) if n_eff > 0 else (0.0, 1.0)
+        lo, hi = wilson(mean, n_eff)
     m: dict[str, Any] = {**episode_stats(kept), "success": mean, "success_lo": lo, "success_hi": hi,
                          "episodes": len(ok), "problems": n_prob, "samples": samples,
                          "temperature": temperature,

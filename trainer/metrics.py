@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from agentgym.errors import ConfigError
+from agentgym.scores import solved
 
 __all__ = ["MetricsLogger", "PROGRESS_EVERY_S", "Progress", "episode_stats", "episode_success",
            "progress_every_s", "read_metrics", "truncate_metrics"]
@@ -198,12 +199,13 @@ class Progress:
 
 
 def episode_success(traj: Any) -> bool:
-    """The episode solved its task: the outcome of its last turn is above 0.5."""
-    return bool(traj.turns) and traj.turns[-1].components.get("outcome", 0.0) > 0.5
+    """The episode solved its task: the outcome of its last turn is 1 (:func:`agentgym.scores.solved`;
+    a partial outcome is not a success)."""
+    return bool(traj.turns) and solved(traj.turns[-1].components.get("outcome", 0.0))
 
 
 def episode_stats(trajectories: list[Any]) -> dict[str, float]:
-    """Per-batch episode numbers: reward, success (outcome > 0.5), lengths, turns, errors."""
+    """Per-batch episode numbers: reward, success (outcome 1: ``episode_success``), lengths, turns, errors."""
     n = max(len(trajectories), 1)
     rewards = [t.total_reward for t in trajectories]
     mean = sum(rewards) / n

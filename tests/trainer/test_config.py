@@ -67,6 +67,8 @@ def test_unknown_key_in_yaml_is_rejected(tmp_path) -> None:  # type: ignore[no-u
     ("sft.teacher=orcale", r"sft.teacher: agentgym/MathCalc-v1 declares the teachers \['oracle'\], got 'orcale'; "
                            "fix: sft.teacher=oracle"),
     ("sft.teacher=defect-guesser", r"declares the teachers \['oracle'\], got 'defect-guesser'"),
+    ("sft.skip_tool=0.5", r"sft.skip_tool=0.5: an option of the defect teachers.*fix: drop it"),
+    ("sft.skip_tool=0.0", None),  # what a run dir saved before they left holds: it still resumes
     ("env.train_options={split: train}", r"fix: env.train_split=train"),
     ("rollout.sync_every=2", r"engine_weights=copy"),
     ("controls=[placebo, rtf]", r"unknown arm 'rtf'.*did you mean 'rft'"),

@@ -1,4 +1,4 @@
-"""Held-out evaluation: Wilson intervals, pass@k, per-problem paired differences with their
+"""Held-out evaluation: intervals, pass@k, per-problem paired differences with their
 standard errors, the well-formed tool loop, and the closing report the CLI prints."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from agentgym.scores import wilson
 from agentgym.trainer.evaluation import (
     episode_wellformed,
     eval_record,
@@ -18,21 +19,20 @@ from agentgym.trainer.evaluation import (
     pass_at_k,
     per_problem,
     report_lines,
-    wilson,
 )
 
 
-def test_wilson_interval_contains_the_rate_and_is_sensible_at_the_ends() -> None:
-    lo, hi = wilson(0, 256)
-    assert lo == 0.0 and 0 < hi < 0.02
-    lo, hi = wilson(256, 256)
-    assert 0.98 < lo < 1.0 and hi == 1.0
-    lo, hi = wilson(128, 256)
-    assert lo < 0.5 < hi and hi - lo == pytest.approx(2 * 1.96 * math.sqrt(0.25 / 256), rel=0.02)
-    assert wilson(0, 0) == (0.0, 1.0)
-    # every k/n lies inside its interval, to the last bit: 24/24 once gave hi 0.9999999999999999,
-    # and the plot's error bar (hi - rate) was negative
-    assert all(wilson(k, n)[0] <= k / n <= wilson(k, n)[1] for n in range(1, 300) for k in range(n + 1))
+def test_the_trainer_and_the_leaderboards_share_one_success_rule_and_interval() -> None:
+    import agentgym.scores
+    from agentgym.leaderboards import stats
+    from agentgym.trainer.metrics import episode_success
+
+    assert stats.wilson is agentgym.scores.wilson and stats.Z95 == agentgym.scores.Z95
+    ep = {x: SimpleNamespace(turns=[SimpleNamespace(components={"outcome": x})]) for x in (0.0, 0.6, 1.0)}
+    assert [episode_success(ep[x]) for x in (0.0, 0.6, 1.0)] == [False, False, True]  # partial credit: no
+    # the same three outcomes on a leaderboard task: the mean counts the 0.6, pass^1 does not
+    summary = stats.env_summary({0: [0.0, 0.6, 1.0]}, k=1)
+    assert summary["mean"] == pytest.approx(1.6 / 3) and summary["pass_k"] == pytest.approx(1 / 3)
 
 
 def test_pass_at_k_is_the_unbiased_estimator() -> None:
@@ -119,7 +119,7 @@ def _ev(stage: str, step: int, greedy: str, sampled: str | None, samples: int = 
         if o is None:
             continue
         p = o.count("1") / len(o)
-        lo, hi = wilson(o.count("1"), len(o))
+        lo, hi = wilson(p, len(o))
         r.update({prefix + "success": p, prefix + "success_lo": lo, prefix + "success_hi": hi,
                   prefix + "episodes": len(o), prefix + "problems": len(o) // k, prefix + "samples": k,
                   prefix + "outcomes": o, prefix + "temperature": 0.0 if not prefix else 1.0,
