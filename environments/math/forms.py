@@ -41,9 +41,13 @@ def corrected(s: str) -> str:
     right.") leaves the text as it was."""
     if _ALPHA.search(s) is None:
         return s
+    mathy = _MATHY.search(s[::-1])  # the last mathy character, found once
+    if mathy is None:
+        return s
+    stated_before = len(s) - mathy.start()  # a correction must end before this index
     last = None
     for m in _CORRECTION.finditer(s):
-        if _MATHY.search(s, m.end()) is not None:
+        if m.end() < stated_before:
             last = m
     return s[last.end():] if last is not None else s
 
