@@ -1,7 +1,8 @@
 """Answers that state something other than the value: each refused with a verdict that says why.
 
 Negations written in words or LaTeX text (``\\text{not } 64``, ``other than 64``), bounds
-(``at least 64``), unknown operators (``\\operatorname{foo}(64)``), self-corrections read
+(``at least 64``), unknown operators and functions (``\\operatorname{foo}(64)``,
+``\\mathrm{foo}(64)``), self-corrections read
 backwards (``64, no wait, 65`` is 65), digit groups that are not (``0,064``), a percent read two
 ways (``6400%``), and the question echoed (its last number is sometimes the answer).
 """
@@ -32,6 +33,9 @@ REFUSED = {
     "\\operatorname{foo}(64)": "unparseable",
     "\\boxed{\\operatorname{foo}(64)}": "unparseable",
     "\\operatorname{floor}(64.5)": "unparseable",
+    "\\mathrm{foo}(64)": "unparseable",
+    "\\text{foo}(64)": "unparseable",
+    "foo (64)": "unparseable",
     "64, no wait, 65": "not",
     "The answer is 64, no wait, 65.": "not",
     "64. Actually, it is 65.": "not",
@@ -68,6 +72,8 @@ def test_refused_for_64(answer: str, form: str | None) -> None:
     ("It is 64, not 65.", "64"),  # a negation of another value
     ("\\operatorname{sin}(x)", "\\sin x"),  # an operator the grammar knows
     ("No, the answer is 64.", "64"),
+    ("it is (64)", "64"),
+    ("\\mathrm{sin}(x)", "\\sin x"),
     ("The number of marbles that are not red is 64.", "64"),
     ("x = 3. Actually, that checks out: x = 3.", "3"),
 ])
