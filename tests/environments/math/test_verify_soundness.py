@@ -46,6 +46,11 @@ REFUSED = {
     "\\boxed{\\text{at least } 64}": "bound",
     "There are more than 64": "bound",
     "no fewer than 64": "bound",
+    "It exceeds 64": "bound",
+    "The answer cannot be 64": "negated",
+    "It is not the case that the answer is 64": "negated",
+    "Initially 64 but actually 65": "not",
+    "64, err, 65": "not",
     "6400%": "not",
     "6400\\%": "not",
 }
@@ -65,6 +70,9 @@ def test_refused_for_64(answer: str, form: str | None) -> None:
     ("64. Actually, it is 65.", "65"),
     ("64; sorry, 65", "65"),
     ("x = 3, or rather x = 4", "4"),
+    ("Initially 64 but actually 65", "65"),
+    ("Since x is not negative, the answer is 64.", "64"),  # a negation of something else
+    ("The answer is 64. Actually, let me check: 8 * 8 = 64.", "64"),
     ("6400%", "6400"),  # the percent the question asked for
     ("50%", "1/2"),  # a percent as a value where the answer is no whole number
     ("0.064", "0.064"),
