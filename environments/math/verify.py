@@ -470,11 +470,13 @@ def verify(predicted: str, reference: str, form: str | Form | None = None,
     p, lead = extract_with_lead(predicted)
     if not p:
         return Verdict(False, "unparseable: no answer found in the final message", None)
-    if question and _quotes(p, question):
-        return Verdict(False, f"{_ECHOED} ({p!r} is quoted from it); state its result", None)
     if len(p) > MAX_CHARS:  # before any further pass over it
         return Verdict(False, f"too_large: the answer has {len(p)} characters; at most {MAX_CHARS}", None)
     r_raw, r, ref, why = _reference(reference)
+    # A quote of the question is no value; a text answer may well be one of its words ("Answer
+    # red or dark green": "dark green").
+    if question and ref is not None and _quotes(p, question):
+        return Verdict(False, f"{_ECHOED} ({p!r} is quoted from it); state its result", None)
     if ref is not None:
         hedge = _hedged(p, lead)
         if hedge:

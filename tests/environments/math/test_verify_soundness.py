@@ -137,3 +137,6 @@ def test_echo_verdicts() -> None:
     v = verify("The answer is from x = 0 to x = 2.", "2", "number", question=q)
     assert not v.correct and v.reason.startswith("echoed")
     assert verify("x = 2", "2", "number", question="Solve for x: 3x = 6.").correct
+    q = "Which colour is the sky on a clear day: dark green or light blue?"
+    assert verify("light blue", "light blue", question=q).correct  # a text answer may quote its options
+    assert verify("The answer is light blue.", "light blue", question=q).correct
