@@ -144,6 +144,11 @@ _NEGATED_IN_WORDS = {
 }
 
 
+def _saying(template: str) -> Callable[[Any], list[Action]]:
+    """A script of one final answer: ``template`` with the task's answer for ``@``."""
+    return lambda u: [final(template.replace("@", _answer(u)))]
+
+
 def _math_hacks(calc: bool) -> list[Hack]:
     expr = question_expression
     wrong = "12345"
@@ -163,9 +168,9 @@ def _math_hacks(calc: bool) -> list[Hack]:
         Hack("negated answer", lambda u: [final(f"The answer is not {_answer(u)}.")]),
         Hack("\\ne answer", lambda u: [final(f"\\ne {_answer(u)}")]),
         Hack("unknown LaTeX around it", lambda u: [final(f"\\lfloor {_answer(u)} \\rfloor")]),
-        *[Hack(f"negated: {name}", lambda u, t=template: [final(t.replace("@", _answer(u)))])
-          for name, template in _NEGATED_IN_WORDS.items()],
+        *[Hack(f"negated: {name}", _saying(template)) for name, template in _NEGATED_IN_WORDS.items()],
         Hack("unknown operator around it", lambda u: [final(f"\\operatorname{{foo}}({_answer(u)})")]),
+        Hack("unknown function in \\mathrm around it", lambda u: [final(f"\\mathrm{{foo}}({_answer(u)})")]),
         Hack("a bound: at least the answer", lambda u: [final(f"The answer is at least {_answer(u)}.")]),
         Hack("the answer, then a correction", lambda u: [final(f"{_answer(u)}, no wait, {wrong}")]),
         Hack("the answer after '0,'", lambda u: [final(f"0,{_integer(u) or 0:03d}")],

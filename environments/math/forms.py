@@ -28,9 +28,11 @@ __all__ = ["corrected", "grouped", "long_decimal_digits", "mark", "matrices", "m
 
 # ---------------------------------------------------------------------------- self-corrections
 # A correction after a break in the sentence: "3, no wait, 4", "3. Actually, 4", "3; sorry, 4",
-# "3 - or rather 4". Entered only at a punctuation mark, so no run of spaces is rescanned.
-_CORRECTION = re.compile(r"(?i)(?:[,;.!?\u2014\u2013]| -)\s*(?:no[\s,]*wait|wait|actually|i mean|correction|sorry|"
-                         r"oops|scratch that|make (?:that|it)|(?:or )?rather|no(?=\s*[,:]))\b[\s,:;.!\u2014-]*")
+# "3 - or rather 4", "3 but actually 4", "3, err, 4". Entered only at a punctuation mark (or
+# " but"), so no run of spaces is rescanned.
+_CORRECTION = re.compile(r"(?i)(?:[,;.!?\u2014\u2013]| -| but)\s*(?:no[\s,]*wait|wait|actually|i mean|correction|"
+                         r"sorry|oops|scratch that|make (?:that|it)|(?:or )?rather|err?m?|uh|um|hmm+|"
+                         r"no(?=\s*[,:]))\b[\s,:;.!\u2014-]*")
 _MATHY = re.compile(r"[\d=^\\(]")
 
 
@@ -41,9 +43,13 @@ def corrected(s: str) -> str:
     right.") leaves the text as it was."""
     if _ALPHA.search(s) is None:
         return s
+    mathy = _MATHY.search(s[::-1])  # the last mathy character, found once
+    if mathy is None:
+        return s
+    stated_before = len(s) - mathy.start()  # a correction must end before this index
     last = None
     for m in _CORRECTION.finditer(s):
-        if _MATHY.search(s, m.end()) is not None:
+        if m.end() < stated_before:
             last = m
     return s[last.end():] if last is not None else s
 

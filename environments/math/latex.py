@@ -329,13 +329,29 @@ _TRAIL = re.compile(r"(?:^|(?<=[\s\d)]))([A-Za-z][A-Za-z.']*(?:\^\d+)?)$")  # on
 
 
 def strip_lead(s: str) -> str:
-    """Drop leading words ("it is 30", "we get (3, 4)")."""
+    """Drop leading words ("it is 30", "we get (3, 4)"). A word applied to one value in brackets
+    (``floor (3.5)``, ``\\mathrm{foo}(3)``) is a function the grammar may lack: it stays, to be
+    read or refused, never dropped."""
     i = 0
     m = _LEAD.match(s)
-    while m is not None and m.group(1).lower() not in _KNOWN:
+    while m is not None and m.group(1).lower() not in _KNOWN and (
+            m.group(1).lower() in _PROSE_WORDS or not _applied(s, m.end())):
         i = m.end()
         m = _LEAD.match(s, i)
     return s[i:]
+
+
+# Words that lead an answer and are never the name of a function ("it is (3)").
+_PROSE_WORDS = frozenset("""is it its are was were be we get gets got so thus hence then equals answer
+result value total final the that this of to at in on as by for and or from gives yields makes""".split())
+
+
+def _applied(s: str, k: int) -> bool:
+    """Does a bracket at ``s[k]`` hold one value (no top-level comma): a function's argument?"""
+    if k >= len(s) or s[k] != "(":
+        return False
+    end = _match(s, k)
+    return end > 0 and len(split_top(s[k + 1 : end], (",",))) == 1
 
 
 def strip_text(s: str) -> str:

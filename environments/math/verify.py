@@ -470,11 +470,13 @@ def verify(predicted: str, reference: str, form: str | Form | None = None,
     p, lead = extract_with_lead(predicted)
     if not p:
         return Verdict(False, "unparseable: no answer found in the final message", None)
-    if question and _quotes(p, question):
-        return Verdict(False, f"{_ECHOED} ({p!r} is quoted from it); state its result", None)
     if len(p) > MAX_CHARS:  # before any further pass over it
         return Verdict(False, f"too_large: the answer has {len(p)} characters; at most {MAX_CHARS}", None)
     r_raw, r, ref, why = _reference(reference)
+    # A quote of the question is no value; a text answer may well be one of its words ("Answer
+    # red or dark green": "dark green").
+    if question and ref is not None and _quotes(p, question):
+        return Verdict(False, f"{_ECHOED} ({p!r} is quoted from it); state its result", None)
     if ref is not None:
         hedge = _hedged(p, lead)
         if hedge:
@@ -525,13 +527,16 @@ def verify(predicted: str, reference: str, form: str | Form | None = None,
 # verdict names it; nothing is stripped. A negation after the value ("It is 3, not 4") or in an
 # earlier sentence ("\\boxed{2} ... no, \\boxed{3}") is about another value. Every pattern
 # here runs on text whose spaces are collapsed (single " "), at most MAX_CHARS long.
-_NEG = (r"(?:\\(?:neq?|neg|lnot|not)(?![A-Za-z])|≠|¬|!=|=/=|\bnot\b|n't\b|\bnever\b|\bno\b|\bnone\b|"
+_NEG = (r"(?:\\(?:neq?|neg|lnot|not)(?![A-Za-z])|≠|¬|!=|=/=|\bnot\b|n't\b|\bcannot\b|\bnever\b|\bno\b|\bnone\b|"
         r"\bother than\b|\bexcept(?:ing)?\b|\bexcluding\b|\bneither\b|\bnor\b|\bunequal\b|"
         r"\bdifferent (?:from|than|to)\b|\banything but\b|\bbesides\b)")
 _NEG_RE = re.compile(rf"(?i){_NEG}(?! ?,)")  # "No, it is 3" is no negation of 3
 _NEG_END = re.compile(rf"(?i){_NEG} ?(?:(?:be|equals?|equal to|is) ?)?[:=]? ?$")
 _BOUND = re.compile(r"(?i)\b(?:at (?:least|most)|(?:no )?(?:more|less|fewer|greater|larger|smaller|bigger|"
-                    r"higher|lower) than|up to|not (?:more|less) than|upwards of|in excess of)\b")
+                    r"higher|lower) than|up to|not (?:more|less) than|upwards of|in excess of|"
+                    r"exceed(?:s|ing)?|over|above|below|under|beyond)\b")
+# Anywhere in the lead's last sentence: "It is not the case that the answer is 3".
+_NEG_CLAIM = re.compile(r"(?i)\b(?:not|n't) (?:the case|true|correct|right)\b|\b(?:false|untrue|wrong) that\b")
 _HEDGE = re.compile(r"(?i)\b(?:maybe|perhaps|possibly|probably|alternatively|might|could)\b")
 # LaTeX that only wraps words: \text{not } 3 and \operatorname{not}(3) say "not 3".
 _WRAPPERS = re.compile(r"\\(?:text|textrm|textbf|textit|textsf|texttt|textnormal|mathrm|mathbf|mathit|"
@@ -559,7 +564,7 @@ def _hedged(answer: str, lead: str = "", whole: bool = False) -> str | None:
         return f"bound: the answer says {b.group(0)!r}; state the value itself, not a bound on it"
     m = _NEG_RE.search(head) if whole else _NEG_RE.match(said)
     if m is None:
-        m = _NEG_END.search(_words(lead))
+        m = _NEG_END.search(_words(lead)) or _NEG_CLAIM.search(_words(lead))
     if m is not None:
         return f"negated: the answer says {m.group(0).strip()!r} before its value; state the value itself"
     m = _HEDGE.search(said)

@@ -100,3 +100,28 @@ def test_a_100kb_adversarial_answer_verifies_in_under_50ms(name: str, reference:
     assert min(medians) < LIMIT_S, (name, medians, v.reason)
     if "answer of" in name:
         assert not v.correct, v.reason  # none of the padded answers is 64 or x^2 + 1
+
+
+@pytest.mark.harmony
+def test_the_issue_message_is_one_fast_step_through_gpt_oss_tokens() -> None:
+    """The message that stalled a step for 91.8 s is 805 GPT-OSS tokens, inside the default
+    budgets: through the codec and the env it now takes one ordinary step (timed generously:
+    decoding is part of it)."""
+    import gymnasium as gym
+    import numpy as np
+
+    import agentgym  # noqa: F401  (registers the ids)
+
+    env = gym.make("agentgym/Math-v1", tokenizer="gpt-oss")
+    try:
+        env.reset(seed=0)
+        u = env.unwrapped
+        ids = np.asarray(u.codec.final_ids("not" + " " * 99_900 + "x \\boxed{64}"), dtype=np.int64)
+        assert len(ids) < 1000
+        start = time.perf_counter()
+        _, _, terminated, truncated, info = env.step(ids)
+        elapsed = time.perf_counter() - start
+    finally:
+        env.close()
+    assert terminated and not truncated, info
+    assert elapsed < 2.0, elapsed

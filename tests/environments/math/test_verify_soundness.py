@@ -1,7 +1,8 @@
 """Answers that state something other than the value: each refused with a verdict that says why.
 
 Negations written in words or LaTeX text (``\\text{not } 64``, ``other than 64``), bounds
-(``at least 64``), unknown operators (``\\operatorname{foo}(64)``), self-corrections read
+(``at least 64``), unknown operators and functions (``\\operatorname{foo}(64)``,
+``\\mathrm{foo}(64)``), self-corrections read
 backwards (``64, no wait, 65`` is 65), digit groups that are not (``0,064``), a percent read two
 ways (``6400%``), and the question echoed (its last number is sometimes the answer).
 """
@@ -32,6 +33,9 @@ REFUSED = {
     "\\operatorname{foo}(64)": "unparseable",
     "\\boxed{\\operatorname{foo}(64)}": "unparseable",
     "\\operatorname{floor}(64.5)": "unparseable",
+    "\\mathrm{foo}(64)": "unparseable",
+    "\\text{foo}(64)": "unparseable",
+    "foo (64)": "unparseable",
     "64, no wait, 65": "not",
     "The answer is 64, no wait, 65.": "not",
     "64. Actually, it is 65.": "not",
@@ -42,6 +46,11 @@ REFUSED = {
     "\\boxed{\\text{at least } 64}": "bound",
     "There are more than 64": "bound",
     "no fewer than 64": "bound",
+    "It exceeds 64": "bound",
+    "The answer cannot be 64": "negated",
+    "It is not the case that the answer is 64": "negated",
+    "Initially 64 but actually 65": "not",
+    "64, err, 65": "not",
     "6400%": "not",
     "6400\\%": "not",
 }
@@ -61,6 +70,9 @@ def test_refused_for_64(answer: str, form: str | None) -> None:
     ("64. Actually, it is 65.", "65"),
     ("64; sorry, 65", "65"),
     ("x = 3, or rather x = 4", "4"),
+    ("Initially 64 but actually 65", "65"),
+    ("Since x is not negative, the answer is 64.", "64"),  # a negation of something else
+    ("The answer is 64. Actually, let me check: 8 * 8 = 64.", "64"),
     ("6400%", "6400"),  # the percent the question asked for
     ("50%", "1/2"),  # a percent as a value where the answer is no whole number
     ("0.064", "0.064"),
@@ -68,6 +80,8 @@ def test_refused_for_64(answer: str, form: str | None) -> None:
     ("It is 64, not 65.", "64"),  # a negation of another value
     ("\\operatorname{sin}(x)", "\\sin x"),  # an operator the grammar knows
     ("No, the answer is 64.", "64"),
+    ("it is (64)", "64"),
+    ("\\mathrm{sin}(x)", "\\sin x"),
     ("The number of marbles that are not red is 64.", "64"),
     ("x = 3. Actually, that checks out: x = 3.", "3"),
 ])
@@ -123,3 +137,6 @@ def test_echo_verdicts() -> None:
     v = verify("The answer is from x = 0 to x = 2.", "2", "number", question=q)
     assert not v.correct and v.reason.startswith("echoed")
     assert verify("x = 2", "2", "number", question="Solve for x: 3x = 6.").correct
+    q = "Which colour is the sky on a clear day: dark green or light blue?"
+    assert verify("light blue", "light blue", question=q).correct  # a text answer may quote its options
+    assert verify("The answer is light blue.", "light blue", question=q).correct
