@@ -3,16 +3,25 @@
 Each factory is built once in the worker's template (it loads the hub and warms its lazy imports,
 so a forked child starts with everything loaded) and opens one session per fork:
 
-* :class:`ReasoningGymScorer`: ``open(index)`` -> ``answer -> score_answer(answer, entry)``.
+* :class:`ReasoningGymScorer`: ``open(entry)`` -> ``answer -> score_answer(answer, entry)``. The
+  entry travels from agentgym (pickled, base64): some datasets draw a different problem for the
+  same index in another process (``polynomial_multiplication`` depends on ``PYTHONHASHSEED``).
 * :class:`SkyRLScorer`: ``open(row)`` -> the env of one episode: ``{"step": text}`` -> its step's
   ``reward``, ``done`` and observations (a SkyRL env keeps state between the turns of an episode).
 """
 
 from __future__ import annotations
 
+import base64
+import pickle
 from typing import Any
 
-__all__ = ["ReasoningGymScorer", "SkyRLScorer"]
+__all__ = ["ReasoningGymScorer", "SkyRLScorer", "pack"]
+
+
+def pack(obj: Any) -> str:
+    """``obj`` as the scorer worker's ``open`` receives it (pickled, base64)."""
+    return base64.b64encode(pickle.dumps(obj)).decode()
 
 
 class ReasoningGymScorer:
@@ -27,9 +36,9 @@ class ReasoningGymScorer:
             except Exception:
                 pass
 
-    def open(self, index: int) -> Any:
-        entry = self.source[int(index)]
-        return lambda answer: float(self.source.score_answer(str(answer), entry))
+    def open(self, entry: str) -> Any:
+        problem = pickle.loads(base64.b64decode(entry))  # agentgym's own entry, never the policy's text
+        return lambda answer: float(self.source.score_answer(str(answer), problem))
 
 
 class SkyRLScorer:
