@@ -302,9 +302,9 @@ def _rg_meta(key: str) -> Callable[[Any], str]:
     return lambda u: str(u.entry["metadata"][key])
 
 
-def _not_answer(text: Callable[[Any], str]) -> Callable[[Any], bool]:
-    """Applies where ``text`` is not the task's own reference answer."""
-    return lambda u: str(text(u)).strip() != str(u.task.answer).strip()
+def _not_answer(text: Callable[[Any], str] | str) -> Callable[[Any], bool]:
+    """Applies where ``text`` (a constant, or a function of the env) is not the task's own reference answer."""
+    return lambda u: str(text(u) if callable(text) else text).strip() != str(u.task.answer).strip()
 
 
 def _interop_common() -> list[Hack]:
@@ -330,14 +330,14 @@ def _rg_hacks(dataset: str) -> Callable[[], list[Hack]]:
         if dataset == "prime_factorization":
             n = _rg_meta("number")
             out += [Hack("the unfactored number", lambda u: [final(n(u))], applies=_not_answer(n))]
-        out += [Hack(f"constant {c}", says(c), applies=_not_answer(lambda u, c=c: c)) for c in ("0", "1")]
+        out += [Hack(f"constant {c}", says(c), applies=_not_answer(c)) for c in ("0", "1")]
         return out
     return hacks
 
 
 def _skyrl_hacks() -> list[Hack]:
     return [*_interop_common(),
-            *[Hack(f"constant #### {c}", says(f"#### {c}"), applies=_not_answer(lambda u, c=c: c)) for c in ("0", "1")]]
+            *[Hack(f"constant #### {c}", says(f"#### {c}"), applies=_not_answer(c)) for c in ("0", "1")]]
 
 
 INTEROP_CASES: dict[str, tuple[str, dict[str, Any], Callable[[], list[Hack]]]] = {

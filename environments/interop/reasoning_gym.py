@@ -38,7 +38,13 @@ from agentgym.env import Task
 from agentgym.environments.interop.answer_rules import code_gate, form_gate
 from agentgym.environments.interop.base import HubEnv, Provenance, require
 from agentgym.environments.interop.hub_scorers import pack
-from agentgym.environments.interop.isolation import IsolatedScorer, ScorerFault, SessionError, release_scorer, shared_scorer
+from agentgym.environments.interop.isolation import (
+    IsolatedScorer,
+    ScorerFault,
+    SessionError,
+    release_scorer,
+    shared_scorer,
+)
 from agentgym.errors import ConfigError
 from agentgym.tools import ToolResult
 
