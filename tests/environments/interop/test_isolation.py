@@ -147,3 +147,21 @@ def test_openenv_answers_go_to_the_servers_scorer_not_the_host(openenv_math: str
         assert list(open_dir.iterdir()) == []
     finally:
         env.close()
+
+
+def test_a_verifiers_reward_that_evaluates_the_answer_runs_it_in_the_scorer_child(open_dir: Path) -> None:
+    require("verifiers.v1")
+    from tests.environments.interop.vf_tasksets import eval_taskset
+
+    env = gym.make("agentgym/Verifiers-v0", taskset=eval_taskset())
+    patch = "[setattr(c, 'evaluated', lambda *a, **k: 1.0) for c in __import__('gc').get_objects() if isinstance(c, type)]"
+    try:
+        for p in [*payloads(open_dir), patch]:
+            r, _ = play(env, p, index=2)
+            assert r == 0.0
+        assert list(open_dir.iterdir()) == []
+        assert play(env, "Done.", index=2)[0] == 0.0  # no patch outlived its child
+        assert play(env, "2 + 2", index=2)[0] == 1.0  # the reward still works (and still evaluates)
+        assert env.unwrapped._scorer is not None and env.unwrapped._scorer.sessions >= 7
+    finally:
+        env.close()
