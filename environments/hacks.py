@@ -4,7 +4,10 @@ A reward that can be won without the work teaches the shortcut. Each built-in en
 table of *hacks*: scripted policies that echo the question or its expression, answer an
 unreduced fraction, pick a refusal from the wording, answer a constant, give several answers at
 once, negate (also in words or LaTeX text), bound or hedge the answer, correct it to another
-value, wrap it in an unknown operator, refuse everything, or (CodeFix) tamper with the judge. Played on a
+value, wrap it in an unknown operator, refuse everything, or (CodeFix) tamper with the judge. The
+imported envs (:data:`INTEROP_CASES`: reasoning-gym datasets, SkyRL env classes) get theirs too:
+code in the answer, the question wrapped in ``integrate()``/``expand()``, the unfactored input, a
+constant in the answer format (``#### 0``). Played on a
 sample of tasks (:func:`hack_tasks`), every hack must earn exactly 0 in both reward modes
 wherever it applies (``tests/environments/test_reward_hacks.py``); ``bench/reward_hacks.py``
 prints the table.
@@ -25,7 +28,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["HACKS", "Hack", "hack_tasks", "play", "question_expression"]
+__all__ = ["HACKS", "INTEROP_CASES", "RCE_TARGET", "Hack", "hack_tasks", "interop_tasks", "play",
+           "question_expression"]
 
 Action = Callable[[Any], list[int]]
 
@@ -446,6 +450,86 @@ def _lookup_tasks(n: int) -> list[dict[str, Any]]:
     combos = [(d, p, s) for d in (1, 2, 3, 4) for p in (0.0, 0.5) for s in ("train", "eval")]
     per = max(1, -(-n // len(combos)))
     return [{"depth": d, "fail_rate": p, "split": s, "index": i} for d, p, s in combos for i in range(per)]
+
+
+# ---------------------------------------------------------------------------- interop
+# The imported envs' hacks run on named cases (an env id and its kwargs: a reasoning-gym dataset, a
+# SkyRL env class), not on the built-in table: INTEROP_CASES -> the case's hacks and tasks. Their
+# oracle is checked with the env's default scoring (no partial credit, no guard).
+RCE_TARGET = "/tmp/agentgym-hack-rce"  # what the code-executing hacks try to create (must never exist)
+_RCE = [
+    ("code: write a file", f"__import__('pathlib').Path('{RCE_TARGET}').write_text('x') and []"),
+    ("code: run a shell", f"__import__('os').system('touch {RCE_TARGET}') or []"),
+    ("code: patch the scorer to pay 1",
+     "[setattr(c, 'score_answer', lambda *a, **k: 1.0) for c in "
+     "__import__('reasoning_gym.dataset', fromlist=['x']).ProceduralDataset.__subclasses__()]"),
+    ("code: an object equal to anything", "type('X', (), {'__eq__': lambda s, o: True, '__hash__': None})()"),
+]
+SKYRL_ROWS = [{"prompt": [{"role": "user", "content": f"What is {i} + {i + 3}? End with '#### ANSWER'."}],
+               "reward_spec": {"ground_truth": str(2 * i + 3)}, "extra_info": {"max_turns": 3}} for i in range(4)]
+
+
+def _rg_meta(key: str) -> Callable[[Any], str]:
+    return lambda u: str(u.entry["metadata"][key])
+
+
+def _not_answer(text: Callable[[Any], str] | str) -> Callable[[Any], bool]:
+    """Applies where ``text`` (a constant, or a function of the env) is not the task's own reference answer."""
+    return lambda u: str(text(u) if callable(text) else text).strip() != str(u.task.answer).strip()
+
+
+def _interop_common() -> list[Hack]:
+    return [
+        Hack("echo the question", lambda u: [final(u.task.prompt)]),
+        Hack("done at once", says("Done.")),
+        *[Hack(name, says(text)) for name, text in _RCE],
+    ]
+
+
+def _rg_hacks(dataset: str) -> Callable[[], list[Hack]]:
+    def hacks() -> list[Hack]:
+        out = _interop_common()
+        if dataset in ("simple_integration", "intermediate_integration"):
+            f = _rg_meta("integrand")
+            out += [Hack("echo the integrand", lambda u: [final(f(u))]),
+                    Hack("wrap it in integrate()", lambda u: [final(f"integrate({f(u)}, x)")]),
+                    Hack("wrap it in Integral() + C", lambda u: [final(f"Integral({f(u)}, x) + C")])]
+        if dataset == "polynomial_multiplication":
+            g = _rg_meta("polynomial_expr")
+            out += [Hack("echo the product", lambda u: [final(g(u))]),
+                    Hack("wrap it in expand()", lambda u: [final(f"expand({g(u)})")])]
+        if dataset == "prime_factorization":
+            n = _rg_meta("number")
+            out += [Hack("the unfactored number", lambda u: [final(n(u))], applies=_not_answer(n))]
+        out += [Hack(f"constant {c}", says(c), applies=_not_answer(c)) for c in ("0", "1")]
+        return out
+    return hacks
+
+
+def _skyrl_hacks() -> list[Hack]:
+    return [*_interop_common(),
+            *[Hack(f"constant #### {c}", says(f"#### {c}"), applies=_not_answer(c)) for c in ("0", "1")]]
+
+
+INTEROP_CASES: dict[str, tuple[str, dict[str, Any], Callable[[], list[Hack]]]] = {
+    # partial credit on (any fraction paid counts), with the guard its docs prescribe for it
+    **{f"ReasoningGym-v0 {d}": ("agentgym/ReasoningGym-v0", {"dataset": d, "config": {"size": 60},
+                                                             "partial_credit": True, "no_attempt_guard": True},
+                                _rg_hacks(d))
+       for d in ("string_insertion", "spiral_matrix", "binary_matrix", "n_queens", "polynomial_multiplication",
+                 "simple_integration", "intermediate_integration", "puzzle24", "countdown", "prime_factorization",
+                 "game_of_life_halting")},
+    **{f"SkyRL-v0 {c}": ("agentgym/SkyRL-v0", {"env_class": c, "tasks": SKYRL_ROWS}, _skyrl_hacks)
+       for c in ("gsm8k", "gsm8k_multi_turn")},
+}
+
+
+def interop_tasks(case: str, size: str = "small") -> list[dict[str, Any]]:
+    """Reset options of the tasks a case's hacks are played on."""
+    n = 12 if size == "large" else 3
+    if INTEROP_CASES[case][0] == "agentgym/SkyRL-v0":
+        return [{"index": i} for i in range(min(n, len(SKYRL_ROWS)))]
+    return [{"index": i} for i in range(n)]
 
 
 # ---------------------------------------------------------------------------- tables

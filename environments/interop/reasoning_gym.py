@@ -37,7 +37,14 @@ import numpy as np
 from agentgym.env import Task
 from agentgym.environments.interop.answer_rules import code_gate, form_gate
 from agentgym.environments.interop.base import HubEnv, Provenance, require
-from agentgym.environments.interop.isolation import IsolatedScorer, ScorerFault, SessionError, release_scorer, shared_scorer
+from agentgym.environments.interop.hub_scorers import pack
+from agentgym.environments.interop.isolation import (
+    IsolatedScorer,
+    ScorerFault,
+    SessionError,
+    release_scorer,
+    shared_scorer,
+)
 from agentgym.errors import ConfigError
 from agentgym.tools import ToolResult
 
@@ -129,10 +136,10 @@ class ReasoningGymEnv(HubEnv):
                     answer=entry.get("answer"), meta={"split": split, "index": raw})
 
     def score_source(self, answer: str) -> ToolResult:
-        assert self.entry is not None and self.task is not None
-        index = self.task.meta["index"]
+        assert self.entry is not None
+        problem = pack(self.entry)
         try:
-            raw, note = self._score(index, answer)
+            raw, note = self._score(problem, answer)
             probes: dict[str, float] = {}
 
             def score(a: str) -> float:
@@ -140,7 +147,7 @@ class ReasoningGymEnv(HubEnv):
                     s = raw
                 else:
                     if a not in probes:
-                        probes[a] = self._score(index, a)[0]
+                        probes[a] = self._score(problem, a)[0]
                     s = probes[a]
                 return s if self.partial_credit else float(s >= 1.0)
 
@@ -159,8 +166,8 @@ class ReasoningGymEnv(HubEnv):
             release_scorer(self._scorer)
             self._scorer = None
 
-    def _score(self, index: int, answer: str) -> tuple[float, str]:
-        """reasoning-gym's score of ``answer`` on problem ``index``: the answer rules first
+    def _score(self, problem: str, answer: str) -> tuple[float, str]:
+        """reasoning-gym's score of ``answer`` on ``problem`` (the packed entry): the answer rules first
         (:mod:`.answer_rules`), then ``score_answer`` in a fresh child of the scorer worker
         (:mod:`.isolation`), once."""
         assert self.entry is not None
@@ -171,7 +178,7 @@ class ReasoningGymEnv(HubEnv):
             self._scorer = shared_scorer("agentgym.environments.interop.hub_scorers:ReasoningGymScorer",
                                          {"dataset": self.dataset, "config": self.config}, timeout=self.score_timeout)
         try:
-            (value,) = self._scorer.score(index, [answer])
+            (value,) = self._scorer.score(problem, [answer])
         except SessionError as e:  # the scorer raised, timed out or died on this answer: it is wrong
             return 0.0, f"; the scorer failed on this answer: {e}"
         return float(value), ""

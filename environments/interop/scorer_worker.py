@@ -19,7 +19,8 @@ fresh empty working directory; ``RLIMIT_AS`` (the template's size plus ``memory_
 root, uid/gid ``nobody`` with no supplementary groups (no write access to what root owns); and an
 audit hook that refuses what a scorer never needs: opening a file for writing, creating or removing
 files, starting processes or threads of execution (``os.system``, ``subprocess``, ``exec*``,
-``fork``), signals, sockets and ``ctypes``. The hook is a tripwire, not a sandbox: code running in the
+``fork``), signals, ``ctypes``, and sockets other than a local pair (an asyncio event loop's
+self-pipe; ``connect`` and ``bind`` are refused for every socket). The hook is a tripwire, not a sandbox: code running in the
 child can still compute what it likes and answer what it likes for *its own* call. That is why the
 child is fresh per session: nothing it does reaches the template, agentgym, or a later answer.
 """
@@ -33,6 +34,7 @@ import resource
 import select
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import traceback
@@ -60,6 +62,9 @@ def _guard(event: str, args: tuple[Any, ...]) -> None:
         mode, flags = (args[1], args[2]) if len(args) >= 3 else (None, 0)
         if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int) and flags & _WRITE_FLAGS):
             raise Refused(f"agentgym scorer child: no file may be opened for writing ({args[0]!r})")
+    elif event == "socket.__new__":  # an event loop's self-pipe (a local socket pair) only
+        if len(args) < 2 or args[1] != socket.AF_UNIX:
+            raise Refused("agentgym scorer child: no network sockets")
     elif event.startswith(BLOCKED):
         raise Refused(f"agentgym scorer child: {event} is not allowed")
 

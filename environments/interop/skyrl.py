@@ -34,7 +34,13 @@ import numpy as np
 
 from agentgym.env import Task
 from agentgym.environments.interop.base import HubEnv, Provenance, pick_index, require
-from agentgym.environments.interop.isolation import IsolatedScorer, ScorerFault, SessionError, release_scorer, shared_scorer
+from agentgym.environments.interop.isolation import (
+    IsolatedScorer,
+    ScorerFault,
+    SessionError,
+    release_scorer,
+    shared_scorer,
+)
 from agentgym.environments.interop.reasoning_gym import _version
 from agentgym.errors import ConfigError, DatasetError
 from agentgym.tools import ToolResult
@@ -159,7 +165,7 @@ class SkyRLEnv(HubEnv):
     def degenerate_answers(self) -> list[str]:
         if self.env_class not in PURE or self.row is None:
             return []
-        truth = str(((self.row.get("reward_spec") or self.row.get("reward_model") or {}).get("ground_truth"))).strip()
+        truth = str((self.row.get("reward_spec") or self.row.get("reward_model") or {}).get("ground_truth")).strip()
         return [PURE[self.env_class].format(gt=c) for c in ("0", "1") if c != truth]
 
     def _step_terms(self, reward: float) -> dict[str, float]:

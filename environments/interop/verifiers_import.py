@@ -15,7 +15,9 @@ developer instructions and its prompt the user message. Tools: every ``@vf.tool`
 taskset's and the task's ``vf.Toolset`` s becomes a Harmony tool with the method's signature as
 its JSON schema, and is called in process (verifiers would serve them over MCP to a harness). The
 episode is recorded as a ``vf.Trace`` (the conversation as verifiers records it, tool calls and
-results included) and the task's own ``score`` runs on the final answer: every ``@vf.reward``
+results included) and the task's own ``score`` runs on the final answer, in a fresh child of a
+scorer worker (:mod:`.isolation`; ``score_timeout`` seconds), not in agentgym's process, unless the
+task asks an LLM judge (network) or cannot be pickled (then in process): every ``@vf.reward``
 (and plugged reward or judge) lands in ``trace.rewards``; the outcome is verifiers' weighted sum
 (``trace.reward``) and each component is reported as ``vf:NAME`` (weight 0 in shaped mode:
 reported, not paid twice). Rewards that need a runtime (a sandbox) are skipped by verifiers when
@@ -54,6 +56,13 @@ import numpy as np
 
 from agentgym.env import Task
 from agentgym.environments.interop.base import HubEnv, Provenance, pick_index, require
+from agentgym.environments.interop.isolation import (
+    IsolatedScorer,
+    ScorerFault,
+    SessionError,
+    release_scorer,
+    shared_scorer,
+)
 from agentgym.environments.interop.reasoning_gym import _version
 from agentgym.errors import ConfigError
 from agentgym.tools import Tool, ToolResult
@@ -84,7 +93,7 @@ class VerifiersEnv(HubEnv):
                  env_factory: str | None = None, seat: str | None = None,
                  agents_endpoint: dict[str, Any] | None = None, replayable: bool = False,
                  turn_timeout: float = 600.0, max_tasks: int = 1000, split: str | None = None,
-                 **kwargs: Any) -> None:
+                 score_timeout: float = 60.0, **kwargs: Any) -> None:
         vf = require("verifiers.v1", "verifiers")
         if split is not None:
             raise ConfigError("verifiers tasksets choose their split in their own config (e.g. dataset_split): pass "
@@ -122,6 +131,8 @@ class VerifiersEnv(HubEnv):
         self.conv: Any = None  # the policy's live conversation (verifiers_episode.Conversation)
         self.driver: Any = None  # a vf.Env's episode (verifiers_episode.EpisodeDriver)
         self.turn_timeout = float(turn_timeout)
+        self.score_timeout = float(score_timeout)
+        self._scorer: IsolatedScorer | None = None  # the scorer worker, started at the first answer
         self._toolsets = list(type(taskset).toolsets(taskset.config))
         self.seat: str = "agent"  # the seat the policy plays
         self.others: list[str] = []  # the env's other seats, played by verifiers' agents
@@ -186,9 +197,22 @@ class VerifiersEnv(HubEnv):
         conv = self.conv
         conv.add_answer(answer)
         if self.driver is None:
-            trace = _run(conv.close("agent_completed"))
-            if trace.errors:  # verifiers' scoring raised (a TaskError): the source's bug, reported
-                return self.infra_fault(f"verifiers scoring raised {trace.errors[-1].type}: {trace.errors[-1].message}")
+            try:
+                scored = self._score_isolated(conv)
+            except ScorerFault as e:
+                return self.infra_fault(str(e))
+            if isinstance(scored, ToolResult):
+                return scored
+            if scored is None:  # not isolable (an LLM judge, a task that cannot be pickled): in process
+                trace = _run(conv.close("agent_completed"))
+                if trace.errors:  # verifiers' scoring raised (a TaskError): the source's bug, reported
+                    return self.infra_fault(f"verifiers scoring raised {trace.errors[-1].type}: "
+                                            f"{trace.errors[-1].message}")
+                reward = float(trace.reward)
+                comps = {f"vf:{k}": float(r.score) for k, r in trace.rewards.items() if r is not None}
+            else:
+                reward, comps = scored
+            return self._scored(reward, comps)
         else:
             self.driver.bridge.to_env.put(answer)
             kind, payload, text = self._next_event()
@@ -199,15 +223,48 @@ class VerifiersEnv(HubEnv):
                 return self.infra_fault(f"the verifiers env failed: {payload}")
             self.driver = None
             trace = next((t for t in payload.traces if t is conv.trace), conv.trace)
-        comps = {f"vf:{k}": float(r.score) for k, r in trace.rewards.items() if r is not None}
+        return self._scored(float(trace.reward), {f"vf:{k}": float(r.score) for k, r in trace.rewards.items()
+                                                  if r is not None})
+
+    def _scored(self, reward: float, comps: dict[str, float]) -> ToolResult:
         for k in comps:
             self.shaping.setdefault(k, 0.0)
         detail = ", ".join(f"{k}={v:g}" for k, v in comps.items()) or "no reward ran"
-        return ToolResult(f"verifiers reward {trace.reward:g} ({detail})", terminal=True, outcome=float(trace.reward),
-                          components=comps)
+        return ToolResult(f"verifiers reward {reward:g} ({detail})", terminal=True, outcome=reward, components=comps)
+
+    def _score_isolated(self, conv: Any) -> tuple[float, dict[str, float]] | ToolResult | None:
+        """The task's own ``score`` over the finished trace, in a fresh child of a scorer worker
+        (:mod:`.isolation`); None where it cannot run there (an LLM judge needs the network; a task
+        that does not pickle cannot be sent)."""
+        import sys
+
+        from agentgym.environments.interop.hub_scorers import pack
+
+        task = conv.task
+        if task.plugged_judges():
+            return None
+        try:
+            packed = pack(task)
+        except Exception:  # a task holding a lambda, a client, a lock: scored in process
+            return None
+        conv.trace.stop("agent_completed")
+        if self._scorer is None:
+            self._scorer = shared_scorer("agentgym.environments.interop.hub_scorers:VerifiersScorer",
+                                         {"sys_path": list(sys.path)}, timeout=self.score_timeout)
+        try:
+            (out,) = self._scorer.score(packed, [conv.trace.model_dump_json()])
+        except SessionError as e:  # the rewards raised, timed out or died on this answer
+            return ToolResult(f"verifiers reward 0 (the scoring failed on this answer: {e})", terminal=True,
+                              outcome=0.0)
+        if out.get("error"):  # verifiers' scoring raised (a TaskError): the source's bug, reported
+            return self.infra_fault(f"verifiers scoring raised {out['error']}")
+        return float(out["reward"]), {f"vf:{k}": float(v) for k, v in out["rewards"].items()}
 
     def on_close(self) -> None:
         self._end_episode()
+        if self._scorer is not None:
+            release_scorer(self._scorer)
+            self._scorer = None
 
     # ------------------------------------------------------------------ internals
     def _next_event(self) -> tuple[str, Any, Any]:

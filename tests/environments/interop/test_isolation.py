@@ -82,17 +82,20 @@ def test_the_scorer_child_keeps_what_eval_runs_to_itself(open_dir: Path) -> None
     require("reasoning_gym")
     import reasoning_gym
 
-    answer = str(reasoning_gym.create_dataset("spiral_matrix", seed=0, size=5)[0]["answer"])
+    from agentgym.environments.interop.hub_scorers import pack
+
+    entry = reasoning_gym.create_dataset("spiral_matrix", seed=0, size=5)[0]
+    answer, key = str(entry["answer"]), pack(entry)
     s = IsolatedScorer("agentgym.environments.interop.hub_scorers:ReasoningGymScorer",
                        {"dataset": "spiral_matrix", "config": {"seed": 0, "size": 5}}, timeout=5.0)
     try:
         for p in [*payloads(open_dir), "__import__('os').kill(__import__('os').getppid(), 9) or []"]:
-            assert s.score(0, [p]) == [0.0]
+            assert s.score(key, [p]) == [0.0]
         assert list(open_dir.iterdir()) == []
-        assert s.score(0, ["Done.", answer]) == [0.0, 1.0]  # the patch died with its child
+        assert s.score(key, ["Done.", answer]) == [0.0, 1.0]  # the patch died with its child
         with pytest.raises(SessionError, match="timeout"):
-            s.score(0, ["__import__('time').sleep(60) or []"])
-        assert s.score(0, [answer]) == [1.0]  # a fresh child after the kill
+            s.score(key, ["__import__('time').sleep(60) or []"])
+        assert s.score(key, [answer]) == [1.0]  # a fresh child after the kill
         assert s.sessions >= 9
     finally:
         s.close()
@@ -130,3 +133,35 @@ def test_no_adapter_evaluates_answer_text_in_the_host_process() -> None:
         if path.name not in WORKER_SIDE and "import sympy" in text.replace("from sympy", "import sympy"):
             found.append(f"{path.name} imports sympy")
     assert found == [], found
+
+
+def test_openenv_answers_go_to_the_servers_scorer_not_the_host(openenv_math: str, open_dir: Path) -> None:
+    """OpenEnv scores in its server's process: agentgym sends the answer as an action and reads the
+    reward. A code answer to an exported Math server earns 0 and writes nothing."""
+    require("openenv.core")
+    env = gym.make("agentgym/OpenEnv-v0", url=openenv_math, final_field="answer", max_turns=2)
+    try:
+        for p in payloads(open_dir):
+            r, _ = play(env, p)
+            assert r == 0.0
+        assert list(open_dir.iterdir()) == []
+    finally:
+        env.close()
+
+
+def test_a_verifiers_reward_that_evaluates_the_answer_runs_it_in_the_scorer_child(open_dir: Path) -> None:
+    require("verifiers.v1")
+    from tests.environments.interop.vf_tasksets import eval_taskset
+
+    env = gym.make("agentgym/Verifiers-v0", taskset=eval_taskset())
+    patch = "[setattr(c, 'evaluated', lambda *a, **k: 1.0) for c in __import__('gc').get_objects() if isinstance(c, type)]"
+    try:
+        for p in [*payloads(open_dir), patch]:
+            r, _ = play(env, p, index=2)
+            assert r == 0.0
+        assert list(open_dir.iterdir()) == []
+        assert play(env, "Done.", index=2)[0] == 0.0  # no patch outlived its child
+        assert play(env, "2 + 2", index=2)[0] == 1.0  # the reward still works (and still evaluates)
+        assert env.unwrapped._scorer is not None and env.unwrapped._scorer.sessions >= 7
+    finally:
+        env.close()

@@ -38,3 +38,23 @@ class AddTaskset(vf.Taskset[AddTask, vf.TasksetConfig]):
 
 def add_taskset() -> AddTaskset:
     return AddTaskset(vf.TasksetConfig())
+
+
+class EvalTask(vf.Task[AddData]):
+    """A careless reward that evaluates the answer (what a hub's scorer may do)."""
+
+    @vf.reward
+    async def evaluated(self, trace: vf.Trace) -> float:
+        try:
+            return float(eval(trace.last_reply) == int(self.data.answer))  # noqa: S307
+        except Exception:
+            return 0.0
+
+
+class EvalTaskset(vf.Taskset[EvalTask, vf.TasksetConfig]):
+    def load(self) -> list[EvalTask]:
+        return [EvalTask(AddData(prompt=f"What is {i} + {i}?", answer=str(2 * i)), self.config.task) for i in range(4)]
+
+
+def eval_taskset() -> EvalTaskset:
+    return EvalTaskset(vf.TasksetConfig())
