@@ -7,7 +7,7 @@ the final answer by comparing the episode's database with the task's goal state,
 API showed (see :mod:`.reward` and :mod:`.tasks`)::
 
     env = gym.make("agentgym/WebAPI-v1", split="train")
-    obs, info = env.reset(seed=0)                       # or options={"task_id": "cancel-41"}
+    obs, info = env.reset(seed=0)                       # or options={"task_id": "cancel-16"}
 
 Options: ``split`` ("train" | "eval" | "all": every task; also a reset option),
 ``database_url`` (a ``postgresql://`` DSN;
@@ -145,7 +145,7 @@ class WebAPIEnv(ToolEnv):
             if wt is None:
                 near = difflib.get_close_matches(str(options["task_id"]), by_id, n=3)
                 raise ConfigError(f"unknown WebAPI task_id {options['task_id']!r}; did you mean {near}? "
-                                  "(ids look like 'cancel-41'; see agentgym.environments.webapi.tasks.all_tasks())")
+                                  "(ids look like 'cancel-16'; see agentgym.environments.webapi.tasks.all_tasks())")
             split = options.get("split", self.split)
             if split not in ("all", wt.split):
                 raise ConfigError(f"WebAPI task {wt.id!r} is in split {wt.split!r}, not {split!r}; "
