@@ -7,6 +7,7 @@
     agentgym serve model --model M      serve a policy behind an OpenAI-compatible API (needs [train])
     agentgym validate ENV_ID [...]      may an environment be on a leaderboard? (oracle 1, no-attempt 0, ...)
     agentgym leaderboard verify|build|suites   replay-verify submissions, build the board
+    agentgym webapi clean --database-url DSN   drop the PostgreSQL schemas of dead WebAPI servers
     agentgym --version
 
 Every agentgym command (``agentgym``, ``agentgym-train``, ``agentgym-eval``) reports a mistake
@@ -158,6 +159,7 @@ def _parser() -> argparse.ArgumentParser:
                            "split=eval, max_turns=4)")
     demo.set_defaults(fn=_demo)
     sub.add_parser("serve", help="env|model: an environment or a policy as a server (see `agentgym serve -h`)")
+    sub.add_parser("webapi", help="clean: drop the PostgreSQL schemas of dead WebAPI servers")
     return parser
 
 
@@ -168,6 +170,7 @@ _DELEGATED: dict[str, tuple[str, bool]] = {
     "leaderboard": ("agentgym.leaderboards.cli:leaderboard_main", False),
     "validate": ("agentgym.leaderboards.cli:validate_main", False),
     "serve": ("agentgym.serving.cli:main", True),
+    "webapi": ("agentgym.environments.webapi.cli:main", True),
 }
 
 

@@ -28,7 +28,7 @@ from agentgym.environments.webapi.db import snapshot
 from agentgym.environments.webapi.domain import OPERATIONS as RULES
 from agentgym.environments.webapi.domain import DomainError
 from agentgym.environments.webapi.spec import OPERATIONS, SLEEP_OPERATION, Operation, openapi_document
-from agentgym.environments.webapi.storage import Store, UnknownEpisode
+from agentgym.environments.webapi.storage import Store, StoreUnavailable, UnknownEpisode
 from agentgym.environments.webapi.store_wire import (
     ADMIN_PREFIX,
     EPISODE_HEADER,
@@ -147,6 +147,12 @@ def create_app(store: Store, test_endpoints: bool = False) -> Starlette:
         return JSONResponse(doc)
 
     async def health(request: Request) -> Response:
+        # The database is part of the server's health: a server whose database is down cannot
+        # run an episode, and its in-flight episodes are infrastructure faults.
+        try:
+            await _call(store, store.ping)
+        except StoreUnavailable as e:
+            return JSONResponse({"ok": False, "pid": os.getpid(), "detail": str(e)}, status_code=503)
         return JSONResponse({"ok": True, "pid": os.getpid(), "episodes": store.count(),
                              "storage": store.location})
 
@@ -198,5 +204,8 @@ def create_app(store: Store, test_endpoints: bool = False) -> Starlette:
     async def server_error(request: Request, exc: Exception) -> Response:
         return _err(500, f"internal error: {type(exc).__name__}: {exc}")
 
+    async def storage_down(request: Request, exc: Exception) -> Response:
+        return _err(503, f"storage unavailable: {exc}")
+
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: method_not_allowed,
-                                                         Exception: server_error})
+                                                         StoreUnavailable: storage_down, Exception: server_error})

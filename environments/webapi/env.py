@@ -7,7 +7,7 @@ the final answer by comparing the episode's database with the task's goal state,
 API showed (see :mod:`.reward` and :mod:`.tasks`)::
 
     env = gym.make("agentgym/WebAPI-v1", split="train")
-    obs, info = env.reset(seed=0)                       # or options={"task_id": "cancel-41"}
+    obs, info = env.reset(seed=0)                       # or options={"task_id": "cancel-16"}
 
 Options: ``split`` ("train" | "eval" | "all": every task; also a reset option),
 ``database_url`` (a ``postgresql://`` DSN;
@@ -18,7 +18,9 @@ for tests), plus every ``ToolEnv`` option (tokenizer, reward_mode, max_turns, ..
 
 A server that dies or hangs under an episode (a call gets no answer and the health check
 fails too, or the final state cannot be read) ends the episode as an infrastructure fault
-(``info["infra_error"]``), not as a 0; the next ``reset`` gets a restarted server.
+(``info["infra_error"]``), not as a 0; the next ``reset`` gets a restarted server. So does a
+database that fails under a call (the server answers 503): a PostgreSQL restart costs the
+episodes in flight, and the server reconnects for the next ones.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ __all__ = ["WebAPIEnv"]
 
 MOCK_BASE_URL = "http://webapi.invalid"  # base URL when only a transport is given
 HEALTH_TIMEOUT_S = 3.0  # after a call got no answer: a server that cannot say it is alive is lost
+STORAGE_DOWN = 503  # the server's answer when its database fails under a request
 
 
 class WebAPIEnv(ToolEnv):
@@ -110,6 +113,9 @@ class WebAPIEnv(ToolEnv):
 
     def _on_call(self, record: CallRecord) -> None:
         self.calls.append(record)
+        if record.status == STORAGE_DOWN:  # the server's database failed under this call
+            raise ServiceLost(f"the WebAPI server's database failed under {record.op} (HTTP 503: "
+                              f"{str(record.data)[:300]}); the episode's state is lost")
         if record.status is None:  # no answer: a slow endpoint (the model's business) or a lost server
             self._check_server()
 
@@ -139,7 +145,7 @@ class WebAPIEnv(ToolEnv):
             if wt is None:
                 near = difflib.get_close_matches(str(options["task_id"]), by_id, n=3)
                 raise ConfigError(f"unknown WebAPI task_id {options['task_id']!r}; did you mean {near}? "
-                                  "(ids look like 'cancel-41'; see agentgym.environments.webapi.tasks.all_tasks())")
+                                  "(ids look like 'cancel-16'; see agentgym.environments.webapi.tasks.all_tasks())")
             split = options.get("split", self.split)
             if split not in ("all", wt.split):
                 raise ConfigError(f"WebAPI task {wt.id!r} is in split {wt.split!r}, not {split!r}; "
@@ -179,8 +185,13 @@ class WebAPIEnv(ToolEnv):
         self.episode_key = key
 
     def _revive(self, client: StoreClient) -> None:
-        """The shared server failed a request: restart it if it is dead or hung."""
+        """The shared server failed a request: restart it if it is dead or hung. A server that
+        answers but whose database does not is left running: it reconnects when the database is
+        back, and a restart would not bring the database back sooner."""
         assert self.server is not None
+        if client.database_down(timeout=HEALTH_TIMEOUT_S):
+            raise ServiceLost(f"the WebAPI server at {client.base_url} answers, but its database does not "
+                              "(health: HTTP 503); the next reset tries again")
         proc = self.server.proc
         if proc is not None:
             try:

@@ -5,6 +5,13 @@ once and copies it per episode (a file copy, ~100 us), so episodes never see eac
 writes. ``PostgresStore`` does the same with one schema per episode cloned from a template
 schema; ``psycopg`` is imported only there.
 Both give out :class:`~agentgym.environments.webapi.db.Tx` transactions per request.
+
+**PostgreSQL faults heal.** A connection that fails (the database restarted, the network
+dropped) raises :class:`StoreUnavailable` (HTTP 503: the request's episode is an infrastructure
+fault) and marks every pooled connection opened before it as suspect: each is replaced by a
+fresh one when next taken, so the requests after the database is back work. ``ping`` (the
+health check) touches the database. Schemas are named for their owner (:mod:`.schemas`), and
+the schemas of dead servers are dropped when a store starts.
 """
 
 from __future__ import annotations
@@ -16,19 +23,25 @@ import shutil
 import sqlite3
 import tempfile
 import threading
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
 from agentgym.environments.webapi.db import TABLES, Tx, create_schema
 from agentgym.environments.webapi.fixture import seed_fixture
+from agentgym.environments.webapi.schemas import clean_schemas, store_prefix
 
-__all__ = ["PostgresStore", "SqliteStore", "Store", "UnknownEpisode", "open_store"]
+__all__ = ["PostgresStore", "SqliteStore", "Store", "StoreUnavailable", "UnknownEpisode", "open_store"]
+
+CONNECT_TIMEOUT_S = 5  # a database that does not accept a connection in this long is down
 
 
 class UnknownEpisode(KeyError):
     """The episode key names no live episode database."""
+
+
+class StoreUnavailable(RuntimeError):
+    """The database did not answer (connection lost or refused): not the request's fault."""
 
 
 class Store(Protocol):
@@ -37,6 +50,7 @@ class Store(Protocol):
     def drop(self, key: str) -> None: ...
     def has(self, key: str) -> bool: ...
     def count(self) -> int: ...
+    def ping(self) -> None: ...  # raises StoreUnavailable when the database does not answer
     location: str  # where the episode databases live (a directory, or a schema prefix)
     inline: bool  # True: cheap enough to run on the event loop; False: use worker threads
     def transaction(self, key: str) -> Any: ...  # context manager yielding a Tx
@@ -114,6 +128,10 @@ class SqliteStore:
     def count(self) -> int:
         return len(self._keys)
 
+    def ping(self) -> None:
+        if not os.path.exists(self._template(next(iter(self.fixtures)))):
+            raise StoreUnavailable(f"the SQLite templates in {self.dir} are gone")
+
     @contextmanager
     def transaction(self, key: str) -> Iterator[Tx]:
         with self._lock:
@@ -152,15 +170,21 @@ class PostgresStore:
         except ImportError as e:  # pragma: no cover - depends on the install
             raise RuntimeError("PostgreSQL support needs psycopg: pip install 'psycopg[binary]'") from e
         self._psycopg = psycopg
+        self._lost = (psycopg.OperationalError, psycopg.InterfaceError)  # connection failures
         self.dsn = dsn
-        self.prefix = f"agw_{uuid.uuid4().hex[:8]}_"  # unique per server: several may share a database
-        self._pool: queue.Queue[Any] = queue.Queue()
-        for _ in range(pool_size):
-            self._pool.put(psycopg.connect(dsn))
+        self.prefix = store_prefix()  # unique per store, and says whose: several may share a database
+        # (connection or None, its generation): a failure anywhere bumps the generation, and
+        # connections of an older one are replaced when taken (they went down with the database).
+        self._pool: queue.Queue[tuple[Any, int]] = queue.Queue()
+        self._generation = 0
         self._keys: set[str] = set()
         self._lock = threading.Lock()
         self._closed = False
         self.location = f"postgresql schemas {self.prefix}*"
+        with self._connect(autocommit=True) as conn:
+            self.cleaned = clean_schemas(conn)  # the schemas of servers that died on this host
+        for _ in range(pool_size):
+            self._pool.put((None, -1))
         self.fixtures = dict(fixtures)
         for part, (name, seed) in enumerate(self.fixtures.items()):
             with self._conn() as conn:
@@ -174,20 +198,43 @@ class PostgresStore:
     def _schema(self, key: str) -> str:
         # A digest, not a folded copy of the key: 'Episode-0001' and 'episode_0001' are two
         # episodes, and PostgreSQL cuts identifiers at 63 bytes (keys may have 64 characters).
-        # 40 hex digits never collide with a template's name (not hex) nor, in practice, each other.
-        return self.prefix + hashlib.sha256(key.encode()).hexdigest()[:40]
+        # The rest of the 63 bytes (>= 28 hex digits after the owner's prefix) never collides
+        # with a template's name (not hex) nor, in practice, another key's.
+        return self.prefix + hashlib.sha256(key.encode()).hexdigest()[:63 - len(self.prefix)]
 
     def _template(self, fixture: str) -> str:
         return f"{self.prefix}t_{fixture}"
 
+    def _connect(self, autocommit: bool = False) -> Any:
+        try:
+            return self._psycopg.connect(self.dsn, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_S)
+        except self._lost as e:
+            raise StoreUnavailable(f"cannot connect to PostgreSQL: {e}") from e
+
     @contextmanager
     def _conn(self) -> Iterator[Any]:
-        conn = self._pool.get()
+        """A pooled connection inside one transaction; connection failures become StoreUnavailable."""
+        conn, gen = self._pool.get()
         try:
+            if conn is None or gen != self._generation or conn.closed or conn.broken:
+                if conn is not None:
+                    conn.close()
+                conn, gen = None, self._generation
+                conn = self._connect()
             with conn.transaction():
                 yield conn
+        except self._lost as e:
+            with self._lock:
+                self._generation += 1  # the others were opened before the fault too
+            conn.close()
+            conn = None
+            raise StoreUnavailable(f"the PostgreSQL connection failed: {e}") from e
         finally:
-            self._pool.put(conn)
+            self._pool.put((conn, gen))
+
+    def ping(self) -> None:
+        with self._conn() as conn:
+            conn.execute("SELECT 1")
 
     def create(self, key: str, fixture: str = "train") -> None:
         s, tmpl = self._schema(key), self._template(fixture)
@@ -236,9 +283,13 @@ class PostgresStore:
             for (name,) in rows:  # one transaction each: dropping many at once can run out of locks
                 with self._conn() as conn:
                     conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        except StoreUnavailable:
+            pass  # the database is down: the next store to start on this host drops them
         finally:
             while not self._pool.empty():
-                self._pool.get().close()
+                conn, _ = self._pool.get()
+                if conn is not None:
+                    conn.close()
 
 
 def open_store(fixtures: dict[str, int], database_url: str | None = None, data_dir: str | None = None,

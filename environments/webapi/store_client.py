@@ -79,6 +79,14 @@ class StoreClient:
         kw = {} if timeout is None else {"timeout": timeout}
         return self._admin("GET", f"{ADMIN_PREFIX}/health", **kw).json()
 
+    def database_down(self, timeout: float | None = None) -> bool:
+        """True when the server answers that its database does not (health: HTTP 503)."""
+        try:
+            r = self._send("GET", f"{ADMIN_PREFIX}/health", **({} if timeout is None else {"timeout": timeout}))
+        except httpx.HTTPError:
+            return False  # the server itself does not answer: that is another fault
+        return r.status_code == 503
+
     def create_episode(self, key: str, fixture: str = "train") -> None:
         """A fresh copy of ``fixture``'s store (a split: store_wire.FIXTURES) under ``key``."""
         self._admin("POST", f"{ADMIN_PREFIX}/episodes", json={"key": key, "fixture": fixture})

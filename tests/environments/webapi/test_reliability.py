@@ -53,9 +53,10 @@ def test_slow_endpoint_hits_the_per_call_timeout_and_the_episode_goes_on() -> No
         text, info = call(env, "sleep", seconds=3)
         assert time.monotonic() - t0 < 4.0
         assert "timeout" in text and "no answer within 0.5 s" in text and info["tool_result"]["error"] == "timeout"
-        text, _ = call(env, "get_order", order_id=1)
+        t = all_tasks()[0]
+        text, _ = call(env, "get_order", **t.plan[0][1])
         assert "HTTP 200" in text
-        assert final(env, f"ANSWER: {all_tasks()[0].answer['value']}")[0] == 1.0
+        assert final(env, t.final_text)[0] == 1.0
     finally:
         env.close()
 
@@ -93,9 +94,9 @@ def test_the_last_close_stops_the_shared_server() -> None:
     assert server is b.unwrapped.server and server in live_servers()
     pid = server.pid
     data_dir = httpx.get(f"{server.url}/_admin/health").json()["storage"]
-    assert os.path.isdir(data_dir) and len(os.listdir(data_dir)) == 3  # template + two episodes
+    assert os.path.isdir(data_dir) and len(os.listdir(data_dir)) == 4  # train and eval templates + two episodes
     a.close()
-    assert len(os.listdir(data_dir)) == 2
+    assert len(os.listdir(data_dir)) == 3
     assert server.alive()
     run_episode(b, oracle_action, seed=3)
     b.close()

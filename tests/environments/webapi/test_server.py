@@ -82,8 +82,8 @@ def test_refusals_and_bad_calls_are_observations_and_the_episode_continues(env: 
     assert not term and not trunc and "bad_json" in u.tokenizer.decode(obs.tolist())
     obs, _, term, trunc, info = env.step(np.asarray(u.tokenizer.encode("lorem ipsum")))
     assert not term and not trunc and info["reward_components"]["malformed"] == 1.0
-    reward, info = final(env, "Order already shipped: it cannot be cancelled.\nREFUSED: not_placed (shipped)")
-    assert reward == 1.0  # nothing changed and the refusal names the rule and status the 409 showed
+    reward, info = final(env, f"Order already shipped: it cannot be cancelled.\nREFUSED: not_placed (shipped, ordered {t.proof})")
+    assert reward == 1.0  # nothing changed; the refusal names the rule, status and date the 409 showed
     assert info["counts"]["malformed"] >= 4
 
 
