@@ -130,7 +130,9 @@ def render_markdown(suites: list[Suite], entries: list[Entry]) -> str:
            "A model marked *(claimed)* is the submitter's word: replay proves the scores, not which policy chose "
            "the actions. *(checked)* means the build re-scored a sample of the actions under those weights "
            "(`agentgym leaderboard build --model PATH`). Deterministic entries (greedy or scripted) are scored on "
-           "one trial per task: their pass^k cell reads *(1 trial)*.", ""]
+           "one trial per task: their pass^k cell reads *(1 trial)*. Trials of a sampling entry that are copies of "
+           "one episode are refused, and every file is read within fixed limits (size, line length, nesting, "
+           "integer size): see docs/leaderboards.md.", ""]
     for suite in suites:
         rows = [e for e in entries if e.suite.name == suite.name]
         k = suite.trials
@@ -241,9 +243,10 @@ def build_board(root: Path = DEFAULT_ROOT, *, site_dir: Path | None = None, chec
         ranked: list[Entry] = []
         for path in _submissions(root, suite):
             rel = path.relative_to(root).as_posix()
+            digest = _weights_of(path)
             try:
                 report = verify_submission(path, suite=suite, workers=workers, progress=progress,
-                                           model=by_digest.get(_weights_of(path)))
+                                           model=by_digest.get(digest) if digest else None)
             except Exception as e:  # one file must not take the board down with it
                 first = (str(e).splitlines() or [""])[0][:300]
                 result.problems.append(f"{rel} cannot be verified and is left off the board: {type(e).__name__}: "
