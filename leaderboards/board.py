@@ -76,10 +76,11 @@ class Entry:
 
     @property
     def provenance(self) -> str:
-        """``checked`` when the build re-scored the actions under the named weights (``--model``),
-        else ``claimed``: replay proves the scores, not which policy chose the actions."""
+        """``checked`` when the build re-scored the actions under the named weights (``--model``) or
+        re-ran the scripted policy the header names, else ``claimed``: replay proves the scores,
+        not which policy chose the actions."""
         prov = self.report.provenance
-        return "checked" if prov is not None and prov.ok else "claimed"
+        return "checked" if (prov is not None and prov.ok) or self.report.scripted else "claimed"
 
 
 @dataclass
@@ -129,10 +130,10 @@ def render_markdown(suites: list[Suite], entries: list[Entry]) -> str:
            "transcript: `agentgym leaderboard build`, then open `leaderboards/board/site/index.html`.", "",
            "A model marked *(claimed)* is the submitter's word: replay proves the scores, not which policy chose "
            "the actions. *(checked)* means the build re-scored a sample of the actions under those weights "
-           "(`agentgym leaderboard build --model PATH`). Deterministic entries (greedy or scripted) are scored on "
-           "one trial per task: their pass^k cell reads *(1 trial)*. Trials of a sampling entry that are copies of "
-           "one episode are refused, and every file is read within fixed limits (size, line length, nesting, "
-           "integer size): see docs/leaderboards.md.", ""]
+           "(`agentgym leaderboard build --model PATH`), or re-ran the scripted policy the entry names. "
+           "Deterministic entries (greedy or scripted) are scored on one trial per task: their pass^k cell reads "
+           "*(1 trial)*. Trials of a sampling entry that are copies of one episode are refused, and every file is "
+           "read within fixed limits (size, line length, nesting, integer size): see docs/leaderboards.md.", ""]
     for suite in suites:
         rows = [e for e in entries if e.suite.name == suite.name]
         k = suite.trials

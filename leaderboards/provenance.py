@@ -95,7 +95,7 @@ def check_provenance(report: Any, model: str, *, sample: int = DEFAULT_SAMPLE, s
     prov = Provenance(model, weights_digest(model_dir), seed)
     describe = report.header.get("submission", {}).get("describe", {})
     temp = describe.get("temperature")
-    greedy = temp is None or float(temp) == 0.0
+    greedy = temp is None or temp == 0
     net = load_policy(model_dir, device=device, dtype=torch.float32)
     config: Any = net.config
     vocab = int(config.vocab_size)

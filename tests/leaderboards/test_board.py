@@ -46,7 +46,7 @@ def test_build_writes_a_ranked_markdown_board(board_root: Path) -> None:
     assert result.ok, result.problems
     md = (board_root / "LEADERBOARD.md").read_text()
     rows = [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| #")]
-    assert rows[0].startswith("| 1 | oracle | oracle *(claimed)* | 1.000 [")
+    assert rows[0].startswith("| 1 | oracle | oracle *(checked)* | 1.000 [")  # the verifier re-ran the oracle
     assert "| 1.000 *(1 trial)* |" in rows[0]  # a scripted entry: one trial per task is scored
     assert len(rows) == 3
     assert "| Math-v1 | WebAPI-v1 | pass^2 | Tokens in/ep | Tokens out/ep |" in md

@@ -117,6 +117,10 @@ def test_temperature_must_be_declared(tmp_path: Path, suite: Suite, sampled: dic
     del lines[0]["submission"]["describe"]["temperature"]
     report = verify_submission(write_lines(tmp_path / "undeclared.jsonl", lines), suite=suite, workers=1)
     assert "line 1 (header): submission.describe has no 'temperature'" in "\n".join(report.problems)
+    lines[0]["submission"]["describe"]["temperature"] = "hot"
+    report = verify_submission(write_lines(tmp_path / "hot.jsonl", lines), suite=suite, workers=1)
+    assert report.problems == ["line 1 (header): submission.describe.temperature is 'hot': expected a number (the "
+                               "suite's temperature, or 0 for greedy decoding) or null (a scripted policy)"]
 
 
 def test_greedy_entries_declare_it_and_score_one_trial(tmp_path: Path, suite: Suite, models: dict[str, Path]) -> None:
