@@ -100,6 +100,10 @@ def test_page_in_headless_chromium(board_root: Path, browser: Any) -> None:
     assert heads[:4] == ["#", "Submission", "Model", "Overall"] and "Tokens out/ep" in heads and "pass^2" in heads
     first = browser.find_element(By.CSS_SELECTOR, "#board tbody tr td:nth-child(4)").text
     assert first.startswith("1.000") and "[" in first
+    # Scripted entries the verifier re-ran are checked, and score one trial per task.
+    model = browser.find_element(By.CSS_SELECTOR, "#board tbody tr td:nth-child(3)")
+    assert model.text.split() == ["oracle", "(checked)"] and "prov checked" in model.get_attribute("innerHTML")
+    assert "(1 trial)" in browser.find_element(By.CSS_SELECTOR, "#board tbody tr td:nth-child(7)").text
 
     # Sorting: Overall is sorted descending; a click makes it ascending; Submission sorts by name.
     assert header("Overall").get_attribute("aria-sort") == "descending"
