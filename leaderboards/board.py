@@ -20,10 +20,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentgym.errors import ConfigError
 from agentgym.leaderboards.submission import load_tokenizer
 from agentgym.leaderboards.suite import SUITES_DIR, Suite, list_suites, load_suite
 from agentgym.leaderboards.transcript import episode_transcript
@@ -69,7 +71,16 @@ class Entry:
                 "envs": {e: {k: s[k] for k in ("mean", "ci95", "pass_k")} for e, s in self.report.scores.items()},
                 "cost_per_episode": cost, "describe": sub["describe"], "hardware": sub.get("hardware", {}),
                 "tokenizer": sub["tokenizer"], "notes": sub.get("notes", ""),
-                "verify_s": round(self.report.seconds, 1)}
+                "verify_s": round(self.report.seconds, 1), "provenance": self.provenance,
+                "trials_scored": self.report.trials}
+
+    @property
+    def provenance(self) -> str:
+        """``checked`` when the build re-scored the actions under the named weights (``--model``) or
+        re-ran the scripted policy the header names, else ``claimed``: replay proves the scores,
+        not which policy chose the actions."""
+        prov = self.report.provenance
+        return "checked" if (prov is not None and prov.ok) or self.report.scripted else "claimed"
 
 
 @dataclass
@@ -116,7 +127,13 @@ def render_markdown(suites: list[Suite], entries: list[Entry]) -> str:
            "Scores are mean task outcomes (sparse reward) with 95% intervals (Wilson, at the effective sample "
            "size of the per-task means); pass^k is the share of tasks solved in all k trials. Token counts are "
            "recomputed by replay; wall time per episode is reported by the submitter. The web page with every "
-           "transcript: `agentgym leaderboard build`, then open `leaderboards/board/site/index.html`.", ""]
+           "transcript: `agentgym leaderboard build`, then open `leaderboards/board/site/index.html`.", "",
+           "A model marked *(claimed)* is the submitter's word: replay proves the scores, not which policy chose "
+           "the actions. *(checked)* means the build re-scored a sample of the actions under those weights "
+           "(`agentgym leaderboard build --model PATH`), or re-ran the scripted policy the entry names. "
+           "Deterministic entries (greedy or scripted) are scored on one trial per task: their pass^k cell reads "
+           "*(1 trial)*. Trials of a sampling entry that are copies of one episode are refused, and every file is "
+           "read within fixed limits (size, line length, nesting, integer size): see docs/leaderboards.md.", ""]
     for suite in suites:
         rows = [e for e in entries if e.suite.name == suite.name]
         k = suite.trials
@@ -131,9 +148,10 @@ def render_markdown(suites: list[Suite], entries: list[Entry]) -> str:
         for rank, e in enumerate(rows, 1):
             r = e.row()
             c = r["cost_per_episode"]
-            cells = ([str(rank), _md(r["name"]), _md(r["model"]), _cell(r["overall"])]
+            one = " *(1 trial)*" if r["trials_scored"] < k else ""
+            cells = ([str(rank), _md(r["name"]), f"{_md(r['model'])} *({r['provenance']})*", _cell(r["overall"])]
                      + [_cell(r["envs"][env]) for env in envs]
-                     + [f"{r['overall']['pass_k']:.3f}", f"{c['input_tokens']:.0f}", f"{c['output_tokens']:.0f}",
+                     + [f"{r['overall']['pass_k']:.3f}{one}", f"{c['input_tokens']:.0f}", f"{c['output_tokens']:.0f}",
                         f"{c['turns']:.1f}", f"{c['wall_s']:.2f}", r["date"],
                         f"[{Path(r['file']).name}]({r['file']})"])
             out.append("| " + " | ".join(cells) + " |")
@@ -184,12 +202,41 @@ def _write_site(site: Path, suites: list[Suite], entries: list[Entry]) -> None:
     (site / "index.html").write_text(html)
 
 
+def _models_by_digest(models: list[str]) -> dict[str, str]:
+    from agentgym.leaderboards.engine_policy import resolve_model_dir, weights_digest
+
+    out = {}
+    for m in models:
+        digest = weights_digest(resolve_model_dir(m))
+        if digest is None:
+            raise ConfigError(f"--model {m!r}: no *.safetensors weights there to check provenance against")
+        out[digest] = m
+    return out
+
+
+def _weights_of(path: Path) -> str | None:
+    """The weights digest a submission's header names (None for none, or an unreadable header)."""
+    from agentgym.leaderboards.limits import MAX_LINE_BYTES, LineError, parse_line
+    from agentgym.leaderboards.submission import open_text
+
+    try:
+        with open_text(path) as f:
+            header = parse_line(f.readline(MAX_LINE_BYTES).rstrip("\n"))
+        digest = header["submission"]["describe"].get("weights_sha256")
+    except (OSError, EOFError, UnicodeDecodeError, LineError, KeyError, TypeError, AttributeError, zlib.error):
+        return None
+    return digest if isinstance(digest, str) else None
+
+
 def build_board(root: Path = DEFAULT_ROOT, *, site_dir: Path | None = None, check: bool = False,
                 workers: int = 4, progress: bool = False, suites_dir: Path | None = None,
-                out: Path | None = None) -> BuildResult:
+                out: Path | None = None, models: list[str] | None = None) -> BuildResult:
     """Verify every submission under ``root`` and write (or, with ``check``, compare) the board
-    under ``out`` (default :func:`default_out`; ``--check`` compares with ``root``'s own)."""
+    under ``out`` (default :func:`default_out`; ``--check`` compares with ``root``'s own).
+    ``models``: model dirs; an entry whose header names the weights of one of them
+    (``describe.weights_sha256``) is also checked for provenance against it, else it is *claimed*."""
     out = default_out(root) if out is None else out
+    by_digest = _models_by_digest(models or [])
     result = BuildResult()
     sdir = suites_dir or (root / "suites" if (root / "suites").is_dir() else SUITES_DIR)
     suites = [load_suite(sdir / f"{n}.yaml") for n in list_suites(sdir)]
@@ -197,8 +244,10 @@ def build_board(root: Path = DEFAULT_ROOT, *, site_dir: Path | None = None, chec
         ranked: list[Entry] = []
         for path in _submissions(root, suite):
             rel = path.relative_to(root).as_posix()
+            digest = _weights_of(path)
             try:
-                report = verify_submission(path, suite=suite, workers=workers, progress=progress)
+                report = verify_submission(path, suite=suite, workers=workers, progress=progress,
+                                           model=by_digest.get(digest) if digest else None)
             except Exception as e:  # one file must not take the board down with it
                 first = (str(e).splitlines() or [""])[0][:300]
                 result.problems.append(f"{rel} cannot be verified and is left off the board: {type(e).__name__}: "

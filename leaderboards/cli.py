@@ -156,7 +156,7 @@ def _build(args: argparse.Namespace) -> int:
 
     result = build_board(Path(args.root), site_dir=Path(args.site) if args.site else None, check=args.check,
                          workers=args.workers, progress=not args.no_progress,
-                         out=Path(args.out) if args.out else None)
+                         out=Path(args.out) if args.out else None, models=args.model)
     print(result.format())
     return 0 if result.ok else 1
 
@@ -201,6 +201,9 @@ def leaderboard_main(argv: list[str] | None = None) -> int:
                    help="write nothing; fail if the committed Markdown board is not what the submissions give")
     b.add_argument("--workers", type=int, default=4)
     b.add_argument("--no-progress", action="store_true")
+    b.add_argument("--model", action="append", metavar="PATH",
+                   help="model weights to check provenance against (repeatable): entries whose header names these "
+                        "weights (weights_sha256) are re-scored under them and marked checked, the rest claimed")
     b.set_defaults(fn=_build)
     sub.add_parser("suites", help="list suites with their versions").set_defaults(fn=_suites)
     args = ap.parse_args(argv)

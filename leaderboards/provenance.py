@@ -95,9 +95,10 @@ def check_provenance(report: Any, model: str, *, sample: int = DEFAULT_SAMPLE, s
     prov = Provenance(model, weights_digest(model_dir), seed)
     describe = report.header.get("submission", {}).get("describe", {})
     temp = describe.get("temperature")
-    greedy = temp is None or float(temp) == 0.0
+    greedy = temp is None or temp == 0
     net = load_policy(model_dir, device=device, dtype=torch.float32)
-    vocab = int(net.config.vocab_size)
+    config: Any = net.config
+    vocab = int(config.vocab_size)
     episodes = sorted(report.episodes, key=lambda r: r.line)
     chosen = random.Random(seed).sample(episodes, min(sample, len(episodes)))
     d_all: list[float] = []  # log p(x_t) + H_t over every sampled token

@@ -15,7 +15,10 @@ Nothing the verifier can recompute is taken from the file. It checks, in order:
    stream is refused unless the stream's recorded probability makes a repeat plausible
    (:data:`COPY_P`); a deterministic entry (temperature 0, or ``null`` for a scripted policy) has
    identical trials by design and is scored on trial 0 alone (pass^1, one sample per task);
-6. the footer: episode count, per-env scores, intervals, pass^k and token totals recomputed.
+6. the footer: episode count, per-env scores, intervals, pass^k and token totals recomputed;
+7. a header that names one of agentgym's scripted policies (:data:`SCRIPTED`) is re-run by the
+   verifier on every episode: actions that policy does not play (another policy's episodes under
+   its name) are refused.
 
 Every problem names the line and the episode (env, task, options, trial) and what differs.
 
@@ -53,7 +56,7 @@ from agentgym.leaderboards.submission import (
 from agentgym.leaderboards.suite import EpisodeSpec, Suite, load_suite, suite_from_dict
 from agentgym.trajectory import Trajectory
 
-__all__ = ["COPY_P", "Replayed", "VerifyReport", "deterministic", "score_lines", "scored_trials", "summarize",
+__all__ = ["COPY_P", "SCRIPTED", "Replayed", "VerifyReport", "deterministic", "score_lines", "scored_trials", "summarize",
            "verify_submission"]
 
 MAX_LISTED = 20  # missing episodes listed one by one before "... and N more"
@@ -63,6 +66,10 @@ REPLAY_RETRIES = 2  # fresh-env replays of an episode whose replay met an infras
 # Two independent samples repeat a stream with probability p(stream): a repeat of a stream the
 # policy itself gave p < COPY_P is a copy (a false alarm costs a chance of at most COPY_P per pair).
 COPY_P = 1e-6
+# Scripted policies the verifier re-runs, with the header arguments it accepts (strings only: an
+# ``oracle=module:function`` argument would make the verifier import the submitter's code).
+SCRIPTED: dict[str, frozenset[str]] = {"oracle": frozenset(), "do-nothing": frozenset({"note"}),
+                                       "just-answer": frozenset({"answer"})}
 
 
 @dataclass
@@ -88,6 +95,7 @@ class VerifyReport:
     notes: list[str] = field(default_factory=list)  # diagnoses that explain many problems at once
     trials: int = 1  # trials per task that are scored (1 for a deterministic entry: :func:`scored_trials`)
     provenance: Any = None  # a provenance.Provenance when verified with a model (--model)
+    scripted: str | None = None  # the scripted policy the verifier re-ran on every episode (SCRIPTED)
 
     def format(self) -> str:
         head = f"{self.path}: " + ("VERIFIED" if self.ok else f"REJECTED ({len(self.problems)} problems)")
@@ -117,7 +125,7 @@ def score_lines(scores: dict[str, dict[str, Any]], overall: dict[str, Any], tria
 def deterministic(describe: dict[str, Any]) -> bool:
     """An entry that declares no sampling: temperature 0 (greedy) or ``null`` (a scripted policy)."""
     temp = describe.get("temperature")
-    return temp is None or float(temp) == 0.0
+    return temp is None or temp == 0
 
 
 def scored_trials(suite: Suite, describe: dict[str, Any]) -> int:
@@ -232,7 +240,11 @@ def _check_header(raw: RawSubmission, suite: Suite | None, report: VerifyReport)
         report.problems.append("line 1 (header): submission.describe has no 'temperature': declare the sampling "
                                f"temperature ({current.temperature} for this suite), 0 for greedy decoding, or null "
                                "for a scripted policy (agentgym-eval records it)")
-    elif temp is not None and not (math.isclose(float(temp), current.temperature) or float(temp) == 0.0):
+    elif temp is not None and (type(temp) not in (int, float) or not math.isfinite(temp)):
+        report.problems.append(f"line 1 (header): submission.describe.temperature is {str(temp)[:40]!r}: expected a "
+                               "number (the suite's temperature, or 0 for greedy decoding) or null (a scripted policy)")
+        return None
+    elif temp is not None and not (math.isclose(temp, current.temperature) or temp == 0):
         report.problems.append(f"line 1 (header): the policy sampled at temperature {temp}, the suite requires "
                                f"{current.temperature} (or 0: greedy decoding, scored on one trial)")
     try:
@@ -303,7 +315,41 @@ def _check_episodes(raw: RawSubmission, suite: Suite, report: VerifyReport
     return todo
 
 
-def _replay_one(envs: _Envs, spec: EpisodeSpec, line: int, obj: dict[str, Any]
+def _scripted_policy(header: dict[str, Any]) -> Any:
+    """The scripted policy a header names, built to be re-run (None when it names none)."""
+    sub = header["submission"]
+    name, args = sub.get("policy"), sub.get("policy_args")
+    if name not in SCRIPTED or not isinstance(args, dict) or set(args) - SCRIPTED[name] \
+            or not all(isinstance(v, str) for v in args.values()):
+        return None
+    from agentgym.leaderboards.policies import make_policy
+
+    return make_policy(name, None, **args)
+
+
+def _rerun(env: Any, policy: Any, spec: EpisodeSpec, truth: Trajectory, tokenizer: Any) -> list[str]:
+    """Play ``spec`` with the scripted ``policy``: it must give the replayed episode token for token."""
+    played = policy.play(env, seed=spec.seed, options=spec.options)
+    if played.meta.get("infra_error"):
+        return [f"not verified: re-running the scripted policy {policy.name!r} met an infrastructure fault "
+                f"({played.meta['infra_error']}); this is the verifying machine's problem: verify again"]
+    if played.tokens == truth.tokens:
+        return []
+    n = min(len(played.tokens), len(truth.tokens))
+    i = next((j for j in range(n) if played.tokens[j] != truth.tokens[j]), n)
+    return [f"the actions are not those of the scripted policy {policy.name!r} that the header names (the verifier "
+            f"re-ran it): from token {i} the record has {_decoded(tokenizer, truth.tokens, i)}, the policy plays "
+            f"{_decoded(tokenizer, played.tokens, i)}: an episode of another policy"]
+
+
+def _decoded(tok: Any, ids: list[int], i: int) -> str:
+    try:
+        return repr(tok.decode(ids[i: i + 24]))
+    except Exception:  # ids a record made up may not decode
+        return repr(ids[i: i + 24])
+
+
+def _replay_one(envs: _Envs, spec: EpisodeSpec, line: int, obj: dict[str, Any], scripted: Any = None
                 ) -> tuple[Replayed | None, list[str]]:
     where = f"line {line}: {spec.label}"
     record = Trajectory.from_dict(obj["trajectory"])
@@ -345,6 +391,8 @@ def _replay_one(envs: _Envs, spec: EpisodeSpec, line: int, obj: dict[str, Any]
     for k in ("input_tokens", "output_tokens", "turns"):
         if obj["cost"][k] != cost[k]:
             probs.append(f"cost {k}: recorded {obj['cost'][k]}, replay gives {cost[k]}")
+    if not probs and scripted is not None:
+        probs += _rerun(envs.get(spec), scripted, spec, truth, envs.tokenizer)
     if not probs:
         truth.logprobs = list(record.logprobs)  # the policy's own numbers: kept for transcripts
     return Replayed(spec, line, obj, truth), [f"{where}: {p}" for p in probs]
@@ -438,6 +486,7 @@ def verify_submission(path: str | Path, *, suite: Suite | None = None, workers: 
         return report
     the_suite, tok = got
     todo = _check_episodes(raw, the_suite, report)
+    scripted = _scripted_policy(report.header)
     envs = _Envs(tok)
     bar = None
     if progress:
@@ -447,7 +496,7 @@ def verify_submission(path: str | Path, *, suite: Suite | None = None, workers: 
     done = 0
     try:
         with ThreadPoolExecutor(max(1, workers), thread_name_prefix="agentgym-verify") as pool:
-            futures = [pool.submit(_replay_one, envs, spec, line, obj) for spec, line, obj in todo]
+            futures = [pool.submit(_replay_one, envs, spec, line, obj, scripted) for spec, line, obj in todo]
             for fut in futures:
                 rep, probs = fut.result()
                 report.problems += probs
@@ -477,6 +526,7 @@ def verify_submission(path: str | Path, *, suite: Suite | None = None, workers: 
         report.provenance = check_provenance(report, model, **(provenance or {}))
         report.problems += report.provenance.problems
     report.ok = not report.problems
+    report.scripted = scripted.name if scripted is not None and report.ok else None
     report.seconds = time.perf_counter() - t0
     return report
 

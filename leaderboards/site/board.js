@@ -35,7 +35,10 @@
       { key: "rank", label: "#", value: (r) => r._rank, cell: (r) => numCell(r._rank, 0) },
       { key: "name", label: "Submission", value: (r) => r.name.toLowerCase(),
         cell: (r) => el("td", {}, el("button", { class: "link open", "data-id": r.id, onclick: () => openSubmission(r) }, r.name)) },
-      { key: "model", label: "Model", value: (r) => r.model.toLowerCase(), cell: (r) => el("td", {}, r.model) },
+      { key: "model", label: "Model", value: (r) => r.model.toLowerCase(),
+        cell: (r) => el("td", {}, r.model, " ", el("span", { class: "prov " + r.provenance,
+          title: r.provenance === "checked" ? "actions re-scored under these weights" : "the submitter's word: replay proves the scores, not which policy chose the actions" },
+          "(" + r.provenance + ")")) },
       { key: "overall", label: "Overall", value: (r) => r.overall.mean, cell: (r) => scoreCell(r.overall) },
     ];
     for (const env of suite.envs) {
@@ -43,7 +46,10 @@
     }
     const c = (r) => r.cost_per_episode;
     cols.push(
-      { key: "pass_k", label: "pass^" + suite.trials, value: (r) => r.overall.pass_k, cell: (r) => numCell(r.overall.pass_k, 3) },
+      { key: "pass_k", label: "pass^" + suite.trials, value: (r) => r.overall.pass_k,
+        cell: (r) => r.trials_scored < suite.trials
+          ? el("td", { class: "num", "data-value": r.overall.pass_k }, fix(r.overall.pass_k, 3), el("span", { class: "ci" }, "(1 trial)"))
+          : numCell(r.overall.pass_k, 3) },
       { key: "tokens_in", label: "Tokens in/ep", value: (r) => c(r).input_tokens, cell: (r) => numCell(c(r).input_tokens, 0) },
       { key: "tokens_out", label: "Tokens out/ep", value: (r) => c(r).output_tokens, cell: (r) => numCell(c(r).output_tokens, 0) },
       { key: "turns", label: "Turns/ep", value: (r) => c(r).turns, cell: (r) => numCell(c(r).turns, 1) },

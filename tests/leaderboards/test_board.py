@@ -46,7 +46,8 @@ def test_build_writes_a_ranked_markdown_board(board_root: Path) -> None:
     assert result.ok, result.problems
     md = (board_root / "LEADERBOARD.md").read_text()
     rows = [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| #")]
-    assert rows[0].startswith("| 1 | oracle | oracle | 1.000 [")
+    assert rows[0].startswith("| 1 | oracle | oracle *(checked)* | 1.000 [")  # the verifier re-ran the oracle
+    assert "| 1.000 *(1 trial)* |" in rows[0]  # a scripted entry: one trial per task is scored
     assert len(rows) == 3
     assert "| Math-v1 | WebAPI-v1 | pass^2 | Tokens in/ep | Tokens out/ep |" in md
     assert (board_root / "board" / "site" / "index.html").exists()
@@ -99,6 +100,10 @@ def test_page_in_headless_chromium(board_root: Path, browser: Any) -> None:
     assert heads[:4] == ["#", "Submission", "Model", "Overall"] and "Tokens out/ep" in heads and "pass^2" in heads
     first = browser.find_element(By.CSS_SELECTOR, "#board tbody tr td:nth-child(4)").text
     assert first.startswith("1.000") and "[" in first
+    # Scripted entries the verifier re-ran are checked, and score one trial per task.
+    model = browser.find_element(By.CSS_SELECTOR, "#board tbody tr td:nth-child(3)")
+    assert model.text.split() == ["oracle", "(checked)"] and "prov checked" in model.get_attribute("innerHTML")
+    assert "(1 trial)" in browser.find_element(By.CSS_SELECTOR, "#board tbody tr td:nth-child(7)").text
 
     # Sorting: Overall is sorted descending; a click makes it ascending; Submission sorts by name.
     assert header("Overall").get_attribute("aria-sort") == "descending"

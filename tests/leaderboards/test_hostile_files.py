@@ -187,3 +187,27 @@ def test_verification_never_touches_the_network(tmp_path: Path, math_oracle: Pat
                for p in report.problems), report.problems
     assert verify_submission(math_oracle, suite=math_suite, workers=1).ok  # a clean file verifies offline
     assert attempts == []
+
+
+# ------------------------------------------------------------------ mixed policies: a scripted policy's name on another's episodes
+
+def test_a_scripted_header_on_another_policys_episodes_is_refused(tmp_path: Path, math_oracle: Path,
+                                                                  math_suite: Suite) -> None:
+    """Two of the oracle's episodes among do-nothing's, under do-nothing's name: each replays, but
+    re-running the scripted policy the header names refuses them."""
+    genuine = verify_submission(math_oracle, suite=math_suite, workers=2)
+    assert genuine.ok and genuine.scripted == "oracle"
+    nothing = make_submission(math_suite, "do-nothing", tmp_path / "nothing.jsonl")
+    lines = read_lines(math_oracle)
+    lines[0]["submission"] = read_lines(nothing)[0]["submission"]
+    mixed = write_lines(tmp_path / "mixed.jsonl", lines[:1] + lines[1:3] + read_lines(nothing)[3:])
+    report = verify_submission(mixed, suite=math_suite, workers=2)
+    assert not report.ok and report.scripted is None
+    text = "\n".join(report.problems)
+    assert "line 2: agentgym/Math-v1 task 0 (index=0) trial 0: the actions are not those of the scripted policy " \
+           "'do-nothing' that the header names (the verifier re-ran it)" in text, text
+    # A header that names custom code is never run by the verifier: the entry stays a claim.
+    lines = read_lines(math_oracle)
+    lines[0]["submission"]["policy_args"] = {"oracle": "os:system"}
+    custom = verify_submission(write_lines(tmp_path / "custom.jsonl", lines), suite=math_suite, workers=2)
+    assert custom.ok and custom.scripted is None

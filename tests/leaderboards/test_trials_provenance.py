@@ -117,6 +117,10 @@ def test_temperature_must_be_declared(tmp_path: Path, suite: Suite, sampled: dic
     del lines[0]["submission"]["describe"]["temperature"]
     report = verify_submission(write_lines(tmp_path / "undeclared.jsonl", lines), suite=suite, workers=1)
     assert "line 1 (header): submission.describe has no 'temperature'" in "\n".join(report.problems)
+    lines[0]["submission"]["describe"]["temperature"] = "hot"
+    report = verify_submission(write_lines(tmp_path / "hot.jsonl", lines), suite=suite, workers=1)
+    assert report.problems == ["line 1 (header): submission.describe.temperature is 'hot': expected a number (the "
+                               "suite's temperature, or 0 for greedy decoding) or null (a scripted policy)"]
 
 
 def test_greedy_entries_declare_it_and_score_one_trial(tmp_path: Path, suite: Suite, models: dict[str, Path]) -> None:
@@ -178,3 +182,35 @@ def test_verify_model_on_the_command_line(sampled: dict[str, Path], models: dict
     assert "provenance FAILED: 2 episodes" in out and "(sample seed 5)" in out
     assert leaderboard_main(["verify", "--sample", "2", str(sampled["a"])]) == 2  # --sample without --model
     assert "--sample, --sample-seed and --tolerance belong to the provenance check" in capsys.readouterr().err
+
+
+def test_the_board_marks_entries_claimed_unless_checked(tmp_path: Path, suite: Suite, sampled: dict[str, Path],
+                                                         models: dict[str, Path]) -> None:
+    import shutil
+
+    import yaml
+
+    from agentgym.leaderboards.board import build_board
+
+    root = tmp_path / "root"
+    (root / "suites").mkdir(parents=True)
+    (root / "suites" / "trials.yaml").write_text(yaml.safe_dump(suite.content, sort_keys=False))
+    subs = root / "submissions" / "trials"
+    subs.mkdir(parents=True)
+    for k in ("a", "b"):
+        lines = read_lines(sampled[k])
+        lines[0]["submission"]["name"] = f"model-{k}"
+        write_lines(subs / f"{k}.jsonl", lines)
+    # b's actions under a header that names a's weights: provenance against a fails, it is left off.
+    lines = read_lines(sampled["b"])
+    lines[0]["submission"]["name"] = "impostor"
+    lines[0]["submission"]["describe"] = read_lines(sampled["a"])[0]["submission"]["describe"]
+    write_lines(subs / "impostor.jsonl", lines)
+    result = build_board(root, workers=1, models=[str(models["a"])])
+    assert [p for p in result.problems if "impostor.jsonl does not verify" in p and "not this model's" in p]
+    rows = {e.row()["name"]: e.row() for e in result.entries}
+    assert set(rows) == {"model-a", "model-b"}
+    assert (rows["model-a"]["provenance"], rows["model-b"]["provenance"]) == ("checked", "claimed")
+    md = (root / "LEADERBOARD.md").read_text()
+    assert "*(checked)*" in md and "*(claimed)*" in md
+    shutil.rmtree(root / "board")

@@ -10,6 +10,7 @@ from typing import Any
 import gymnasium as gym
 import pytest
 
+from agentgym.errors import SubmissionError
 from agentgym.judge import Judge, JudgeConfig, JudgeError, parse_score
 from agentgym.trajectory import Trajectory
 from tests.environments.interop.conftest import require
@@ -23,8 +24,8 @@ KW: dict[str, Any] = {"dataset": "basic_arithmetic", "config": {"size": 40}}
 
 
 def test_parse_score() -> None:
-    assert parse_score("looks right. score: 1") == 1.0 and parse_score("Score = 0.5") == 0.5
-    assert parse_score("score: 7") is None and parse_score("yes") is None
+    assert parse_score("looks right.\nSCORE: 1") == 1.0 and parse_score("SCORE: 0.5") == 0.5
+    assert parse_score("score: 1") is None and parse_score("SCORE: 7") is None and parse_score("yes") is None
 
 
 def _demo(codec: Any, judge: Judge, question: str, answer: str, reference: str, reply: str) -> Trajectory:
@@ -56,8 +57,8 @@ def graded() -> Iterator[tuple[str, dict[str, Any]]]:
     codec = HarmonyCodec(tok)
     cfg = {"base_url": "unused", "model": "agentgym", "rubric": RUBRIC, "max_tokens": 24}
     judge = Judge(JudgeConfig.from_dict(cfg))
-    demos = [_demo(codec, judge, task.prompt, task.answer, task.answer, "score: 1"),
-             _demo(codec, judge, task.prompt, "12345", task.answer, "score: 0")]
+    demos = [_demo(codec, judge, task.prompt, task.answer, task.answer, "SCORE: 1"),
+             _demo(codec, judge, task.prompt, "12345", task.answer, "SCORE: 0")]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -89,7 +90,7 @@ def test_the_judge_scores_through_the_env_caches_and_records(graded: tuple[str, 
     r, info = _answer(env, right)
     assert r == 1.0 and "judge: 1" in info["tool_result"]["content"]
     calls = u.trajectory.meta["judge_calls"]
-    assert len(calls) == 1 and calls[0]["score"] == 1.0 and calls[0]["reply"].strip().endswith("score: 1")
+    assert len(calls) == 1 and calls[0]["score"] == 1.0 and calls[0]["reply"].strip().endswith("SCORE: 1")
     assert _answer(env, "12345")[0] == 0.0  # the judge, not the verifier, says 0 here
     asked = u.judge.calls_made
     assert _answer(env, right)[0] == 1.0 and u.judge.calls_made == asked  # cached: not asked again
@@ -124,6 +125,10 @@ def test_replay_rescores_from_the_record_without_the_endpoint(graded: tuple[str,
     forged.meta["judge_calls"] = []  # a record without the judge's reply cannot be re-scored
     truth, _ = replay(dead, forged, seed=0, options={"index": 0})
     assert truth.meta["infra_error"] and "no judge reply" in truth.meta["infra_error"]
+    tampered = Trajectory.from_json(record.to_json())
+    tampered.meta["judge_calls"][0]["score"] = 0.5  # a score its own recorded reply does not give
+    with pytest.raises(SubmissionError, match="recorded judge call 0: the record's score is 0.5"):
+        replay(dead, tampered, seed=0, options={"index": 0})
 
 
 @pytest.mark.parametrize("where", ["dead endpoint", "unparsable reply"])
