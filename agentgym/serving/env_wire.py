@@ -166,11 +166,11 @@ def encode_action(action: Any) -> Action:
     return {"dtype": arr.dtype.str, "shape": list(arr.shape), "data": arr.tolist()}
 
 
-# The dtypes an action may declare: booleans, integers and floats of up to 8 bytes, and strings of
-# up to MAX_ACTION_CHARS characters. Checked on the string, before numpy parses it: a declared
-# "<U100000000" would otherwise allocate 400 MB per element.
-_ACTION_DTYPE = re.compile(r"[<>|=]?(?:b1|[iu][1248]|f[248]|U(\d{1,4}))")
-MAX_ACTION_CHARS = 256
+# The dtypes an action may declare: booleans, integers and floats of up to 8 bytes, and strings.
+# Checked on the string, before numpy parses it; the array is then built only if it fits in
+# MAX_ACTION_BYTES (a declared "<U100000000" would otherwise allocate 400 MB per value).
+_ACTION_DTYPE = re.compile(r"[<>|=]?(?:b1|[iu][1248]|f[248]|U\d{1,9})")
+MAX_ACTION_BYTES = 16 << 20
 _BAD_ACTION: Any = [[0], [0, 0]]  # not an action: a ragged value the env rejects as a bad action
 
 
@@ -189,23 +189,26 @@ def _leaves(data: Any, cap: int) -> int:
 def decode_action(a: Any, *, max_items: int = MAX_ACTION_ITEMS) -> Any:
     """The server side of :func:`encode_action`: an object ``ToolEnv.step`` accepts or rejects.
 
-    A declared array is built only when its dtype is one the wire carries (``_ACTION_DTYPE``)
-    and it holds at most ``max_items`` values; anything else becomes a bad action."""
+    A declared array is built only when its dtype is one the wire carries (``_ACTION_DTYPE``),
+    it holds at most ``max_items`` values and fits in ``MAX_ACTION_BYTES``; anything else
+    becomes a bad action."""
     if isinstance(a, list):
         if not all(isinstance(i, int) and not isinstance(i, bool) for i in a):
             return _BAD_ACTION
         return np.asarray(a, dtype=np.int64)
     if not isinstance(a, dict) or not isinstance(a.get("dtype"), str):
         return _BAD_ACTION
-    kind = _ACTION_DTYPE.fullmatch(a["dtype"])
     shape, data = a.get("shape"), a.get("data")
-    if (kind is None or (kind.group(1) is not None and int(kind.group(1)) > MAX_ACTION_CHARS)
-            or not (isinstance(shape, list) and len(shape) <= 8
-                    and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape))
-            or math.prod(shape) > max_items or _leaves(data, max_items) > max_items):
+    if _ACTION_DTYPE.fullmatch(a["dtype"]) is None or not (
+            isinstance(shape, list) and len(shape) <= 8
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)):
+        return _BAD_ACTION
+    dtype = np.dtype(a["dtype"])  # a dtype object: nothing allocated yet
+    items = max(math.prod(shape), _leaves(data, max_items))
+    if items > max_items or items * dtype.itemsize > MAX_ACTION_BYTES:
         return _BAD_ACTION
     try:
-        return np.asarray(data, dtype=np.dtype(a["dtype"])).reshape(shape)
+        return np.asarray(data, dtype=dtype).reshape(shape)
     except (TypeError, ValueError, OverflowError):
         return _BAD_ACTION
 

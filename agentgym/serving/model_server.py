@@ -167,18 +167,18 @@ def build_app(engine: HFEngine, model_name: str = "agentgym", *, tokenizer: Toke
     token). ``weights_dirs``: the only directories ``/reload_weights`` loads from (none: reload
     is refused). ``limits``: what one request may ask for.
     """
-    limits = limits or ModelLimits()
-    if not 1 <= max_tokens <= limits.max_tokens:
-        raise ConfigError(f"the chat default --max-tokens {max_tokens} must be in [1, {limits.max_tokens}] "
+    lim = limits or ModelLimits()
+    if not 1 <= max_tokens <= lim.max_tokens:
+        raise ConfigError(f"the chat default --max-tokens {max_tokens} must be in [1, {lim.max_tokens}] "
                           "(--max-completion-tokens)")
     allowed = _weights_dirs(weights_dirs)
     gate = anyio.Lock()  # one generation or reload at a time: the engine's batch is the request
     codec = HarmonyCodec(as_tokenizer(tokenizer))
-    vocab = getattr(engine.model.config, "vocab_size", None)
-    if vocab is not None and codec.tok.vocab_size > vocab:
+    model_vocab = getattr(engine.model.config, "vocab_size", None)
+    if model_vocab is not None and codec.tok.vocab_size > model_vocab:
         raise ConfigError(f"tokenizer {codec.tok!r} has {codec.tok.vocab_size} ids but the model's "
-                          f"vocabulary has {vocab}: pass the tokenizer the model was trained with")
-    vocab = int(vocab or codec.tok.vocab_size)
+                          f"vocabulary has {model_vocab}: pass the tokenizer the model was trained with")
+    vocab = int(model_vocab or codec.tok.vocab_size)
     running: list[threading.Event] = []  # the cancel flag of the generation in progress, if any
 
     def stop_if_gone(*_: Any) -> None:  # a forward pre-hook: runs before every decoding step
@@ -190,7 +190,7 @@ def build_app(engine: HFEngine, model_name: str = "agentgym", *, tokenizer: Toke
     class _Checked:  # the engine as requests reach it: every ask checked against the limits
         def generate(self, prompts: list[list[int]], *, max_new_tokens: Any, temperature: Any,
                      stop_ids: Any, seed: Any = None) -> Any:
-            _check_sampling(prompts, vocab, limits, max_new_tokens=max_new_tokens, temperature=temperature,
+            _check_sampling(prompts, vocab, lim, max_new_tokens=max_new_tokens, temperature=temperature,
                             stop_ids=stop_ids, seed=seed)
             return engine.generate(prompts, max_new_tokens=max_new_tokens, temperature=float(temperature),
                                    stop_ids=stop_ids, seed=seed)
@@ -201,7 +201,7 @@ def build_app(engine: HFEngine, model_name: str = "agentgym", *, tokenizer: Toke
         if isinstance(body, dict) and body.get("model") not in (None, model_name):
             raise LookupError(f"the model {body.get('model')!r} is not served here; this server serves {model_name!r}")
         return chat_completion(checked, codec, body, model_name=model_name, reasoning_effort=reasoning_effort,
-                               max_tokens=max_tokens, max_tokens_cap=limits.max_tokens)
+                               max_tokens=max_tokens, max_tokens_cap=lim.max_tokens)
 
     def _complete(body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):
@@ -267,7 +267,7 @@ def build_app(engine: HFEngine, model_name: str = "agentgym", *, tokenizer: Toke
     async def answer(request: Request, fn: Callable[[Any], dict[str, Any]], kind: str) -> Response:
         """One request: its body read within the limits, ``fn`` run exclusively, errors as JSON."""
         try:
-            body = json.loads(await read_body(request, limits.max_body_bytes, limits.body_timeout_s))
+            body = json.loads(await read_body(request, lim.max_body_bytes, lim.body_timeout_s))
             out = await exclusive(request, fn, body)
             if fn is _chat and isinstance(body, dict) and body.get("stream"):
                 usage = bool((body.get("stream_options") or {}).get("include_usage"))

@@ -126,6 +126,7 @@ def test_a_server_off_loopback_never_runs_without_a_token(monkeypatch: pytest.Mo
 @pytest.mark.parametrize("action", [
     {"dtype": "<U100000000", "shape": [1], "data": ["a"]},  # 400 MB for one element
     {"dtype": "<U100", "shape": [10**9], "data": []},
+    {"dtype": "<U100000", "shape": [], "data": ["a"] * 100},  # 100 values of 400 KB each
     {"dtype": "<i8", "shape": [1000, 1000], "data": [[1] * 1000] * 1000},
     {"dtype": "|O", "shape": [1], "data": [1]},
     {"dtype": "[('a', '<i4')]", "shape": [1], "data": [1]},
@@ -142,7 +143,8 @@ def test_an_action_that_would_allocate_too_much_is_a_bad_action_not_an_allocatio
 
 
 def test_the_actions_the_wire_carries_still_cross() -> None:
-    for a in (np.array([[1, 2]]), np.array([1.5]), np.array([True]), np.array("text"), np.array([[1]], np.uint8)):
+    for a in (np.array([[1, 2]]), np.array([1.5]), np.array([True]), np.array("text"), np.array([[1]], np.uint8),
+              np.array("x" * 5000)):
         back = env_wire.decode_action(env_wire.encode_action(a))
         assert back.dtype == a.dtype and back.tolist() == a.tolist()
 
