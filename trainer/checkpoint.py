@@ -67,6 +67,12 @@ def _write_errors() -> tuple[type[BaseException], ...]:
     return (OSError, RuntimeError, SafetensorError)
 
 
+def _read_errors() -> tuple[type[BaseException], ...]:
+    """What reading a damaged file raises: cut short (EOFError, safetensors' header error),
+    garbled (pickle, JSON: ValueError), unreadable (OSError)."""
+    return (*_write_errors(), EOFError, pickle.UnpicklingError, ValueError)
+
+
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split()) or type(e).__name__
     return text if len(text) <= 300 else text[:300] + "..."
@@ -366,7 +372,7 @@ def model_dir_problem(path: str | Path, *, extra: tuple[str, ...] = ()) -> str |
             keys = list(st.keys())
         if not keys:
             return f"{path / 'model.safetensors'} holds no tensors"
-    except (ValueError, OSError, *_write_errors()) as e:
+    except _read_errors() as e:
         return f"{path} cannot be read ({_one_line(e)})"
     return None
 
@@ -437,7 +443,7 @@ def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer: torc
     except FileNotFoundError as e:
         raise CheckpointError(f"{path} is not a complete checkpoint ({e.filename} is missing); "
                               "pick another one under RUN_DIR/checkpoints") from e
-    except (*_write_errors(), EOFError, pickle.UnpicklingError, json.JSONDecodeError) as e:
+    except _read_errors() as e:
         raise CheckpointError(f"{path} cannot be read ({_one_line(e)}): a damaged checkpoint; remove "
                               "it (LATEST then names none, the newest complete one is used) and --resume") from e
     return state
