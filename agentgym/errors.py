@@ -21,7 +21,8 @@ Everything agentgym raises on purpose derives from ``AgentGymError``::
     ├── TrainerError            the trainer
     │   ├── NonFiniteError      NaN/inf in rewards, advantages or losses
     │   ├── CheckpointError     a checkpoint that cannot be written, read or resumed
-    │   └── WarmStartFailed     the warm start's tool loop did not learn (a failed seed)
+    │   ├── WarmStartFailed     the warm start's tool loop did not learn (a failed seed)
+    │   └── Preempted           SIGTERM: the run checkpointed at a safe point and stopped
     └── SubmissionError         a leaderboard submission that is malformed or fails replay
 
 Bad *actions* from a policy never raise: ``step`` turns them into an error observation and
@@ -50,6 +51,7 @@ __all__ = [
     "InfraError",
     "NonFiniteError",
     "PoolStepError",
+    "Preempted",
     "SandboxError",
     "SandboxLost",
     "SandboxStartFailed",
@@ -173,6 +175,11 @@ class CheckpointError(TrainerError):
 class WarmStartFailed(TrainerError):
     """The warm start did not learn the env's tool loop (``sft.min_wellformed``): the run (a
     seed of a comparison) stops and counts as failed; nothing is trained after it."""
+
+
+class Preempted(TrainerError):
+    """SIGTERM (a scheduler's preemption) stopped the run at its next safe point, after a
+    checkpoint; ``agentgym-train`` exits with 143 and says how to ``--resume``."""
 
 
 class SubmissionError(AgentGymError):

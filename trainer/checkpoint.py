@@ -9,10 +9,15 @@ A checkpoint is a directory ``RUN_DIR/checkpoints/step-000010/``::
     rng.pt              python, numpy and torch RNG states
     state.json          step, phase, data position, running reward stats, metrics line count
 
-It is written to a hidden temporary directory and renamed into place (``os.replace`` is
-atomic on one filesystem), then ``RUN_DIR/checkpoints/LATEST`` is replaced atomically. A
-crash mid-write leaves at most a stray ``.tmp-*`` directory, never a half checkpoint that
-``--resume`` would pick up.
+It is written to a hidden temporary directory, its files and folders fsynced, and renamed into
+place (``os.replace`` is atomic on one filesystem; the parent folder is fsynced after it), then
+``RUN_DIR/checkpoints/LATEST`` is replaced atomically. A crash mid-write leaves at most a stray
+``.tmp-*`` directory, never a half checkpoint that ``--resume`` would pick up; the next start
+removes strays (:func:`clean_stray`). A write that fails (a full disk: ``torch.save`` raises
+``RuntimeError``, safetensors its own error) removes its temporary directory and raises one
+:class:`~agentgym.errors.CheckpointError` line. The warm start (``RUN_DIR/warm_start``), the KL
+reference and ``config.yaml`` are written the same way (:func:`save_model_atomic`,
+:func:`write_text_atomic`), and a resumed run checks them (:func:`model_dir_problem`).
 
 Under torchrun (a sharded policy) ``value_head`` and ``optimizer.pt`` are replaced by
 ``sharded/``: one torch.distributed.checkpoint (DCP) holding the policy, value head and AdamW
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import shutil
 from pathlib import Path
@@ -44,11 +50,32 @@ from agentgym.errors import CheckpointError
 if TYPE_CHECKING:
     from agentgym.trainer.learner import Learner
 
-__all__ = ["RESUME_IDENTITY", "check_resume_identity", "resume_learner", "save_learner", "export_model", "find_model_dir", "latest_checkpoint", "load_checkpoint",
-           "load_weights", "model_weights_file", "rng_state", "save_checkpoint", "save_model", "save_tokenizer",
-           "set_rng_state", "write_config"]
+__all__ = ["RESUME_IDENTITY", "check_resume_identity", "clean_stray", "resume_learner", "save_learner", "export_model",
+           "find_model_dir", "latest_checkpoint", "load_checkpoint", "load_weights", "model_dir_problem",
+           "model_weights_file", "rng_state", "save_checkpoint", "save_model", "save_model_atomic", "save_tokenizer",
+           "set_rng_state", "write_config", "write_text_atomic"]
 
 SHARDED = "sharded"  # DCP folder of a checkpoint written by a sharded (torchrun) run
+STRAY = ".tmp-"  # prefix of the temporary folders a write renames into place
+
+
+def _write_errors() -> tuple[type[BaseException], ...]:
+    """What a failed write raises: OSError (ENOSPC, EACCES), RuntimeError (``torch.save``:
+    "PytorchStreamWriter failed writing file"), safetensors' own error."""
+    from safetensors import SafetensorError
+
+    return (OSError, RuntimeError, SafetensorError)
+
+
+def _read_errors() -> tuple[type[BaseException], ...]:
+    """What reading a damaged file raises: cut short (EOFError, safetensors' header error),
+    garbled (pickle, JSON: ValueError), unreadable (OSError)."""
+    return (*_write_errors(), EOFError, pickle.UnpicklingError, ValueError)
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= 300 else text[:300] + "..."
 
 # Config keys a resumed run may not change: they decide what the saved weights, optimizer state and
 # trajectories mean (another model, tokenizer or env would load, or fail, as something else).
@@ -230,9 +257,9 @@ def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module,
             torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
             torch.save(rng_state(), tmp / "rng.pt")
             (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=1))
-            _fsync_dir(tmp)
-    except OSError as e:
-        error = str(e)
+            _fsync_tree(tmp)
+    except _write_errors() as e:
+        error = _one_line(e)
     errors = [e for e in all_gather_objects(error) if e]
     if not errors and main:
         try:
@@ -241,9 +268,11 @@ def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module,
             os.replace(tmp, final)
             latest_tmp = root / f".LATEST-{os.getpid()}"
             latest_tmp.write_text(final.name)
+            _fsync_file(latest_tmp)
             os.replace(latest_tmp, root / "LATEST")
+            _fsync_file(root)
         except OSError as e:
-            errors = [str(e)]
+            errors = [_one_line(e)]
     errors = [e for e in all_gather_objects(errors[0] if errors else None) if e]
     if errors:
         if main:
@@ -258,11 +287,109 @@ def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module,
     return final
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync_file(path: Path) -> None:
+    """fsync a file or a folder (a folder's entries: what a rename changed)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(path: Path) -> None:
+    """fsync every file and folder under ``path``, and ``path`` itself."""
     for p in path.rglob("*"):
-        if p.is_file():
-            with open(p, "rb") as f:
-                os.fsync(f.fileno())
+        _fsync_file(p)
+    _fsync_file(path)
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Replace ``path`` by ``text`` atomically: a temporary file, fsynced, renamed over it."""
+    path = Path(path)
+    tmp = path.with_name(f"{STRAY}{path.name}-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        _fsync_file(tmp)
+        os.replace(tmp, path)
+        _fsync_file(path.parent)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise CheckpointError(f"could not write {path}: {_one_line(e)}; check free disk space and "
+                              "permissions of the run directory") from None
+
+
+def save_model_atomic(model: torch.nn.Module, final: str | Path, *, dtype: torch.dtype | None = None,
+                      extra: Any = None) -> None:
+    """:func:`save_model` into ``final`` atomically: into ``.tmp-NAME`` beside it, then ``extra(tmp)``
+    (rank 0: more files, e.g. the warm start's AdamW moments), fsync, rename over ``final``. A
+    failure (a full disk) removes the temporary folder and raises one CheckpointError line; a
+    kill leaves only the stray, which the next start removes. Every rank calls it."""
+    from agentgym.trainer.distributed import all_gather_objects
+
+    final, main = Path(final), _rank() == 0
+    tmp = final.with_name(f"{STRAY}{final.name}")
+    error = None
+    try:
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        save_model(model, tmp, dtype=dtype)  # collective for a sharded model (rank 0 writes)
+        if main:
+            if extra is not None:
+                extra(tmp)
+            _fsync_tree(tmp)
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            _fsync_file(final.parent)
+    except _write_errors() as e:
+        error = _one_line(e)
+    errors = [e for e in all_gather_objects(error) if e]
+    if errors:
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"could not write {final}: {errors[0]}; check free disk space and "
+                              "permissions of the run directory, then --resume")
+
+
+def model_dir_problem(path: str | Path, *, extra: tuple[str, ...] = ()) -> str | None:
+    """Why the model folder ``path`` (``config.json`` + ``model.safetensors`` [+ ``extra``]) is
+    not complete, or None: a missing or empty file, a config that is not a JSON object, a
+    safetensors file whose header cannot be read (cut short)."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_dir():
+        return f"{path} is missing"
+    for name in ("config.json", "model.safetensors", *extra):
+        f = path / name
+        if not f.is_file() or f.stat().st_size == 0:
+            return f"{f} is {'empty' if f.is_file() else 'missing'}"
+    try:
+        if not isinstance(json.loads((path / "config.json").read_text()), dict):
+            return f"{path / 'config.json'} is not a JSON object"
+        with safe_open(str(path / "model.safetensors"), framework="pt") as st:
+            keys = list(st.keys())
+        if not keys:
+            return f"{path / 'model.safetensors'} holds no tensors"
+    except _read_errors() as e:
+        return f"{path} cannot be read ({_one_line(e)})"
+    return None
+
+
+def clean_stray(run_dir: str | Path) -> list[Path]:
+    """Remove what killed writes left in ``run_dir``: ``.tmp-*`` folders and files (checkpoints,
+    the warm start, the reference, config.yaml) and ``checkpoints/.LATEST-*``. Rank 0, at start,
+    before anything is written. Returns what was removed."""
+    run_dir = Path(run_dir)
+    found = [*run_dir.glob(f"{STRAY}*"), *(run_dir / "checkpoints").glob(f"{STRAY}*"),
+             *(run_dir / "checkpoints").glob(".LATEST-*")]
+    for p in found:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return found
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
@@ -316,6 +443,9 @@ def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer: torc
     except FileNotFoundError as e:
         raise CheckpointError(f"{path} is not a complete checkpoint ({e.filename} is missing); "
                               "pick another one under RUN_DIR/checkpoints") from e
+    except _read_errors() as e:
+        raise CheckpointError(f"{path} cannot be read ({_one_line(e)}): a damaged checkpoint; remove "
+                              "it (LATEST then names none, the newest complete one is used) and --resume") from e
     return state
 
 

@@ -11,15 +11,21 @@
 Config mistakes exit with code 2 and a one-paragraph message (expected / got / how to fix),
 never a traceback; training failures (non-finite values, checkpoint problems) exit with 1; a
 warm start whose tool loop did not learn (``sft.min_wellformed``) exits with 3; Ctrl-C exits with
-130 and says where ``--resume`` would continue. With no arguments it prints this help.
+130 and says where ``--resume`` would continue; SIGTERM (a scheduler's preemption) writes a
+checkpoint after the current step and exits with 143 and the ``--resume`` command
+(``preempt.py``); a full disk is one line (exit 1), never a half-written checkpoint. With no
+arguments it prints this help.
 
 ``--resume RUN_DIR`` continues from the latest checkpoint (inside the warm start too); with no
 checkpoint yet it says so and starts over with a fresh ``metrics.jsonl``. Overrides on resume
-may change anything but the run's identity (model, tokenizer, env id, prompt, advantage kind).
+may change anything but the run's identity (model, tokenizer, env id, prompt, advantage kind),
+and are saved to ``RUN_DIR/config.yaml``: a later ``--resume`` keeps them (``ppo.steps=10``
+given once extends the run for good).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Sequence
@@ -28,9 +34,11 @@ from typing import Any
 
 import yaml
 
-from agentgym.errors import ConfigError, WarmStartFailed
+from agentgym.errors import ConfigError, Preempted, TrainerError, WarmStartFailed
 
-__all__ = ["main", "parse_args"]
+__all__ = ["PREEMPTED", "main", "parse_args"]
+
+PREEMPTED = 143  # exit status after SIGTERM (128 + 15), as a shell reports a process it ended
 
 USAGE = """usage: agentgym-train [--config RECIPE] [KEY=VALUE ...]
        agentgym-train --resume RUN_DIR [KEY=VALUE ...]
@@ -165,6 +173,7 @@ def _run(argv: list[str], run_dir: list[str]) -> int:
     from agentgym.trainer.distributed import shutdown
     from agentgym.trainer.evaluation import report_lines
     from agentgym.trainer.metrics import Progress
+    from agentgym.trainer.preempt import sigterm_stops
     from agentgym.trainer.train import Trainer
 
     run_dir.append(cfg.log.run_dir)
@@ -184,11 +193,22 @@ def _run(argv: list[str], run_dir: list[str]) -> int:
         return trainer
 
     try:
-        summary, compared = run_with_controls(cfg, resume=bool(resume), trainer_cls=build)
+        with sigterm_stops():
+            summary, compared = run_with_controls(cfg, resume=bool(resume), trainer_cls=build)
     except WarmStartFailed:
         if speaks:
             print("\n".join(report_lines(cfg.log.run_dir)))
         raise
+    except Preempted as e:
+        if speaks:
+            print(f"agentgym-train: {e}; {_interrupted(cfg.log.run_dir).removeprefix('interrupted; ')}",
+                  file=sys.stderr, flush=True)
+        return PREEMPTED
+    except OSError as e:  # a write outside the checkpoints (metrics, plots) on a full disk
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise TrainerError(f"cannot write {e.filename or cfg.log.run_dir}: {e.strerror}; free space there, "
+                           f"then continue with: agentgym-train --resume {cfg.log.run_dir}") from None
     finally:
         shutdown()
     lines = report_lines(summary["run_dir"]) + compared if os.environ.get("RANK", "0") == "0" else []

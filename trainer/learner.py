@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ import torch
 from agentgym.errors import CheckpointError, ConfigError
 from agentgym.trainer import distributed as D
 from agentgym.trainer.batch import Batch
-from agentgym.trainer.checkpoint import load_weights, save_model
+from agentgym.trainer.checkpoint import load_weights, model_dir_problem, save_model_atomic
 from agentgym.trainer.config import TrainConfig
 from agentgym.trainer.logprobs import ForwardOut
 
@@ -61,6 +62,9 @@ class Learner:
         torch.manual_seed(cfg.seed)
         dc = cfg.distributed
         self._initial_weights = cfg.sft.load or cfg.model.init_from or None  # a saved policy to start from (else built)
+        if cfg.sft.load and (bad := model_dir_problem(cfg.sft.load)) is not None:
+            raise CheckpointError(f"sft.load={cfg.sft.load}: not a complete warm start ({bad}); load the "
+                                  "warm_start/ folder of a run that finished its warm start")
         self.dist = D.init_distributed(backend=dc.backend, device=cfg.model.device, rollout_tp=dc.rollout_tp)
         if self.dist is not None and dc.nproc and dc.nproc != self.dist.world:
             raise ConfigError(f"distributed.nproc={dc.nproc} but torchrun started {self.dist.world} "
@@ -178,7 +182,7 @@ class Learner:
         Never re-taken on resume."""
         ref_dir = Path(self.cfg.log.run_dir) / REFERENCE
         if not resumed:
-            save_model(self.model, ref_dir, dtype=self.compute_dtype)
+            save_model_atomic(self.model, ref_dir, dtype=self.compute_dtype)
         elif not (ref_dir / "model.safetensors").exists():
             if self.cfg.keeps_reference():
                 raise CheckpointError(f"{ref_dir} is missing: the KL reference (the policy when PPO "
@@ -198,17 +202,33 @@ class Learner:
         ref.eval().requires_grad_(False)
         self.ref_model = ref
 
-    def save_warm_start(self) -> None:
+    def save_warm_start(self, *, moments: Path | None = None) -> None:
         """Save the warm start once (``RUN_DIR/warm_start``: weights, and the warm start's AdamW
-        moments in ``sft_optimizer.pt``): the common starting point of the arms of a comparison
-        (``sft.load``) and of benches such as bench/trl_grpo_bench.py."""
+        moments in ``sft_optimizer.pt``, from ``self.sft_optimizer`` or else copied from
+        ``moments``): the common starting point of the arms of a comparison (``sft.load``) and of
+        benches such as bench/trl_grpo_bench.py. Written atomically; a complete one is kept."""
         warm = Path(self.cfg.log.run_dir) / WARM_START
-        if not (warm / "config.json").exists():
-            save_model(self.model, warm)
-            if self.sft_optimizer is not None and self.dist is None:
-                from agentgym.trainer.sft import save_moments
+        if self.warm_start_problem() is None:
+            return
+        extra = None
+        if self.sft_optimizer is not None and self.dist is None:
+            from agentgym.trainer.sft import save_moments
 
-                save_moments(self.sft_optimizer, self.model, warm / "sft_optimizer.pt")
+            opt = self.sft_optimizer
+
+            def extra(tmp: Path) -> None:
+                save_moments(opt, self.model, tmp / "sft_optimizer.pt")
+        elif moments is not None:  # a saved copy of them (written again around a damaged folder)
+            def extra(tmp: Path) -> None:
+                shutil.copyfile(moments, tmp / "sft_optimizer.pt")
+
+        save_model_atomic(self.model, warm, extra=extra)  # a kill or a full disk leaves no half folder
+
+    def warm_start_problem(self) -> str | None:
+        """Why ``RUN_DIR/warm_start`` is not a complete warm start (checkpoint.model_dir_problem),
+        or None. Its AdamW moments are expected from a single-process run."""
+        extra = ("sft_optimizer.pt",) if self.dist is None else ()
+        return model_dir_problem(Path(self.cfg.log.run_dir) / WARM_START, extra=extra)
 
 
 def shared_prefix_len(input_ids: torch.Tensor, policy_mask: torch.Tensor, lengths: torch.Tensor) -> int:

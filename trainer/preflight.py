@@ -81,4 +81,11 @@ def weights_problems(cfg: Any) -> list[str]:
             problems.append(f"{key}={name}: {e}")
     if cfg.model.init_from and not os.path.exists(cfg.model.init_from):
         problems.append(f"model.init_from={cfg.model.init_from}: no such file or directory")
+    if cfg.sft.load:
+        from agentgym.trainer.checkpoint import model_dir_problem
+
+        bad = model_dir_problem(cfg.sft.load, extra=("sft_optimizer.pt",) if cfg.ppo.carry_sft_optimizer else ())
+        if bad is not None:
+            problems.append(f"sft.load={cfg.sft.load}: not a complete warm start ({bad}); load the warm_start/ "
+                            "folder of a run that finished its warm start")
     return problems

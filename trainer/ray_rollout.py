@@ -55,7 +55,7 @@ from agentgym.registration import capabilities
 from agentgym.trainer.rollout import RolloutStats
 from agentgym.trajectory import Trajectory
 
-__all__ = ["SEED_STRIDE", "FaultStats", "RayCollector", "WorkerSpec", "drop_failed",
+__all__ = ["FAULT_COUNTS", "SEED_STRIDE", "FaultStats", "RayCollector", "WorkerSpec", "drop_failed",
            "replayable"]
 
 log = logging.getLogger(__name__)
@@ -163,6 +163,11 @@ class FaultStats:
     reasons: list[str] = field(default_factory=list)
 
 
+# FaultStats' counters; the trainer logs their sums over the process's collections (evaluations
+# included) with every step as ``ray_<name>`` in metrics.jsonl
+FAULT_COUNTS = ("worker_deaths", "env_failures", "retried_episodes", "failed_episodes", "timeouts")
+
+
 class RayCollector:
     """Collection spread over Ray actors; ``collect`` / ``close`` as :class:`Collector`."""
 
@@ -184,8 +189,14 @@ class RayCollector:
             raise ConfigError(f"max_restarts and call_timeout_s must be >= 0, got {max_restarts}, {call_timeout_s}")
         self.ray = ray
         if not ray.is_initialized():
-            ray.init(address=address, include_dashboard=False, **(init_kwargs or {}))
+            try:
+                ray.init(address=address, **{"include_dashboard": False, **(init_kwargs or {})})
+            except TypeError as e:  # an argument ray.init does not take
+                raise ConfigError(f"rollout.ray.init={init_kwargs}: {e}; expected ray.init arguments "
+                                  "(num_cpus, object_store_memory, ...)") from None
         self.spec, self.episodes_per_call = spec, episodes_per_call
+        # len() is what an evaluation collects per call (evaluation.collect_fixed): one wave of units
+        self.pool = range(num_workers * episodes_per_call)
         if not env_id:
             probe = spec.make_env()
             env_id = probe.unwrapped.env_id
@@ -398,7 +409,7 @@ class RayCollector:
                         ray.kill(self.workers[w], no_restart=False)  # its call fails as a death
         self._recovering = set(probes.values())  # still restarting: probed again at the next call
         self.last = faults
-        for k in ("worker_deaths", "env_failures", "retried_episodes", "failed_episodes", "timeouts"):
+        for k in FAULT_COUNTS:
             setattr(self.total, k, getattr(self.total, k) + getattr(faults, k))
         self.total.reasons += faults.reasons
         return [t for t in out if t is not None], stats

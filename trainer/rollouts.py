@@ -32,7 +32,7 @@ from agentgym.trainer.config import TrainConfig
 from agentgym.trainer.curriculum import CurriculumSampler
 from agentgym.trainer.heldout import HeldOut
 from agentgym.trainer.metrics import episode_stats, episode_success
-from agentgym.trainer.ray_rollout import drop_failed
+from agentgym.trainer.ray_rollout import FAULT_COUNTS, RayCollector, drop_failed
 from agentgym.trainer.rollout import Collector, cut_actions, drop_infra, group_seeds
 
 if TYPE_CHECKING:
@@ -92,8 +92,6 @@ class Rollouts:
         self.collector: Any
         self.eval_collector: Any
         if cfg.rollout.backend == "ray":  # rollout workers as Ray actors (ray_rollout.py)
-            from agentgym.trainer.ray_rollout import RayCollector
-
             if dist is not None:
                 raise ConfigError("rollout.backend=ray under torchrun is not supported: each rank "
                                   "collects with its own engine; use rollout.backend=local")
@@ -306,6 +304,8 @@ class Rollouts:
                        episodes_failed=ranks.sum(failed), episodes_infra=ranks.sum(infra),
                        held_out_overlap=ranks.sum(overlap),
                        overlong_frac=sum(1 for t in everyone if self.cut(t)) / max(len(everyone), 1))
+        if isinstance(self.collector, RayCollector):  # its workers' deaths and retries, since this process started
+            metrics.update({f"ray_{k}": getattr(self.collector.total, k) for k in FAULT_COUNTS})
         if self.curriculum.enabled:  # every rank's episodes, so all ranks keep the same state
             seen = ranks.gather(list(zip(levels, [float(episode_success(t)) for t in trajs])))
             self.curriculum.update(step + 1, [lv for lv, _ in seen], [ok for _, ok in seen])

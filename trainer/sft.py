@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from agentgym.errors import ConfigError
+from agentgym.errors import ConfigError, Preempted
 from agentgym.oracles import StepPolicy, get_oracle, load_callable, play_episode
 from agentgym.registration import capabilities, ids_with
 from agentgym.trainer.batch import make_batch, micro_batches
@@ -143,7 +143,8 @@ def demo_seeds(cfg: Any, step: int) -> list[int]:
 def run_sft(cfg: Any, learner: Learner, rollouts: Rollouts, log: Any, *, held: Any = None,
             check: Callable[[int], dict[str, float]] | None = None, start: int = 0,
             optimizer: torch.optim.Optimizer | None = None, scheduler: Any = None,
-            checkpoint: Callable[[int, Any, Any], None] | None = None) -> dict[str, Any]:
+            checkpoint: Callable[[int, Any, Any], None] | None = None,
+            stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """The warm start of a run: up to ``cfg.sft.steps`` steps of ``cfg.sft.batch_size`` demos
     from the train split. ``check(step)`` is the held-out stopping check (pass@1, pass@k),
     run every ``sft.check_every`` steps from ``sft.check_from`` on; the warm start stops at the
@@ -154,6 +155,9 @@ def run_sft(cfg: Any, learner: Learner, rollouts: Rollouts, log: Any, *, held: A
     ``start``, ``optimizer``, ``scheduler``: continue a warm start restored from a checkpoint at
     step ``start`` (demonstrations are a function of the step, so the rest is replayed exactly).
     ``checkpoint(step, optimizer, scheduler)`` is called every ``sft.checkpoint_every`` steps.
+    ``stop()`` is asked after every step but the last (SIGTERM, ``preempt.py``): when it says so,
+    a checkpoint is written there (if ``checkpoint`` is given and did not just write one) and
+    :class:`~agentgym.errors.Preempted` is raised.
     """
     from agentgym.trainer.metrics import Progress
 
@@ -191,9 +195,15 @@ def run_sft(cfg: Any, learner: Learner, rollouts: Rollouts, log: Any, *, held: A
                        + (f" check pass@1 {stats['check_pass_at_1']:.2f}" if "check_pass_at_1" in stats else ""))
             if reason != "max steps":
                 break
-            if checkpoint is not None and sc.checkpoint_every and done % sc.checkpoint_every == 0 \
-                    and done < sc.steps:
+            saved = bool(sc.checkpoint_every and done % sc.checkpoint_every == 0 and done < sc.steps)
+            if checkpoint is not None and saved:
                 checkpoint(done, opt, sched)
+            if done < sc.steps and stop is not None and stop():
+                if checkpoint is not None and not saved:
+                    checkpoint(done, opt, sched)
+                raise Preempted(f"stopped by SIGTERM after warm-start step {done} of {sc.steps}"
+                                + (", checkpoint written" if checkpoint is not None else
+                                   " (no warm-start checkpoints under torchrun: it starts over)"))
     finally:
         bar.close()
         env.close()

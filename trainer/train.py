@@ -31,14 +31,22 @@ from typing import Any
 
 import yaml
 
-from agentgym.errors import ConfigError
-from agentgym.trainer.checkpoint import check_resume_identity, latest_checkpoint, resume_learner, save_learner
+from agentgym.errors import CheckpointError, ConfigError, Preempted
+from agentgym.trainer.checkpoint import (
+    check_resume_identity,
+    clean_stray,
+    latest_checkpoint,
+    resume_learner,
+    save_learner,
+    write_text_atomic,
+)
 from agentgym.trainer.config import TrainConfig, config_to_dict
 from agentgym.trainer.evaluation import Evaluator
 from agentgym.trainer.health import KL_UNWATCHED, HealthMonitor
 from agentgym.trainer.learner import Learner
 from agentgym.trainer.metrics import MetricsLogger, Progress, read_metrics, truncate_metrics
 from agentgym.trainer.ppo import AdaptiveKL, RewardNorm
+from agentgym.trainer.preempt import stop_requested
 from agentgym.trainer.rollouts import Rollouts
 from agentgym.trainer.update import compute_advantages, ppo_update, score
 
@@ -61,6 +69,8 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, *, resume: bool = False, engine: Any = None) -> None:
         self.cfg = cfg
         run_dir = Path(cfg.log.run_dir)
+        if os.environ.get("RANK", "0") == "0" and run_dir.is_dir():
+            clean_stray(run_dir)  # what a killed write left (before any rank writes anything)
         if resume and latest_checkpoint(run_dir) is None:  # said, and started over cleanly
             if os.environ.get("RANK", "0") == "0":
                 print(f"agentgym-train: no checkpoint yet in {run_dir}; starting over (a new metrics.jsonl)",
@@ -83,8 +93,11 @@ class Trainer:
         self.sft_resume: tuple[int, Any, Any] | None = None  # (step, optimizer, scheduler) of a killed warm start
         self.sft_summary: dict[str, Any] = {}  # the warm start's steps and stop reason (for its verdict)
         config = config_to_dict(cfg)
+        self.saved_at: tuple[int, bool] | None = None  # (step, sft_done) of the last checkpoint written
         if resume:
             self._resume()
+            if self.ranks.main:  # overrides given with --resume hold for every later resume too
+                write_text_atomic(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
         else:
             if latest_checkpoint(run_dir) is not None:
                 raise ConfigError(f"{run_dir} already holds checkpoints of a run; continue it with "
@@ -92,7 +105,7 @@ class Trainer:
             if self.ranks.main:
                 run_dir.mkdir(parents=True, exist_ok=True)
                 (run_dir / "metrics.jsonl").unlink(missing_ok=True)
-                (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+                write_text_atomic(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
         self.ranks.barrier()
         self.log: Any = (MetricsLogger(cfg.log.run_dir, tensorboard=cfg.log.tensorboard, wandb=cfg.log.wandb,
                                        config=config) if self.ranks.main else _Silent())
@@ -170,6 +183,7 @@ class Trainer:
             bar.note(f"health: {KL_UNWATCHED}")
         try:
             while self.step < cfg.ppo.steps:
+                self._stop_if_asked()
                 m = self.train_step(self.step)
                 self.step += 1
                 alerts = self.health.check(self.step, m)
@@ -185,6 +199,8 @@ class Trainer:
                     self._evaluate("ppo", full=last)
                 if last or (cfg.log.checkpoint_every and self.step % cfg.log.checkpoint_every == 0):
                     self._checkpoint()
+                if not last:
+                    self._stop_if_asked()
         finally:
             self.rollouts.stop()
             bar.close()
@@ -208,7 +224,8 @@ class Trainer:
             done = run_sft(cfg, learner, self.rollouts, self.log, held=self.rollouts.held, start=start,
                            check=self.evaluator.sft_check if cfg.sft.check_every else None,
                            optimizer=opt, scheduler=sched,
-                           checkpoint=self._checkpoint_sft if learner.dist is None else None)
+                           checkpoint=self._checkpoint_sft if learner.dist is None else None,
+                           stop=lambda: stop_requested(self.ranks.world))
         self.sft_done = True
         self.sft_summary = {"steps": int(done["steps"]), "stop_reason": str(done["stop_reason"])}
         learner.save_warm_start()
@@ -238,11 +255,22 @@ class Trainer:
 
     def _checkpoint(self) -> None:
         save_learner(self.learner, self.step, self._state())
+        self.saved_at = (self.step, self.sft_done)
 
     def _checkpoint_sft(self, sft_step: int, optimizer: Any, scheduler: Any) -> None:
         """A checkpoint inside the warm start: the policy with the warm start's own optimizer."""
         save_learner(self.learner, 0, self._state(sft_done=False, sft_step=sft_step), optimizer=optimizer,
                      scheduler=scheduler)
+
+    def _stop_if_asked(self) -> None:
+        """A safe point (between steps): on SIGTERM (``preempt.py``) write a checkpoint, unless
+        this very state has one, and stop with :class:`Preempted`."""
+        if not stop_requested(self.ranks.world):
+            return
+        if self.saved_at != (self.step, self.sft_done):
+            self._checkpoint()
+        raise Preempted(f"stopped by SIGTERM after PPO step {self.step} of {self.cfg.ppo.steps}, "
+                        f"checkpoint written")
 
     def _resume(self) -> None:
         state, self.sft_resume = resume_learner(self.learner)
@@ -260,9 +288,44 @@ class Trainer:
         for r in read_metrics(self.cfg.log.run_dir, "train"):  # the health series so far
             self.health.check(int(r["step"]), r)
         if self.sft_done:
+            self._check_warm_start_saved()
             self.learner.start_reference(resumed=True)
         self.rollouts.refresh(self.step)
+        self.saved_at = (self.step, self.sft_done)
+
+    def _check_warm_start_saved(self) -> None:
+        """A resumed run past its warm start finds ``RUN_DIR/warm_start`` complete. One cut short
+        (written by a version that did not write it atomically) is written again when the
+        checkpoint resumed from is the one right after the warm start (its weights, and its
+        AdamW moments where PPO carries them); otherwise the arms that load it cannot start."""
+        cfg, learner = self.cfg, self.learner
+        problem = learner.warm_start_problem() if cfg.sft.steps else None
+        if problem is None:
+            return
+        if self.step == 0:  # the resumed weights are the warm start's
+            saved = Path(cfg.log.run_dir) / "warm_start" / "sft_optimizer.pt"
+            if cfg.ppo.carry_sft_optimizer:
+                learner.sft_optimizer = learner.optimizer  # holds the warm start's moments at step 0
+            learner.save_warm_start(moments=saved if _readable(saved) else None)
+            if (problem := learner.warm_start_problem()) is None:
+                return
+        if cfg.controls:
+            raise CheckpointError(f"the warm start is incomplete ({problem}) and cannot be written again "
+                                  f"from PPO step {self.step}; the arms {cfg.controls} start from it. Fix: "
+                                  "start a new run (another log.run_dir), or resume with controls=[]")
+        print(f"agentgym-train: note: the warm start is incomplete ({problem}); this run continues, but "
+              "it cannot be loaded with sft.load", flush=True)
 
     def close(self) -> None:
         """Close the engine and the envs."""
         self.rollouts.close()
+
+
+def _readable(path: Path) -> bool:
+    """Whether ``path`` is a torch file that loads (a warm start's saved AdamW moments)."""
+    import torch
+
+    try:
+        return isinstance(torch.load(path, map_location="cpu", weights_only=True), dict)
+    except Exception:  # missing, empty, cut short: not usable, whatever the error
+        return False
