@@ -18,11 +18,34 @@ error, 1 for a failure of the run, 130 for Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Callable
 
-__all__ = ["guarded", "main", "positive_int"]
+__all__ = ["guarded", "main", "plain", "positive_int"]
+
+# reST of docstrings that --help texts are made of: ``code`` and :func:`name` (:class:, :mod:, ...)
+_MARKUP = re.compile(r":[a-z]+:`~?([^`]+)`|``([^`]+)``")
+
+
+def plain(text: str) -> str:
+    """``text`` without reST markup (``code`` -> code, :func:`f` -> f): what a terminal shows."""
+    return _MARKUP.sub(lambda m: m.group(1) or m.group(2), text)
+
+
+class _PlainWrites:
+    """A text stream that writes through :func:`plain` (--help of the commands built from docstrings)."""
+
+    def __init__(self, stream: object) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(plain(text))  # type: ignore[attr-defined]
+        return len(text)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
 
 
 def positive_int(text: str) -> int:
@@ -178,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     import importlib
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:  # every subcommand's help, whoever's parser prints it
+        sys.stdout = _PlainWrites(sys.stdout)  # type: ignore[assignment]
     if argv[:1] and argv[0] in _DELEGATED:
         spec, wrap = _DELEGATED[argv[0]]
         module, _, name = spec.partition(":")

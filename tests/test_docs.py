@@ -1,8 +1,10 @@
 """docs/getting-started.md runs as pasted: every code block, in a fresh directory.
 
 A ```python block runs as a script; a ```bash block runs line by line (the commands are the
-installed entry points). A block fenced ```bash skip is not run (installs, runs of minutes); a
-first line ``# needs: docker`` / ``# needs: scale`` gives the block that pytest marker.
+installed entry points). A block right under ``<!-- docs-test: skip: REASON -->`` is not run
+(installs, runs of minutes; the site does not show the comment); a first line ``# needs: docker``
+/ ``# needs: scale`` gives the block that pytest marker. tests/docs/test_pages.py runs the other
+pages the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```", re.S | re.M)
+SKIP = re.compile(r"<!--\s*docs-test:\s*skip:\s*(.+?)\s*-->\s*$")  # with its reason
 
 
 def blocks(page: str) -> list[tuple[str, str, str]]:
@@ -24,8 +27,9 @@ def blocks(page: str) -> list[tuple[str, str, str]]:
     out = []
     text = (DOCS / page).read_text()
     for m in FENCE.finditer(text):
-        lang, flags, code = m.group(1), m.group(2).split(), m.group(3)
-        if "skip" in flags or lang not in ("python", "bash"):
+        lang, code = m.group(1), m.group(3)
+        before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        if SKIP.search(before) or lang not in ("python", "bash"):
             continue
         line = text[: m.start()].count("\n") + 1
         out.append((f"{page}:{line}", lang, code))
@@ -72,5 +76,5 @@ def test_getting_started_block_runs_as_pasted(lang: str, code: str, tmp_path: Pa
 def test_every_block_is_run_or_marked() -> None:
     text = (DOCS / "getting-started.md").read_text()
     fences = FENCE.findall(text)
-    assert len(fences) >= 8 and all(lang in ("python", "bash") for lang, _, _ in fences)
+    assert len(fences) >= 8 and all(lang in ("python", "bash") and not info.strip() for lang, info, _ in fences)
     assert sum(1 for _ in blocks("getting-started.md")) >= 7

@@ -102,7 +102,9 @@ def _usage() -> str:
     from agentgym.trainer.config import RECIPES_DIR, config_help
 
     recipes = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")))
-    return USAGE.format(recipes=recipes, keys=config_help())
+    from agentgym.cli import plain
+
+    return plain(USAGE.format(recipes=recipes, keys=config_help()))  # a terminal's text, not the docstrings' reST
 
 
 def _interrupted(run_dir: str | None) -> str:

@@ -37,6 +37,7 @@ from typing import Any
 from agentgym.trainer.config import ARMS, TrainConfig, config_from_dict, config_to_dict
 from agentgym.trainer.evaluation import ARM_NAMES, arm_label, fmt_gain, gain
 from agentgym.trainer.metrics import read_metrics
+from agentgym.trainer.plots import write_controls_plot
 
 __all__ = ["FAILED_WARM_START", "arm_config", "arm_overrides", "between_seed_lines", "between_seeds",
            "comparison_lines", "final_eval", "kl_to_warm_start", "run_seeds", "run_with_controls", "seeds_table",
@@ -130,6 +131,10 @@ def run_with_controls(cfg: TrainConfig, *, resume: bool = False,
             t.run()
         finally:
             t.close()
+    if cfg.log.plots:
+        mine = final_eval(root)
+        if mine is not None:
+            write_controls_plot(root, warm_eval(root), mine, {a: final_eval(d) for a, d in dirs.items()}, cfg.arm())
     return summary, comparison_lines(str(root), dirs, cfg.arm())
 
 

@@ -3,7 +3,7 @@
     monitor = HealthMonitor(cfg.health)
     alerts = monitor.check(step, metrics)   # -> ["KL to reference 0.20 > 0.1 at step 17", ...]
 
-Seven checks, each with its threshold in the config (``health.*``), run after every PPO step
+Eight checks, each with its threshold in the config (``health.*``), run after every PPO step
 on the step's metrics:
 
 * ``kl``: KL to the reference (``kl_ref``, the frozen warm start) above ``max_kl_ref``: the
@@ -20,6 +20,10 @@ on the step's metrics:
   above it. The run is falling back, or flat with nothing to learn from. A sampled reward of a
   few tasks a step swings from step to step; compared raw (``reward_z=0``), two windows of 5
   steps disagree by chance in most runs.
+* ``saturated``: the mean reward of the last ``window`` steps is at most ``reward_low`` (almost
+  nothing succeeds: a group baseline then gives zero advantages and there is nothing to learn
+  from; the warm start is too weak or the task too hard) or at least ``reward_high`` (almost
+  everything succeeds: nothing left to learn). The alert says which, and what to change.
 * ``mismatch``: the engine that sampled and the learner disagree on the sampled tokens:
   ``mismatch_k3`` (k3 estimate of KL(engine || learner)) above ``max_mismatch_k3`` or the mean
   |log pi_learner - log pi_engine| above ``max_mismatch_abs_dlogp``. Kernels and precision
@@ -84,6 +88,11 @@ class HealthConfig:
     reward_z: float = 3.0
     """...give or take this many standard errors of the difference (0: the raw means). At 3, a
     20-step run whose reward does not change raises it in ~5% of runs (0: 84%)."""
+    reward_low: float = 0.05
+    """Alert when the mean reward of the last ``window`` steps is at most this (near 0: the warm
+    start is too weak, or the task too hard, for the policy to find a reward to learn from)..."""
+    reward_high: float = 0.95
+    """...or at least this (near 1: the policy already solves the task; nothing left to learn)."""
     max_mismatch_k3: float = 0.05
     """Alert when the engine-vs-learner k3 (KL(engine || learner) per policy token) exceeds this."""
     max_mismatch_abs_dlogp: float = 0.2
@@ -106,6 +115,9 @@ class HealthConfig:
                 raise ConfigError(f"health.{key}: expected a positive number, got {getattr(self, key)!r}")
         if not self.reward_z >= 0:
             raise ConfigError(f"health.reward_z: expected a number of standard errors >= 0, got {self.reward_z!r}")
+        if not 0 <= self.reward_low < self.reward_high <= 1:
+            raise ConfigError(f"health.reward_low and health.reward_high: expected 0 <= reward_low < reward_high "
+                              f"<= 1, got {self.reward_low!r} and {self.reward_high!r}")
         for key in ("min_ess", "max_capped_frac"):
             if not 0 <= getattr(self, key) <= 1:
                 raise ConfigError(f"health.{key}: expected a share in [0, 1], got {getattr(self, key)!r}")
@@ -188,6 +200,21 @@ class HealthMonitor:
                     f"{_mean(first):.3f} over the first {w} ({gain:+.3f}{noise}; bound {floor:+g}) at step {step}")
         return None
 
+    def _saturated(self, step: int) -> str | None:
+        xs, w = self.series["reward_mean"], self.cfg.window
+        if len(xs) < w:
+            return None
+        mean = _mean(xs[-w:])
+        if mean <= self.cfg.reward_low:
+            return (f"{LABELS['saturated']} near 0: mean {mean:.3f} over the last {w} steps (<= "
+                    f"{self.cfg.reward_low:g}) at step {step}. Almost no episode succeeds, so there is almost "
+                    "nothing to learn from: the warm start is too weak (more sft.steps, or a higher "
+                    "sft.stop_pass_at_k) or the task too hard for it (an easier curriculum level)")
+        if mean >= self.cfg.reward_high:
+            return (f"{LABELS['saturated']} near 1: mean {mean:.3f} over the last {w} steps (>= "
+                    f"{self.cfg.reward_high:g}) at step {step}. Almost every episode succeeds, so there is "
+                    "little left to learn: a harder task or curriculum level, or the run is done")
+        return None
 
     def _value(self, key: str) -> float | None:
         v = self.now.get(key)
@@ -220,11 +247,13 @@ class HealthMonitor:
 
 LABELS: dict[str, str] = {"kl": "KL to reference", "entropy": "entropy",
                           "grad_norm": "grad norm rising", "reward": "reward not increasing",
+                          "saturated": "reward saturated",
                           "mismatch": "engine/learner mismatch", "ess": "correction ESS",
                           "capped": "correction weights capped or masked on"}
 # check name -> method; a check returns its alert sentence or None
 CHECKS = {"kl": HealthMonitor._kl, "entropy": HealthMonitor._entropy,
           "grad_norm": HealthMonitor._grad_norm, "reward": HealthMonitor._reward,
+          "saturated": HealthMonitor._saturated,
           "mismatch": HealthMonitor._mismatch, "ess": HealthMonitor._ess, "capped": HealthMonitor._capped}
 
 

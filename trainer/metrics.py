@@ -3,7 +3,10 @@ enabled), and progress: a live rich bar on a terminal, plain lines every few sec
 
 ``metrics.jsonl`` holds one object per record: ``{"phase": "sft"|"train"|"eval", "step": n,
 ...}``. On ``--resume`` the file is cut back to the records of steps the checkpoint covers,
-so a resumed run's file reads exactly like an uninterrupted one.
+so a resumed run's file reads exactly like an uninterrupted one. TensorBoard's event files are
+rebuilt from that file when the logger opens (a resume, or a start over in the same run dir), so
+its steps are those of ``metrics.jsonl``: increasing, each once, never the killed run's steps again
+after the resumed run's.
 """
 
 from __future__ import annotations
@@ -46,7 +49,12 @@ class MetricsLogger:
             except ImportError as e:
                 raise ConfigError("log.tensorboard=true needs tensorboard: pip install "
                                   "'agentgym-suite[train]' (or set log.tensorboard=false)") from e
-            self._tb = SummaryWriter(str(self.run_dir / "tb"))
+            tb = self.run_dir / "tb"
+            for old in tb.glob("events.out.tfevents.*"):  # the killed run's, past the checkpoint too
+                old.unlink()
+            self._tb = SummaryWriter(str(tb))
+            for r in read_metrics(self.run_dir):  # what the checkpoint covers, as logged the first time
+                self._scalars(r["phase"], r["step"], r)
         if wandb:
             try:
                 import wandb as wb
@@ -60,13 +68,17 @@ class MetricsLogger:
         record = {"phase": phase, "step": step, **{k: _clean(v) for k, v in values.items()}}
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
+        scalars = self._scalars(phase, step, values)
+        if self._wandb is not None:
+            self._wandb.log(scalars, step=step)
+
+    def _scalars(self, phase: str, step: int, values: dict[str, Any]) -> dict[str, float]:
         scalars = {f"{phase}/{k}": float(v) for k, v in values.items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("phase", "step")}
         if self._tb is not None:
             for k, v in scalars.items():
                 self._tb.add_scalar(k, v, step)
-        if self._wandb is not None:
-            self._wandb.log(scalars, step=step)
+        return scalars
 
     def close(self) -> None:
         self._file.close()

@@ -201,3 +201,18 @@ def test_long_commands_print_their_plan_and_an_estimate_before_the_work(tmp_path
     counts = [int(m.group(1)) for m in re.finditer(r" (\d+)/90 \(", p.stdout)]
     assert counts[0] == 0 and counts[-1] == 90 and len(set(counts)) > 3, p.stdout  # counted as they finish
     assert re.search(r" \d+/90 \(\d+ s, ~\d+ s left\)", p.stdout), p.stdout
+
+
+@pytest.mark.parametrize("argv", [
+    ["agentgym", "--help"], ["agentgym", "demo", "--help"], ["agentgym", "sandbox", "--help"],
+    ["agentgym", "validate", "--help"], ["agentgym", "leaderboard", "--help"], ["agentgym", "serve", "--help"],
+    ["agentgym", "serve", "env", "--help"], ["agentgym", "serve", "model", "--help"], ["agentgym-eval", "--help"],
+    ["agentgym-train", "--help"], ["agentgym-train"], ["agentgym-train", "doctor", "--help"],
+])
+def test_help_is_plain_text_without_rest_markup(argv: list[str]) -> None:
+    module, fn = ENTRY[argv[0]].split(":")
+    code = f"import sys; from {module} import {fn}; sys.exit({fn}())"
+    p = subprocess.run([sys.executable, "-c", code, *argv[1:]], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and len(p.stdout) > 200, (argv, p.stdout, p.stderr)
+    for markup in ("``", ":func:", ":class:", ":mod:", ":meth:"):
+        assert markup not in p.stdout, (argv, markup, [x for x in p.stdout.splitlines() if markup in x][:3])

@@ -56,8 +56,10 @@ def test_an_arm_from_the_saved_warm_start_continues_exactly_as_the_run_that_made
 
 def test_controls_run_from_one_warm_start_and_are_compared_on_the_same_problems(tmp_path: Path) -> None:
     cfg = load_config("cpu-quickstart", [*TINY, f"log.run_dir={tmp_path}", "sft.steps=2",
-                                         "controls=[placebo, rft, sft]", "log.eval_every=1"])
+                                         "controls=[placebo, rft, sft]", "log.eval_every=1", "log.plots=true"])
     _, lines = run_with_controls(cfg)
+    assert (tmp_path / "plots" / "controls.png").stat().st_size > 10_000  # the arms against each other
+    assert (tmp_path / "plots" / "held_out.png").exists() and (tmp_path / "plots" / "sft.png").exists()
     for arm, algo, placebo in (("placebo", "ppo", True), ("rft", "rft", False), ("sft", "sft", False)):
         d = tmp_path / "controls" / arm
         c = load_config(d / "config.yaml")

@@ -81,8 +81,9 @@ def test_a_noisy_reward_is_compared_beyond_its_noise() -> None:
     # a reward that falls by more than its noise is named, with its standard error
     falling = [{"reward_mean": r} for r in (0.12, 0.44, 0.50, 0.50, 0.19, 0.06, 0.03, 0.0, 0.03, 0.0)]
     alert = feed(HealthMonitor(HealthConfig()), falling)[-1]
-    assert alert == ["reward not increasing: mean 0.024 over the last 5 steps against 0.350 over the "
-                     "first 5 (-0.326 ± 0.082, at most -0.080 at 3 SE; bound +0) at step 10"]
+    assert alert[0] == ("reward not increasing: mean 0.024 over the last 5 steps against 0.350 over the "
+                        "first 5 (-0.326 ± 0.082, at most -0.080 at 3 SE; bound +0) at step 10")
+    assert alert[1].startswith("reward saturated near 0")  # and it fell to nothing to learn from
 
 
 def test_the_reward_checks_false_alarm_rate_under_a_reward_that_does_not_change() -> None:
@@ -105,13 +106,32 @@ def test_the_reward_checks_false_alarm_rate_under_a_reward_that_does_not_change(
     assert sum(fired(HealthConfig(reward_z=0)) for _ in range(runs)) / runs > 0.6
 
 
+def test_a_reward_stuck_near_0_or_1_says_what_to_change() -> None:
+    # the run: reward ~0 on 12 of 15 steps (a warm start too weak to find the reward)
+    weak = [0.0, 0.0, 0.25, 0.0, 0.0, 0.0, 0.0, 0.125, 0.0, 0.0, 0.0, 0.0, 0.25, 0.0, 0.0]
+    alerts = feed(HealthMonitor(HealthConfig()), [{"reward_mean": r} for r in weak])
+    fired = [i + 1 for i, a in enumerate(alerts) if any(x.startswith("reward saturated near 0") for x in a)]
+    assert fired and fired[0] <= 7 and not any(alerts[:4])  # not before a window of steps
+    first = next(x for x in alerts[fired[0] - 1] if x.startswith("reward saturated"))
+    assert f"at step {fired[0]}" in first and "the warm start is too weak" in first and "sft.steps" in first
+    solved = feed(HealthMonitor(HealthConfig()), [{"reward_mean": r} for r in (0.9, 1.0, 1.0, 0.97, 1.0, 1.0)])
+    assert solved[-1] == [
+        "reward saturated near 1: mean 0.994 over the last 5 steps (>= 0.95) at step 6. Almost every episode "
+        "succeeds, so there is little left to learn: a harder task or curriculum level, or the run is done"]
+    # a reward in between raises nothing; the bounds are the config's
+    assert not any(feed(HealthMonitor(HealthConfig()), [{"reward_mean": 0.06 + 0.01 * i} for i in range(9)]))
+    assert feed(HealthMonitor(HealthConfig(window=2, reward_low=0.2)), [{"reward_mean": 0.15}] * 2)[-1]
+    with pytest.raises(ConfigError, match="reward_low < reward_high"):
+        HealthConfig(reward_low=0.5, reward_high=0.5).validate()
+
+
 def test_disabled_monitor_and_flags_and_summary() -> None:
     assert feed(HealthMonitor(HealthConfig(enabled=False)), [{"kl_ref": 9.0}]) == [[]]
     mon = HealthMonitor(HealthConfig())
     alerts = mon.check(3, {"kl_ref": 1.0})
     flags = mon.flags(alerts)
     assert flags == {"health_kl": 1, "health_entropy": 0, "health_grad_norm": 0, "health_reward": 0,
-                     "health_mismatch": 0, "health_ess": 0, "health_capped": 0}
+                     "health_saturated": 0, "health_mismatch": 0, "health_ess": 0, "health_capped": 0}
     rows = [{"step": 3, **flags}, {"step": 4, "health_kl": 0}, {"step": 5, "health_kl": 1}]
     assert health_summary(rows) == {"kl": [3, 5]}
 
