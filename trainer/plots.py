@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentgym.trainer.evaluation import ARM_NAMES, Z95, gain
+from agentgym.scores import Z95
+from agentgym.trainer.evaluation import ARM_NAMES, gain
 from agentgym.trainer.metrics import read_metrics
 
 __all__ = ["FIGURES", "Axis", "build_figures", "write_controls_plot", "write_plots"]
