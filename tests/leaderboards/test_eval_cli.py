@@ -87,7 +87,7 @@ class _ServerKiller(OraclePolicy):
 
 WEBAPI = {"name": "webtiny", "trials": 1, "seed": 0, "sampling": {"temperature": 1.0},
           "envs": [{"id": "agentgym/WebAPI-v1", "kwargs": {"split": "all", "max_turns": 8},
-                    "tasks": [{"task_id": "order_status-3"}, {"task_id": "cancel-6"}]}]}
+                    "tasks": [{"task_id": "order_status-4"}, {"task_id": "cancel-1"}]}]}
 
 
 @pytest.fixture
