@@ -97,7 +97,7 @@ def dsn(cluster: Cluster) -> str:
 
 def _schemas(dsn: str) -> list[str]:
     with psycopg.connect(dsn) as conn:
-        return [r[0] for r in conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'agw%'")]
+        return sorted(r[0] for r in conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'agw%'"))
 
 
 def test_oracle_and_isolation_over_postgres(dsn: str) -> None:
@@ -266,3 +266,29 @@ def test_the_schemas_of_a_killed_server_are_dropped_by_the_cleaner_and_at_start_
     finally:
         live.close()
     assert _schemas(cluster.dsn) == []
+
+
+def test_the_cleaner_judges_only_what_it_can(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    from agentgym.environments.webapi.cli import main as webapi_cli
+
+    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+        conn.execute('CREATE SCHEMA "agw_deadbeef_template"')  # an older version's: no owner in the name
+        conn.execute('CREATE SCHEMA "agw_00000000_1_1_abcd_t_train"')  # another host's server
+    assert webapi_cli(["clean", "--database-url", cluster.dsn]) == 0
+    assert _schemas(cluster.dsn) == ["agw_00000000_1_1_abcd_t_train", "agw_deadbeef_template"]
+    assert webapi_cli(["clean", "--database-url", cluster.dsn, "--legacy"]) == 0
+    assert _schemas(cluster.dsn) == ["agw_00000000_1_1_abcd_t_train"]
+    assert webapi_cli(["clean", "--database-url", cluster.dsn, "--all"]) == 0
+    assert _schemas(cluster.dsn) == []
+    assert "dropped 1 agentgym schemas: agw_00000000_1_1_abcd_t_train" in capsys.readouterr().out
+
+
+def test_the_cleaner_says_in_one_line_when_it_cannot_reach_the_database(capsys: pytest.CaptureFixture[str]) -> None:
+    from agentgym.environments.webapi.cli import main as webapi_cli
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert webapi_cli(["clean", "--database-url", f"postgresql://nobody@127.0.0.1:{port}/x"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot reach" in err and "Traceback" not in err
