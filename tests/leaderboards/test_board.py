@@ -128,9 +128,9 @@ def test_page_in_headless_chromium(board_root: Path, browser: Any) -> None:
     transcript = wait.until(ec.visibility_of_element_located((By.ID, "transcript")))
     text = transcript.text
     for needle in ("Transcript: agentgym/WebAPI-v1 task 0 trial 0", "tool call: functions.get_order",
-                   '"order_id": 4', "tool result from functions.get_order", "HTTP 200", "final answer",
-                   "ANSWER: placed", "reward components: only the outcome is paid (sparse)", "outcome",
-                   "reported", "paid", "score"):
+                   '"order_id": 16', "tool result from functions.get_order", "HTTP 200", "final answer",
+                   "ANSWER: placed, ordered 2025-06-15", "reward components: only the outcome is paid (sparse)",
+                   "outcome", "reported", "paid", "score"):
         assert needle in text, f"{needle!r} not in the transcript:\n{text[:2000]}"
     assert browser.find_elements(By.CSS_SELECTOR, "#transcript .msg.tool-call")
     assert browser.find_elements(By.CSS_SELECTOR, "#transcript .msg.tool-result")
