@@ -7,6 +7,9 @@
   both sides import);
 * ``env_sessions`` / ``env_server``: the env server, never imported by the client;
 * ``env_channels`` / ``env_client``: the client, ``gym.make("agentgym/Remote-v0", url=..., env_id=...)``;
+* ``guard`` / ``transport``: what both servers share: who is let in (a bearer token off
+  loopback, Host/Origin/content-type checks) and the transport's bounds (the port bound before
+  anything loads, uvicorn's timeouts, bounded request bodies);
 * ``env_launch``: start ``agentgym serve env`` as a child process (tests, benchmarks, scripts);
 * ``chat_server``: chat completions with tool calling over any token engine (the format is
   :mod:`agentgym.chat.chat_wire`, shared with the client, :class:`agentgym.chat.OpenAIChatPolicy`);

@@ -91,8 +91,7 @@ def _refusal(url: str, status: int, body: Any) -> ConfigError | None:
         message = str(json.loads(body)["error"]["message"])
     except (TypeError, ValueError, KeyError):
         return None
-    hint = f"; set {env_wire.TOKEN_ENV} to the token the server printed" if status == 401 else ""
-    return ConfigError(f"{url} refused the connection: {message}{hint}")
+    return ConfigError(f"{url} refused the connection: {message}")
 
 
 _OPEN: weakref.WeakSet[WebSocketChannel] = weakref.WeakSet()  # channels with a live connection

@@ -144,6 +144,7 @@ def server_access(prog: str, host: str, *, hosts: Iterable[str] = (), origins: I
     if token is None and not is_loopback(host):
         token = secrets.token_urlsafe(32)
         (say or (lambda line: print(line, file=sys.stderr, flush=True)))(
-            f"{prog}: bound to {host} (not loopback): every request needs 'Authorization: Bearer {token}' "
-            f"(shown once; give clients {TOKEN_ENV}={token}, or set {TOKEN_ENV} before starting to choose it)")
+            f"{prog}: bound to {host} (not loopback): every request needs 'Authorization: Bearer TOKEN'; "
+            f"agentgym's clients read TOKEN from {TOKEN_ENV} (set it before starting to choose it). "
+            f"TOKEN (shown once): {token}")
     return Access(host=host, token=token, hosts=frozenset(h.lower() for h in hosts), origins=frozenset(origins))

@@ -4,7 +4,7 @@
   busy port is one clear line at once (``ConfigError``: ``agentgym`` exits 2), not an error from
   uvicorn after the model was built.
 * :func:`uvicorn_config`: uvicorn with its own limits: ``timeout_keep_alive`` for idle
-  connections, ``h11_max_incomplete_event_size`` for oversized headers, ``ws_max_size`` for
+  connections, ``h11_max_incomplete_event_size`` for oversized headers (checked while they arrive), ``ws_max_size`` for
   WebSocket frames, and the h11 protocol of :class:`_HeaderDeadline`, which also closes a
   connection that does not finish its request headers within ``header_timeout_s`` (uvicorn arms
   its keep-alive timer only after a response, so a connection that never completes a request
@@ -28,7 +28,10 @@ from agentgym.errors import ConfigError
 
 __all__ = ["BodyError", "listen", "read_body", "uvicorn_config"]
 
-MAX_HEADER_BYTES = 64 << 10  # request line and headers; h11's own default is 16 KiB
+# A request line and headers still incomplete past this many buffered bytes are refused (400).
+# h11 checks it while waiting for more data, so headers that arrive whole in one read (up to the
+# transport's read size, 256 KiB) are not measured against it.
+MAX_HEADER_BYTES = 16 << 10
 
 
 def listen(host: str, port: int, *, what: str) -> socket.socket:

@@ -196,3 +196,43 @@ def test_idle_slow_header_and_slow_body_connections_are_closed() -> None:
         assert b"408" in got.split(b"\r\n", 1)[0] and b"did not arrive within 1 s" in got
         assert time.monotonic() - t0 < 30
         assert post(url, HELLO).status_code == 201  # the server itself is fine
+
+
+def test_oversized_request_headers_are_refused() -> None:
+    with served(SessionManager(MATH)) as url:
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            try:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * (1 << 20) + b"\r\n\r\n")
+                closed, got = _closed_within(sock, 30)
+            except ConnectionResetError:  # the server answered 400 and closed with our bytes unread
+                closed, got = True, b"HTTP/1.1 400"
+        assert closed and got.startswith(b"HTTP/1.1 400")
+        assert httpx.get(url + "/healthz", timeout=30).status_code == 200
+
+
+def test_the_command_bound_off_loopback_prints_a_token_once_and_requires_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    monkeypatch.delenv(env_wire.TOKEN_ENV, raising=False)
+    p = subprocess.Popen([sys.executable, "-m", "agentgym.cli", "serve", "env", MATH, "--host", "127.0.0.2",
+                          "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         stdin=subprocess.DEVNULL)
+    try:
+        assert p.stdout is not None and p.stderr is not None
+        said = p.stderr.readline()  # the token comes first, on stderr; then the ready line on stdout
+        ready = p.stdout.readline()
+        assert env_wire.READY_PREFIX in ready and "ws://127.0.0.2:" in ready, (ready, said)
+        token = said.rsplit("(shown once): ", 1)[1].strip()
+        url = ready.split("url=", 1)[1].split()[0]
+        with pytest.raises(ConfigError, match="requires a token"):
+            gym.make("agentgym/Remote-v0", url=url, env_id=MATH, reconnect_attempts=0)
+        monkeypatch.setenv(env_wire.TOKEN_ENV, token)
+        env = gym.make("agentgym/Remote-v0", url=url, env_id=MATH)
+        assert len(env.reset(seed=0)[0]) > 0
+        env.close()
+    finally:
+        p.terminate()
+        p.wait(30)
+    assert token not in p.stderr.read()  # shown once
