@@ -249,35 +249,3 @@ def test_an_env_server_killed_mid_rollout_fails_only_the_episodes_in_flight(engi
         col.close()
         for s in servers:
             s.stop(signal.SIGKILL)
-
-
-def test_a_ray_run_warm_starts_evaluates_and_logs_its_worker_faults(tmp_path) -> None:
-    """rollout.backend=ray end to end: the warm start with its held-out check, an evaluation
-    before, between and after the PPO steps (each on the Ray workers), and every train record of
-    metrics.jsonl with the workers' deaths and retries (none here)."""
-    from agentgym.trainer.config import load_config
-    from agentgym.trainer.metrics import read_metrics
-    from agentgym.trainer.ray_rollout import FAULT_COUNTS
-    from agentgym.trainer.train import Trainer
-
-    cfg = load_config("cpu-quickstart", [
-        "threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false", "controls=[]",
-        "env.max_turns=2", "env.max_action_tokens=16", "rollout.tasks_per_step=2", "rollout.samples_per_task=2",
-        "log.eval_every=1", "log.eval_episodes=2", "log.eval_episodes_final=0", "log.eval_sampled=false",
-        "sft.steps=2", "sft.batch_size=2", "sft.oracle_steps=2", "sft.check_every=2", "sft.check_problems=2",
-        "sft.check_samples=2", "sft.min_wellformed=0", "ppo.steps=2", f"log.run_dir={tmp_path}",
-        "rollout.backend=ray", "rollout.ray.num_workers=2", "rollout.ray.episodes_per_call=2"])
-    trainer = Trainer(cfg)
-    try:
-        trainer.run()
-        deaths = trainer.rollouts.collector.total.worker_deaths
-    finally:
-        trainer.close()
-    assert [r["step"] for r in read_metrics(tmp_path, "sft")] == [1, 2]
-    assert "check_pass_at_1" in read_metrics(tmp_path, "sft")[-1]  # the stopping check ran on the workers
-    stages = [r.get("stage") for r in read_metrics(tmp_path, "eval")]
-    assert stages[0] == "init" and "warm_start" in stages and stages.count("ppo") == 2, stages
-    train = read_metrics(tmp_path, "train")
-    assert [r["step"] for r in train] == [1, 2]
-    assert all(f"ray_{k}" in r for r in train for k in FAULT_COUNTS)
-    assert train[-1]["ray_worker_deaths"] == deaths == 0
