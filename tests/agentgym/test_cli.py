@@ -127,6 +127,8 @@ def _wait_for(stream: IO[str], ready: str) -> None:
     # an episode has finished (the counter counts it as it happens) and more are queued
     ("agentgym-eval", ["--suite", "core", "--policy", "do-nothing", "--out", "x.jsonl.gz"],
      ("stdout", r" [1-9][0-9]*/198 "), "run the same command again to resume", 20),
+    ("agentgym", ["validate", "agentgym/Math-v1", "agentgym/WebAPI-v1"], ("stdout", r"oracle [1-9][0-9]*/"),
+     "agentgym validate: interrupted", 10),
     ("agentgym-train", ["doctor", "--episodes", "16", "--max-turns", "8", "--max-new-tokens", "96"],
      ("stderr", "agentgym-train doctor:"), "agentgym-train: interrupted", 20),
 ])
