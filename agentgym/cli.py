@@ -125,15 +125,56 @@ def _version() -> str:
     return f"agentgym {agentgym.__version__} (distribution agentgym-suite {dist}, python {sys.version.split()[0]})"
 
 
+# id -> (one line on what it is, what it needs beyond `pip install agentgym-suite`)
+_ABOUT: dict[str, tuple[str, str]] = {
+    "agentgym/Math-v1": ("procedural math problems, the answer verified symbolically", "nothing more"),
+    "agentgym/MathCalc-v1": ("arithmetic with a calculator tool (the CPU quickstart's task)", "nothing more"),
+    "agentgym/MathTool-v1": ("math with a python tool that runs in a sandbox",
+                             "Docker and the sandbox image (agentgym sandbox build)"),
+    "agentgym/CodeFix-v1": ("fix a bug in Python code, judged by hidden tests in a sandbox",
+                            "Docker and the sandbox image (agentgym sandbox build)"),
+    "agentgym/WebAPI-v1": ("serve a store's customers through a real HTTP API and database",
+                           "nothing more (SQLite; PostgreSQL with database_url=postgresql://...)"),
+    "agentgym/Remote-v0": ("client of an env served by `agentgym serve env` (url=..., env_id=...)",
+                           "a running server; the [scale] extra for ws:// URLs"),
+    "agentgym/ReasoningGym-v0": ("a reasoning-gym dataset as an env (dataset=...)", "the [interop] extra"),
+    "agentgym/Verifiers-v0": ("a verifiers taskset or env as an env (taskset= or env=...)", "the [interop] extra"),
+    "agentgym/OpenEnv-v0": ("an OpenEnv server as an env (url=...)", "the [interop] extra and a running server"),
+    "agentgym/SkyRL-v0": ("a SkyRL-Gym env class as an env (env_class=..., tasks=...)", "the [interop] extra"),
+}
+
+
+def _about(env_id: str) -> tuple[str, str]:
+    """What ``env_id`` is and needs: the table above, else its class docstring's first line."""
+    if env_id in _ABOUT:
+        return _ABOUT[env_id]
+    import gymnasium as gym
+
+    entry = gym.spec(env_id).entry_point
+    doc = ""
+    if isinstance(entry, str):
+        import importlib
+
+        module, _, name = entry.partition(":")
+        try:
+            doc = getattr(importlib.import_module(module), name).__doc__ or ""
+        except (ImportError, AttributeError) as e:
+            doc = f"(cannot import {entry}: {e})"
+    return (plain(doc.strip().splitlines()[0]) if doc.strip() else "(no description)"), "-"
+
+
 def _list(_: argparse.Namespace) -> int:
     import agentgym
-    from agentgym.registration import ADAPTERS
+    from agentgym.registration import ADAPTERS, INTEROP
 
-    for env_id in agentgym.registered_ids():
-        print(env_id)
-    for env_id in sorted(ADAPTERS):
-        print(f"{env_id}  (adapter: an env served by `agentgym serve env ENV_ID`; "
-              f"gym.make({env_id!r}, url=..., env_id=...))")
+    groups = [("environments", agentgym.registered_ids()), ("adapters", sorted(ADAPTERS)),
+              ("imported from other hubs", sorted(INTEROP))]
+    width = max(len(i) for _, ids in groups for i in ids)
+    for title, ids in groups:
+        print(f"{title}:")
+        for env_id in ids:
+            what, needs = _about(env_id)
+            print(f"  {env_id:<{width}}  {what}; needs: {needs}")
     return 0
 
 

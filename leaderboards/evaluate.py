@@ -246,9 +246,9 @@ def run_suite(suite: Suite, policy: EpisodePolicy, out: str | Path, *, name: str
 
     all_envs: list[Any] = []  # closed at the end; the first of each id is the infrastructure check's
     try:
-        for first in {s.env.id: s for s in reversed(todo)}.values():  # each id's first episode to run
-            all_envs.append(first.env.make(tok))
-            check_infrastructure(all_envs[-1], seed=first.seed, options=first.options)
+        for opening in {s.env.id: s for s in reversed(todo)}.values():  # each id's first episode to run
+            all_envs.append(opening.env.make(tok))
+            check_infrastructure(all_envs[-1], seed=opening.seed, options=opening.options)
     except BaseException:
         for e in all_envs:
             e.close()

@@ -133,13 +133,17 @@ class _Runner:
 
         bar = Progress(len(jobs), f"validate {self.env_id}: {policy.name}", self.progress)
         out: list[Trajectory] = []
+        pool = ThreadPoolExecutor(self.workers)
         try:
-            with ThreadPoolExecutor(self.workers) as pool:
-                for traj in pool.map(one, jobs):
-                    out.append(traj)
-                    bar.update(len(out))
+            for traj in pool.map(one, jobs):
+                out.append(traj)
+                bar.update(len(out))
             return out
+        except BaseException:  # Ctrl-C or a failure: the queued episodes never start
+            pool.shutdown(wait=True, cancel_futures=True)  # those in flight finish (seconds), then envs close
+            raise
         finally:
+            pool.shutdown(wait=True)
             bar.close()
             for e in made:
                 e.close()

@@ -4,8 +4,8 @@
 that has something to show and returns their paths. Each figure is a column of axes, one
 quantity per axis, each with its unit on the y label; the x axis is the PPO step, or the
 warm-start step on the warm-start figure (the two are never on one axis). Legends sit to the
-right of the axes, off the data. A series that never changes (the engine/learner mismatch of
-the in-process engine, exactly 0) is left out, an axis with nothing left is dropped, and a
+right of the axes, off the data. A diagnostic that never changes (the engine/learner mismatch of
+the in-process engine, exactly 0) is left out (the training reward is drawn even when flat), an axis with nothing left is dropped, and a
 figure with no axis left is not written.
 
 ``held_out`` is the learning curve: every evaluation's success on the held-out problems with
@@ -38,6 +38,7 @@ class Axis:
     series: tuple[tuple[str, str], ...]  # (key in the phase's rows, legend label)
     evals: bool = False  # also the held-out evaluations with their intervals (a success rate)
     unit_range: bool = False  # a share or probability: y from 0 to 1
+    keep_flat: bool = False  # drawn even when it never changes (a reward stuck at 0 is a result)
 
 
 # file name -> (title, phase of the x axis, its axes). "train": PPO steps; "sft": warm-start steps.
@@ -45,8 +46,8 @@ FIGURES: dict[str, tuple[str, str, list[Axis]]] = {
     "held_out": ("Held-out success (fixed problems, never trained on)", "train", [
         Axis("success rate", (), evals=True, unit_range=True)]),
     "reward": ("Training reward (sampled, new tasks each step)", "train", [
-        Axis("mean reward per episode", (("reward_mean", "train reward"),)),
-        Axis("success rate", (("success", "train success"),), unit_range=True)]),
+        Axis("mean reward per episode", (("reward_mean", "train reward"),), keep_flat=True),
+        Axis("success rate", (("success", "train success"),), unit_range=True, keep_flat=True)]),
     "kl": ("KL divergences (nats per policy token)", "train", [
         Axis("KL to reference", (("kl_ref", "KL to the warm start"),)),
         Axis("approx. KL old -> new", (("approx_kl", "one update's KL"),)),
@@ -142,7 +143,7 @@ def _plot_axis(ax: Any, rows: list[dict[str, Any]], phase: str, axis: Axis) -> i
     for key, label in axis.series:
         for k, suffix in _keys(rows, phase, key):
             xs, ys = _series(rows, phase, k)
-            if not _changes(ys):  # never logged, or a constant (0 on the in-process engine): nothing to read
+            if not ys or not (axis.keep_flat or _changes(ys)):  # a constant (0 on the in-process engine): nothing to read
                 continue
             style: dict[str, Any] = {"marker": "o" if len(xs) < 20 else None, "markersize": 3}
             if len(xs) == 1:  # one point: a marker, not an invisible line

@@ -32,13 +32,22 @@ def test_version_and_list_show_what_is_installed() -> None:
     p = run_cli("--version")
     assert p.returncode == 0 and p.stdout.startswith(f"agentgym {agentgym.__version__}")
     p = run_cli("list")
-    assert p.returncode == 0 and "agentgym/MathCalc-v1" in p.stdout.splitlines()
-    assert any(line.startswith("agentgym/Remote-v0  (adapter") for line in p.stdout.splitlines())
+    assert p.returncode == 0, p.stderr
+    rows = {line.split()[0]: line for line in p.stdout.splitlines() if line.startswith("  ")}
+    import gymnasium as gym
+
+    assert set(rows) == {k for k in gym.registry if k.startswith("agentgym/")}  # every id, adapters and imports too
+    for line in rows.values():  # a description and what it needs, on one line
+        what, _, needs = line.split(None, 1)[1].partition("; needs: ")
+        assert len(what) > 20 and needs, line
+    assert "Docker" in rows["agentgym/CodeFix-v1"] and "[interop]" in rows["agentgym/SkyRL-v0"]
+    assert "[scale]" in rows["agentgym/Remote-v0"] and "nothing more" in rows["agentgym/MathCalc-v1"]
 
 
 @pytest.mark.parametrize(("args", "needles"), [
     (["demo", "Math-v1"], ["did you mean 'agentgym/Math-v1'?"]),
     (["demo", "--episodes", "0"], ["--episodes: expected a positive integer"]),
+    (["demo", "agentgym/Math-v1", "--env-arg", "famlies=[arithmetic]"], ["did you mean 'families'?"]),
     (["validate", "agentgym/Math-v1", "--max-tasks", "0"], ["--max-tasks: expected a positive integer"]),
     (["validate", "agentgym/Math-v1", "--env-arg", "famlies=[arithmetic]", "--max-tasks", "2"],
      ["MathEnv got unknown keyword argument(s) 'famlies' (did you mean 'families'?)"]),
@@ -53,6 +62,14 @@ def test_version_and_list_show_what_is_installed() -> None:
 ])
 def test_usage_mistakes_exit_2_with_one_line(args: list[str], needles: list[str]) -> None:
     _one_line_error(run_cli(*args), 2, *needles)
+
+
+def test_demo_passes_env_arguments_to_every_env() -> None:
+    p = run_cli("demo", "agentgym/Math-v1", "--episodes", "3", "--env-arg", "families=[arithmetic]",
+                "--env-arg", "split=eval")
+    assert p.returncode == 0, p.stderr
+    assert "with {'families': ['arithmetic'], 'split': 'eval'}" in p.stderr
+    assert p.stdout.startswith("agentgym/Math-v1") and "mean_reward=1.000" in p.stdout, p.stdout
 
 
 def test_serve_help_lists_both_servers_and_imports_no_server() -> None:
@@ -110,6 +127,8 @@ def _wait_for(stream: IO[str], ready: str) -> None:
     # an episode has finished (the counter counts it as it happens) and more are queued
     ("agentgym-eval", ["--suite", "core", "--policy", "do-nothing", "--out", "x.jsonl.gz"],
      ("stdout", r" [1-9][0-9]*/198 "), "run the same command again to resume", 20),
+    ("agentgym", ["validate", "agentgym/Math-v1", "agentgym/WebAPI-v1"], ("stdout", r"oracle [1-9][0-9]*/"),
+     "agentgym validate: interrupted", 10),
     ("agentgym-train", ["doctor", "--episodes", "16", "--max-turns", "8", "--max-new-tokens", "96"],
      ("stderr", "agentgym-train doctor:"), "agentgym-train: interrupted", 20),
 ])

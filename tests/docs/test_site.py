@@ -157,8 +157,20 @@ def test_the_site_in_headless_chromium(site: Path, served: str, browser: Any) ->
     pages = sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html") if p.name != "404.html")
     broken: list[str] = []
     checked = 0
+    unrendered: list[str] = []
     for page in pages:
         browser.get(served + page)
+        # Every fenced block of the page's source renders as a code block, none as prose with
+        # its fence showing (an info string the renderer does not read did that once).
+        source = ROOT / "docs" / Path(page).with_suffix(".md")
+        if source.exists():
+            fences = len(re.findall(r"^```", source.read_text(), re.M)) // 2
+            blocks = browser.execute_script("return document.querySelectorAll('article pre > code').length")
+            raw = browser.execute_script("return Array.from(document.querySelectorAll('article p, article li'))"
+                                         ".filter(e => e.textContent.includes('```')).length")
+            if blocks < fences or raw:
+                unrendered.append(f"{page}: {fences} fenced blocks in the source, {blocks} code blocks rendered, "
+                                  f"{raw} paragraphs showing a fence")
         hrefs = browser.execute_script("return Array.from(document.querySelectorAll('a[href]'), a => a.href)")
         for href in set(hrefs):
             if urlparse(href).netloc != urlparse(served).netloc:
@@ -174,3 +186,4 @@ def test_the_site_in_headless_chromium(site: Path, served: str, browser: Any) ->
             checked += 1
     assert checked > 300, checked
     assert not broken, "\n".join(broken)
+    assert not unrendered, "\n".join(unrendered)

@@ -86,6 +86,10 @@ def test_write_plots_writes_readable_pngs_and_no_empty_ones(tmp_path: Path) -> N
         assert 500 < w < 1400 and 200 < h < 1400, (p.name, w, h)
     (tmp_path / "metrics.jsonl").write_text("")
     assert write_plots(tmp_path) == []  # nothing logged: nothing drawn
+    # a training reward stuck at 0 is a result: drawn; its constant diagnostics are not
+    flat = [{"phase": "train", "step": s, "reward_mean": 0.0, "success": 0.0, "kl_ref": 0.0} for s in (1, 2)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in flat))
+    assert [p.name for p in write_plots(tmp_path)] == ["reward.png"]
 
 
 def test_the_controls_plot_puts_every_arm_beside_its_controls_with_intervals(tmp_path: Path) -> None:
