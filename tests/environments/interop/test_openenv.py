@@ -96,7 +96,7 @@ def test_math_round_trip_plays_through_agentgym_eval_and_verifies_only_when_decl
                                                                "tasks": [{"index": i} for i in range(3)]}])
         suite = load_suite(path)
         out = run_suite(suite, JustAnswerPolicy("7"), tmp_path / f"oe{int(replayable)}.jsonl", name="just-answer",
-                        policy_name="just-answer", workers=1, progress=False)
+                        policy_name="just-answer", policy_args={"answer": "7"}, workers=1, progress=False)
         rep = verify_submission(out, suite=suite, workers=1)
         if replayable:
             assert rep.ok, rep.format()
