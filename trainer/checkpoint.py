@@ -219,11 +219,16 @@ def _learner(model: torch.nn.Module, value_head: torch.nn.Module | None) -> torc
 def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer, scheduler: Any,
                     value_head: torch.nn.Module | None, state: dict[str, Any], keep: int = 2,
-                    tokenizer: Any = None, export_dtype: torch.dtype = torch.bfloat16) -> Path:
+                    tokenizer: Any = None, export_dtype: torch.dtype = torch.bfloat16,
+                    extra: Any = None) -> Path:
     """Write checkpoint ``step`` atomically; keep the newest ``keep`` (0 = all). Returns its path.
     With a sharded model every rank must call it (each writes its shards and takes part in the
-    export in ``export_dtype``; rank 0 writes the rest). ``tokenizer``: its files go to ``model/``."""
+    export in ``export_dtype``; rank 0 writes the rest). ``tokenizer``: its files go to ``model/``.
+    A PeftModel (LoRA, ``trainer/lora.py``) saves its adapters only in ``model/``; ``extra(tmp)``
+    writes more files into the checkpoint before it is renamed into place."""
     from safetensors.torch import save_file
+
+    from agentgym.trainer.lora import is_adapted, save_adapters
 
     from agentgym.trainer.distributed import all_gather_objects, barrier, is_sharded
 
@@ -246,13 +251,18 @@ def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module,
             export_model(model, tmp / "model", dtype=export_dtype, tokenizer=tokenizer)
         elif main:
             tmp.mkdir()
-            save_model(model, tmp / "model")
+            if is_adapted(model):
+                save_adapters(model, tmp / "model")
+            else:
+                save_model(model, tmp / "model")
             if tokenizer is not None:
                 save_tokenizer(tokenizer, tmp / "model")
             if value_head is not None:
                 save_file({k: v.contiguous() for k, v in value_head.state_dict().items()},
                           str(tmp / "value_head.safetensors"))
             torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+            if extra is not None:
+                extra(tmp)
         if main:
             torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
             torch.save(rng_state(), tmp / "rng.pt")
@@ -413,6 +423,7 @@ def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer: torc
     from safetensors.torch import load_file
 
     from agentgym.trainer.distributed import is_sharded
+    from agentgym.trainer.lora import is_adapted, load_adapter_state
 
     path = Path(path)
     try:
@@ -434,7 +445,10 @@ def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer: torc
                                   "from sharded checkpoints only. Start a new run from its weights "
                                   f"with model.init_from={path}")
         else:
-            _load_state(model, load_file(str(path / "model" / "model.safetensors")), str(path))
+            if is_adapted(model):
+                load_adapter_state(model, path / "model")
+            else:
+                _load_state(model, load_file(str(path / "model" / "model.safetensors")), str(path))
             if value_head is not None:
                 value_head.load_state_dict(load_file(str(path / "value_head.safetensors")))
             optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
@@ -534,16 +548,26 @@ def save_learner(learner: Learner, step: int, state: dict[str, Any], *, optimize
                  scheduler: Any = None) -> Path:
     """Checkpoint ``step`` of a run: the learner's weights (+ value head), its optimizer and
     schedule (or the warm start's own ``optimizer`` and ``scheduler``, mid warm start) and the
-    driver's ``state``; a PPO checkpoint also exports the model with its tokenizer."""
+    driver's ``state``; a PPO checkpoint also exports the model with its tokenizer. With LoRA
+    the checkpoint holds the adapters (and with ``model.lora.export_merged`` the merged model
+    in ``merged/``)."""
     cfg = learner.cfg
+    model = learner.model if learner.peft is None else learner.peft
     if optimizer is not None:
-        return save_checkpoint(cfg.log.run_dir, step, model=learner.model, optimizer=optimizer,
+        return save_checkpoint(cfg.log.run_dir, step, model=model, optimizer=optimizer,
                                scheduler=scheduler, value_head=learner.value_head, state=state,
                                keep=cfg.log.keep_checkpoints)
-    return save_checkpoint(cfg.log.run_dir, step, model=learner.model, optimizer=learner.optimizer,
+    extra = None
+    if learner.peft is not None and cfg.model.lora.export_merged:
+        from agentgym.trainer.lora import MERGED, export_merged
+
+        def extra(tmp: Path) -> None:
+            export_merged(learner.peft, tmp / MERGED, dtype=getattr(torch, cfg.log.export_dtype))
+            save_tokenizer(learner.tokenizer, tmp / MERGED)
+    return save_checkpoint(cfg.log.run_dir, step, model=model, optimizer=learner.optimizer,
                            scheduler=learner.scheduler, value_head=learner.value_head, state=state,
                            keep=cfg.log.keep_checkpoints, tokenizer=learner.tokenizer,
-                           export_dtype=getattr(torch, cfg.log.export_dtype))
+                           export_dtype=getattr(torch, cfg.log.export_dtype), extra=extra)
 
 
 def resume_learner(learner: Learner) -> tuple[dict[str, Any], tuple[int, Any, Any] | None]:
@@ -553,16 +577,17 @@ def resume_learner(learner: Learner) -> tuple[dict[str, Any], tuple[int, Any, An
     ckpt = latest_checkpoint(cfg.log.run_dir)
     if ckpt is None:
         raise CheckpointError(f"no checkpoint in {cfg.log.run_dir} to resume from; start the run without --resume")
+    model = learner.model if learner.peft is None else learner.peft  # LoRA: the adapters only
     sft_resume = None
     if "sft_step" in json.loads((ckpt / "state.json").read_text()):  # its own optimizer and schedule come back
         from agentgym.trainer.sft import sft_optimizer
 
         opt, sched = sft_optimizer(cfg, learner.model)
-        state = load_checkpoint(ckpt, model=learner.model, optimizer=opt, scheduler=sched,
+        state = load_checkpoint(ckpt, model=model, optimizer=opt, scheduler=sched,
                                 value_head=learner.value_head)
         sft_resume = (int(state["sft_step"]), opt, sched)
     else:
-        state = load_checkpoint(ckpt, model=learner.model, optimizer=learner.optimizer,
+        state = load_checkpoint(ckpt, model=model, optimizer=learner.optimizer,
                                 scheduler=learner.scheduler, value_head=learner.value_head)
     # The optimizer state brings back the saved lr and weight decay; the config decides
     # (a resume may change ppo.lr on purpose). Unchanged values give the same floats.

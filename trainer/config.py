@@ -95,6 +95,10 @@ class LoRAConfig:
     experts: bool = False
     """Also adapt the MoE experts' fused weights (``mlp.experts.gate_up_proj`` and
     ``mlp.experts.down_proj``, one adapter per expert) through PEFT's ``target_parameters``."""
+    export_merged: bool = False
+    """Each PPO checkpoint also writes ``merged/``: the base with the adapters folded in, a plain
+    model folder that transformers and ``agentgym-eval --policy hf`` load (``model/`` holds the
+    adapters only)."""
 
 
 @dataclass

@@ -32,10 +32,11 @@ import torch
 from agentgym.errors import CheckpointError, ConfigError
 from agentgym.trainer.config import LoRAConfig
 
-__all__ = ["ADAPTER_FILE", "EXPERT_PARAMETERS", "AdaptersOff", "adapter_state", "add_adapters",
-           "export_merged", "load_adapter_state", "save_adapters"]
+__all__ = ["ADAPTER_FILE", "EXPERT_PARAMETERS", "MERGED", "AdaptersOff", "adapter_state", "add_adapters",
+           "export_merged", "is_adapted", "load_adapter_state", "save_adapters"]
 
 ADAPTER_FILE = "adapter_model.safetensors"  # PEFT's name for the adapter weights
+MERGED = "merged"  # CHECKPOINT/merged: the base with the adapters folded in (model.lora.export_merged)
 EXPERT_PARAMETERS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]  # GPT-OSS's fused expert weights
 
 
@@ -67,6 +68,11 @@ def add_adapters(model: torch.nn.Module, cfg: LoRAConfig, *, seed: int = 0) -> A
     return wrapped
 
 
+def is_adapted(model: Any) -> bool:
+    """Whether ``model`` is a PeftModel (what the checkpoints of a LoRA run save and load)."""
+    return type(model).__module__.startswith("peft.")
+
+
 class AdaptersOff:
     """The policy with its adapters disabled: the base model, used as the frozen KL reference.
     :meth:`active` is the context a forward pass runs in; :attr:`model` is the policy itself."""
@@ -90,7 +96,7 @@ def adapter_state(peft_model: Any) -> dict[str, torch.Tensor]:
 
 def save_adapters(peft_model: Any, path: str | Path) -> None:
     """PEFT's adapter folder: ``adapter_config.json`` + ``adapter_model.safetensors``."""
-    peft_model.save_pretrained(str(path), safe_serialization=True)
+    peft_model.save_pretrained(str(path), safe_serialization=True, save_embedding_layers=False)
 
 
 def load_adapter_state(peft_model: Any, path: str | Path) -> None:

@@ -73,3 +73,65 @@ def test_lora_settings_are_checked() -> None:
     with pytest.raises(ConfigError, match="rollout.engine_weights=shared only so far"):
         load_config("cpu-quickstart", [*SMALL, "model.lora.rank=4", "rollout.engine_weights=copy"])
     load_config("cpu-quickstart", [*SMALL, "model.lora.rank=4", "model.lora.targets=[]", "model.lora.experts=true"])
+
+
+def test_lora_checkpoints_hold_adapters_resume_exactly_and_export_merged(tmp_path: Path) -> None:
+    """A run checkpointed every step holds the adapters only; resumed from its first checkpoint
+    it ends with the uninterrupted run's adapters and metrics, bit for bit; the merged export is
+    the base plus adapters, loads in transformers, and agentgym-eval --policy hf evaluates it."""
+    import json
+    import shutil
+
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from agentgym.leaderboards.cli import eval_main
+    from agentgym.trainer.metrics import read_metrics
+
+    run = [*LORA, "ppo.steps=2", "model.lora.experts=true", "model.lora.export_merged=true",
+           "log.checkpoint_every=1", "log.keep_checkpoints=0", "log.export_dtype=float32"]
+    a, b = tmp_path / "a", tmp_path / "b"
+
+    def train(run_dir: Path, *, resume: bool) -> None:
+        t = Trainer(load_config("cpu-quickstart", [*run, f"log.run_dir={run_dir}"]), resume=resume)
+        t.run()
+        t.close()
+
+    train(a, resume=False)
+    last = a / "checkpoints" / "step-000002"
+    assert (last / "model" / "adapter_model.safetensors").exists()
+    assert not (last / "model" / "model.safetensors").exists() and not (a / "reference").exists()
+    saved = load_file(str(last / "model" / "adapter_model.safetensors"))
+    assert saved and all(".lora_A." in k or ".lora_B." in k for k in saved)
+    assert any("experts" in k for k in saved)
+
+    shutil.copytree(a, b)  # the same run, as if killed after its first step
+    shutil.rmtree(b / "checkpoints" / "step-000002")
+    (b / "checkpoints" / "LATEST").write_text("step-000001")
+    train(b, resume=True)
+    resumed = load_file(str(b / "checkpoints" / "step-000002" / "model" / "adapter_model.safetensors"))
+    assert resumed.keys() == saved.keys() and all(torch.equal(resumed[k], saved[k]) for k in saved)
+    timing = {"t_step", "t_rollout", "t_update", "t_learner_busy", "gen_s", "env_s"}
+
+    def rows(run_dir: Path) -> list[dict[str, object]]:
+        return [{k: v for k, v in r.items() if k not in timing and not k.startswith("t_")}
+                for r in read_metrics(run_dir, "train")]
+
+    assert rows(b) == rows(a) and len(rows(a)) == 2
+
+    cfg = load_config("cpu-quickstart", run)
+    vocab = json.loads((last / "merged" / "config.json").read_text())["vocab_size"]
+    base = build_tiny_gptoss(vocab, seed=cfg.seed, **cfg.model.tiny)
+    ids = torch.randint(0, vocab, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        base_logits = base.eval()(input_ids=ids).logits
+    adapted = PeftModel.from_pretrained(base, str(last / "model")).eval()
+    merged = AutoModelForCausalLM.from_pretrained(str(last / "merged"), dtype=torch.float32).eval()
+    with torch.no_grad():
+        want, got = adapted(input_ids=ids).logits, merged(input_ids=ids).logits
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-4)  # float32 export: the merge is exact up to rounding
+    assert (want - base_logits).abs().max() > 1e-4  # and the adapters did change the policy
+    out = tmp_path / "sub.jsonl.gz"
+    assert eval_main(["--suite", "calc", "--policy", "hf", "--policy-arg", f"model={last / 'merged'}",
+                      "--max-episodes", "2", "--out", str(out), "--no-progress", "--workers", "1"]) == 0
