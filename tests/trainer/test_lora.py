@@ -135,3 +135,20 @@ def test_lora_checkpoints_hold_adapters_resume_exactly_and_export_merged(tmp_pat
     out = tmp_path / "sub.jsonl.gz"
     assert eval_main(["--suite", "calc", "--policy", "hf", "--policy-arg", f"model={last / 'merged'}",
                       "--max-episodes", "2", "--out", str(out), "--no-progress", "--workers", "1"]) == 0
+
+
+def test_a_lora_warm_start_trains_the_adapters_and_checkpoints_them(tmp_path: Path) -> None:
+    """The oracle warm start runs on the adapted model: only the adapters move, and its
+    checkpoints hold the adapters only."""
+    cfg = load_config("cpu-quickstart", [*LORA, f"log.run_dir={tmp_path}", "ppo.steps=1", "sft.steps=4",
+                                         "sft.oracle_steps=4", "sft.batch_size=2", "sft.checkpoint_every=2",
+                                         "log.keep_checkpoints=0"])
+    t = Trainer(cfg)
+    model = t.learner.model
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    t.run()
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed == {n for n, p in model.named_parameters() if p.requires_grad}
+    t.close()
+    sft_ckpt = tmp_path / "checkpoints" / "step-000000" / "model"
+    assert (sft_ckpt / "adapter_model.safetensors").exists() and not (sft_ckpt / "model.safetensors").exists()
