@@ -80,7 +80,7 @@ def _one_line(e: BaseException) -> str:
 # Config keys a resumed run may not change: they decide what the saved weights, optimizer state and
 # trajectories mean (another model, tokenizer or env would load, or fail, as something else).
 RESUME_IDENTITY = ("model.name", "model.tokenizer", "model.tiny", "model.init_from", "env.id", "env.prompt",
-                   "ppo.advantage")
+                   "ppo.advantage", "model.lora.rank", "model.lora.alpha", "model.lora.targets", "model.lora.experts")
 
 
 def check_resume_identity(run_dir: str | Path, cfg: Any) -> None:
@@ -95,11 +95,15 @@ def check_resume_identity(run_dir: str | Path, cfg: Any) -> None:
     if not path.exists():
         return
     saved, now = yaml.safe_load(path.read_text()) or {}, config_to_dict(cfg)
+    defaults = config_to_dict(type(cfg)())  # a key a run's config.yaml predates had its default
 
     def get(d: dict[str, Any], key: str) -> Any:
+        found: Any = d
         for k in key.split("."):
-            d = d.get(k) if isinstance(d, dict) else None  # type: ignore[assignment]
-        return d
+            if not isinstance(found, dict) or k not in found:
+                return get(defaults, key) if d is not defaults else None
+            found = found[k]
+        return found
 
     changed = [(k, get(saved, k), get(now, k)) for k in RESUME_IDENTITY if get(saved, k) != get(now, k)]
     if changed:

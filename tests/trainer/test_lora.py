@@ -152,3 +152,24 @@ def test_a_lora_warm_start_trains_the_adapters_and_checkpoints_them(tmp_path: Pa
     t.close()
     sft_ckpt = tmp_path / "checkpoints" / "step-000000" / "model"
     assert (sft_ckpt / "adapter_model.safetensors").exists() and not (sft_ckpt / "model.safetensors").exists()
+
+
+def test_a_resume_that_changes_the_adapters_is_refused_and_older_runs_still_resume(tmp_path: Path) -> None:
+    """model.lora's rank, alpha, targets and experts belong to a run's identity (its checkpoints
+    hold those adapters); a config.yaml written before model.lora existed counts as rank 0."""
+    import yaml
+
+    from agentgym.trainer.checkpoint import check_resume_identity
+    from agentgym.trainer.config import config_to_dict
+
+    lora = load_config("cpu-quickstart", [*SMALL, "model.lora.rank=4"])
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config_to_dict(lora)))
+    check_resume_identity(tmp_path, lora)
+    with pytest.raises(ConfigError, match=r"model.lora.rank=4, not 0.*model.lora.experts=False, not True"):
+        check_resume_identity(tmp_path, load_config("cpu-quickstart", [*SMALL, "model.lora.experts=true"]))
+    older = config_to_dict(load_config("cpu-quickstart", SMALL))
+    del older["model"]["lora"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(older))
+    check_resume_identity(tmp_path, load_config("cpu-quickstart", SMALL))
+    with pytest.raises(ConfigError, match="model.lora.rank=0, not 8"):
+        check_resume_identity(tmp_path, load_config("cpu-quickstart", [*SMALL, "model.lora.rank=8"]))
