@@ -232,9 +232,8 @@ def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module,
     writes more files into the checkpoint before it is renamed into place."""
     from safetensors.torch import save_file
 
-    from agentgym.trainer.lora import is_adapted, save_adapters
-
     from agentgym.trainer.distributed import all_gather_objects, barrier, is_sharded
+    from agentgym.trainer.lora import is_adapted, save_adapters
 
     sharded, main = is_sharded(model), _rank() == 0
     root = Path(run_dir) / "checkpoints"

@@ -14,7 +14,6 @@ from agentgym.errors import ConfigError
 from agentgym.trainer.config import load_config
 from agentgym.trainer.model import build_tiny_gptoss
 from agentgym.trainer.train import Trainer
-
 from tests.trainer.test_train import SMALL
 
 pytest.importorskip("peft")
