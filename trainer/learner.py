@@ -13,6 +13,10 @@ process, FSDP2 mixed precision under torchrun, ``distributed.py``).
 The forward pass of a :class:`~agentgym.trainer.batch.Batch` gives per-token log-probs,
 entropy and values on its policy tokens only; the prompt prefix every row shares runs once
 (:func:`shared_prefix_len`).
+
+With ``model.lora.rank`` > 0 the policy carries PEFT's LoRA adapters (:mod:`.lora`): the base is
+frozen, :attr:`params` (and AdamW) hold the adapters only, :attr:`peft` is the PeftModel around
+:attr:`model`, and the KL reference is ``lora.AdaptersOff`` (the same model, adapters disabled).
 """
 
 from __future__ import annotations

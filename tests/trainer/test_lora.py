@@ -137,8 +137,8 @@ def test_lora_checkpoints_hold_adapters_resume_exactly_and_export_merged(tmp_pat
 
 
 def test_a_lora_warm_start_trains_the_adapters_and_checkpoints_them(tmp_path: Path) -> None:
-    """The oracle warm start runs on the adapted model: only the adapters move, and its
-    checkpoints hold the adapters only."""
+    """The oracle warm start runs on the adapted model: only the adapters move, and the
+    checkpoint taken as PPO starts (step 0) holds the adapters only."""
     cfg = load_config("cpu-quickstart", [*LORA, f"log.run_dir={tmp_path}", "ppo.steps=1", "sft.steps=4",
                                          "sft.oracle_steps=4", "sft.batch_size=2", "sft.checkpoint_every=2",
                                          "log.keep_checkpoints=0"])
