@@ -80,7 +80,7 @@ def _one_line(e: BaseException) -> str:
 # Config keys a resumed run may not change: they decide what the saved weights, optimizer state and
 # trajectories mean (another model, tokenizer or env would load, or fail, as something else).
 RESUME_IDENTITY = ("model.name", "model.tokenizer", "model.tiny", "model.init_from", "env.id", "env.prompt",
-                   "ppo.advantage")
+                   "ppo.advantage", "model.lora.rank", "model.lora.alpha", "model.lora.targets", "model.lora.experts")
 
 
 def check_resume_identity(run_dir: str | Path, cfg: Any) -> None:
@@ -95,11 +95,15 @@ def check_resume_identity(run_dir: str | Path, cfg: Any) -> None:
     if not path.exists():
         return
     saved, now = yaml.safe_load(path.read_text()) or {}, config_to_dict(cfg)
+    defaults = config_to_dict(type(cfg)())  # a key a run's config.yaml predates had its default
 
     def get(d: dict[str, Any], key: str) -> Any:
+        found: Any = d
         for k in key.split("."):
-            d = d.get(k) if isinstance(d, dict) else None  # type: ignore[assignment]
-        return d
+            if not isinstance(found, dict) or k not in found:
+                return get(defaults, key) if d is not defaults else None
+            found = found[k]
+        return found
 
     changed = [(k, get(saved, k), get(now, k)) for k in RESUME_IDENTITY if get(saved, k) != get(now, k)]
     if changed:
@@ -219,13 +223,17 @@ def _learner(model: torch.nn.Module, value_head: torch.nn.Module | None) -> torc
 def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer, scheduler: Any,
                     value_head: torch.nn.Module | None, state: dict[str, Any], keep: int = 2,
-                    tokenizer: Any = None, export_dtype: torch.dtype = torch.bfloat16) -> Path:
+                    tokenizer: Any = None, export_dtype: torch.dtype = torch.bfloat16,
+                    extra: Any = None) -> Path:
     """Write checkpoint ``step`` atomically; keep the newest ``keep`` (0 = all). Returns its path.
     With a sharded model every rank must call it (each writes its shards and takes part in the
-    export in ``export_dtype``; rank 0 writes the rest). ``tokenizer``: its files go to ``model/``."""
+    export in ``export_dtype``; rank 0 writes the rest). ``tokenizer``: its files go to ``model/``.
+    A PeftModel (LoRA, ``trainer/lora.py``) saves its adapters only in ``model/``; ``extra(tmp)``
+    writes more files into the checkpoint before it is renamed into place."""
     from safetensors.torch import save_file
 
     from agentgym.trainer.distributed import all_gather_objects, barrier, is_sharded
+    from agentgym.trainer.lora import is_adapted, save_adapters
 
     sharded, main = is_sharded(model), _rank() == 0
     root = Path(run_dir) / "checkpoints"
@@ -246,13 +254,18 @@ def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module,
             export_model(model, tmp / "model", dtype=export_dtype, tokenizer=tokenizer)
         elif main:
             tmp.mkdir()
-            save_model(model, tmp / "model")
+            if is_adapted(model):
+                save_adapters(model, tmp / "model")
+            else:
+                save_model(model, tmp / "model")
             if tokenizer is not None:
                 save_tokenizer(tokenizer, tmp / "model")
             if value_head is not None:
                 save_file({k: v.contiguous() for k, v in value_head.state_dict().items()},
                           str(tmp / "value_head.safetensors"))
             torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+            if extra is not None:
+                extra(tmp)
         if main:
             torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
             torch.save(rng_state(), tmp / "rng.pt")
@@ -413,6 +426,7 @@ def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer: torc
     from safetensors.torch import load_file
 
     from agentgym.trainer.distributed import is_sharded
+    from agentgym.trainer.lora import is_adapted, load_adapter_state
 
     path = Path(path)
     try:
@@ -434,7 +448,10 @@ def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer: torc
                                   "from sharded checkpoints only. Start a new run from its weights "
                                   f"with model.init_from={path}")
         else:
-            _load_state(model, load_file(str(path / "model" / "model.safetensors")), str(path))
+            if is_adapted(model):
+                load_adapter_state(model, path / "model")
+            else:
+                _load_state(model, load_file(str(path / "model" / "model.safetensors")), str(path))
             if value_head is not None:
                 value_head.load_state_dict(load_file(str(path / "value_head.safetensors")))
             optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
@@ -534,16 +551,26 @@ def save_learner(learner: Learner, step: int, state: dict[str, Any], *, optimize
                  scheduler: Any = None) -> Path:
     """Checkpoint ``step`` of a run: the learner's weights (+ value head), its optimizer and
     schedule (or the warm start's own ``optimizer`` and ``scheduler``, mid warm start) and the
-    driver's ``state``; a PPO checkpoint also exports the model with its tokenizer."""
+    driver's ``state``; a PPO checkpoint also exports the model with its tokenizer. With LoRA
+    the checkpoint holds the adapters (and with ``model.lora.export_merged`` the merged model
+    in ``merged/``)."""
     cfg = learner.cfg
+    model = learner.model if learner.peft is None else learner.peft
     if optimizer is not None:
-        return save_checkpoint(cfg.log.run_dir, step, model=learner.model, optimizer=optimizer,
+        return save_checkpoint(cfg.log.run_dir, step, model=model, optimizer=optimizer,
                                scheduler=scheduler, value_head=learner.value_head, state=state,
                                keep=cfg.log.keep_checkpoints)
-    return save_checkpoint(cfg.log.run_dir, step, model=learner.model, optimizer=learner.optimizer,
+    extra = None
+    if learner.peft is not None and cfg.model.lora.export_merged:
+        from agentgym.trainer.lora import MERGED, export_merged
+
+        def extra(tmp: Path) -> None:
+            export_merged(learner.peft, tmp / MERGED, dtype=getattr(torch, cfg.log.export_dtype))
+            save_tokenizer(learner.tokenizer, tmp / MERGED)
+    return save_checkpoint(cfg.log.run_dir, step, model=model, optimizer=learner.optimizer,
                            scheduler=learner.scheduler, value_head=learner.value_head, state=state,
                            keep=cfg.log.keep_checkpoints, tokenizer=learner.tokenizer,
-                           export_dtype=getattr(torch, cfg.log.export_dtype))
+                           export_dtype=getattr(torch, cfg.log.export_dtype), extra=extra)
 
 
 def resume_learner(learner: Learner) -> tuple[dict[str, Any], tuple[int, Any, Any] | None]:
@@ -553,16 +580,17 @@ def resume_learner(learner: Learner) -> tuple[dict[str, Any], tuple[int, Any, An
     ckpt = latest_checkpoint(cfg.log.run_dir)
     if ckpt is None:
         raise CheckpointError(f"no checkpoint in {cfg.log.run_dir} to resume from; start the run without --resume")
+    model = learner.model if learner.peft is None else learner.peft  # LoRA: the adapters only
     sft_resume = None
     if "sft_step" in json.loads((ckpt / "state.json").read_text()):  # its own optimizer and schedule come back
         from agentgym.trainer.sft import sft_optimizer
 
         opt, sched = sft_optimizer(cfg, learner.model)
-        state = load_checkpoint(ckpt, model=learner.model, optimizer=opt, scheduler=sched,
+        state = load_checkpoint(ckpt, model=model, optimizer=opt, scheduler=sched,
                                 value_head=learner.value_head)
         sft_resume = (int(state["sft_step"]), opt, sched)
     else:
-        state = load_checkpoint(ckpt, model=learner.model, optimizer=learner.optimizer,
+        state = load_checkpoint(ckpt, model=model, optimizer=learner.optimizer,
                                 scheduler=learner.scheduler, value_head=learner.value_head)
     # The optimizer state brings back the saved lr and weight decay; the config decides
     # (a resume may change ppo.lr on purpose). Unchanged values give the same floats.

@@ -34,7 +34,7 @@ from agentgym.trainer.health import HealthConfig
 
 __all__ = [
     "ALGOS", "ARMS",
-    "CorrectionConfig", "DistributedConfig", "EnvConfig", "LogConfig", "ModelConfig", "PPOConfig",
+    "CorrectionConfig", "DistributedConfig", "EnvConfig", "LoRAConfig", "LogConfig", "ModelConfig", "PPOConfig",
     "RECIPES_DIR", "RayConfig",
     "RolloutConfig", "SFTConfig", "TrainConfig", "config_from_dict", "config_help", "config_to_dict",
     "find_recipe",
@@ -81,6 +81,27 @@ class EnvConfig:
 
 
 @dataclass
+class LoRAConfig:
+    rank: int = 0
+    """Adapter rank r; 0 = no adapters (every weight trained). With r > 0 the base is frozen and
+    AdamW updates only the adapters (PEFT's LoRA); the KL reference is the base with the adapters
+    disabled, no second copy. docs/training/lora.md."""
+    alpha: float = 32.0
+    """Scale of the update: the adapter's output is multiplied by alpha / rank."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input (0 keeps the PPO ratio of the first minibatch exactly 1)."""
+    targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Linear modules (by name suffix) that get adapters: the attention projections by default."""
+    experts: bool = False
+    """Also adapt the MoE experts' fused weights (``mlp.experts.gate_up_proj`` and
+    ``mlp.experts.down_proj``, one adapter per expert) through PEFT's ``target_parameters``."""
+    export_merged: bool = False
+    """Each PPO checkpoint also writes ``merged/``: the base with the adapters folded in, a plain
+    model folder that transformers and ``agentgym-eval --policy hf`` load (``model/`` holds the
+    adapters only)."""
+
+
+@dataclass
 class ModelConfig:
     name: str = "tiny"
     """``tiny`` (a local tiny GPT-OSS on the byte tokenizer), ``tiny:o200k_harmony`` (the same with
@@ -103,6 +124,8 @@ class ModelConfig:
     """Trainer device: cpu or cuda (under torchrun: cuda:LOCAL_RANK)."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass (memory for compute)."""
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    """LoRA adapters instead of full fine-tuning (``model.lora.rank`` > 0)."""
 
 
 @dataclass
@@ -577,6 +600,30 @@ class TrainConfig:
             raise ConfigError(f"rollout.sleep_level: expected 0, 1 or 2, got {self.rollout.sleep_level}")
         if len(self.correction.geo_band) != 2:
             raise ConfigError(f"correction.geo_band: expected [lo, hi], got {self.correction.geo_band}")
+        self._validate_lora()
+
+    def _validate_lora(self) -> None:
+        """LoRA's numbers, and the paths it is wired into so far (docs/training/lora.md)."""
+        lo, r = self.model.lora, self.rollout
+        if lo.rank < 0:
+            raise ConfigError(f"model.lora.rank: expected 0 (no adapters) or a positive rank, got {lo.rank}")
+        if not lo.rank:
+            return
+        if not lo.alpha > 0 or not 0 <= lo.dropout < 1:
+            raise ConfigError(f"model.lora: expected alpha > 0 and 0 <= dropout < 1, got alpha={lo.alpha}, "
+                              f"dropout={lo.dropout}")
+        if not lo.targets and not lo.experts:
+            raise ConfigError("model.lora: no adapters to train (targets=[] and experts=false); fix: "
+                              "model.lora.targets=[q_proj,k_proj,v_proj,o_proj] or model.lora.experts=true")
+        unwired = {"rollout.engine": (r.engine, "hf"), "rollout.engine_weights": (r.engine_weights, "shared"),
+                   "rollout.backend": (r.backend, "local"), "rollout.mode": (r.mode, "sync")}
+        for key, (got, ok) in unwired.items():
+            if got != ok:
+                raise ConfigError(f"model.lora.rank={lo.rank} runs with {key}={ok} only so far (the learner's own "
+                                  f"model, adapters applied), got {key}={got}; fix: {key}={ok}, or model.lora.rank=0")
+        if self.controls or self.sft.load:
+            raise ConfigError("model.lora.rank > 0 with controls or sft.load is not wired yet (they reload full "
+                              "weights); fix: controls=[] sft.load=null, or model.lora.rank=0")
 
 
     def _validate_evidence(self) -> None:

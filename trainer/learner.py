@@ -13,6 +13,10 @@ process, FSDP2 mixed precision under torchrun, ``distributed.py``).
 The forward pass of a :class:`~agentgym.trainer.batch.Batch` gives per-token log-probs,
 entropy and values on its policy tokens only; the prompt prefix every row shares runs once
 (:func:`shared_prefix_len`).
+
+With ``model.lora.rank`` > 0 the policy carries PEFT's LoRA adapters (:mod:`.lora`): the base is
+frozen, :attr:`params` (and AdamW) hold the adapters only, :attr:`peft` is the PeftModel around
+:attr:`model`, and the KL reference is ``lora.AdaptersOff`` (the same model, adapters disabled).
 """
 
 from __future__ import annotations
@@ -85,8 +89,16 @@ class Learner:
                 D.shard_module(self.value_head, compute_dtype=self.compute_dtype)
         elif self._initial_weights is not None:
             load_weights(self.model, self._initial_weights)
+        self.peft: Any = None  # the PeftModel around self.model when model.lora.rank > 0 (trainer/lora.py)
+        if cfg.model.lora.rank:
+            if self.dist is not None:
+                raise ConfigError("model.lora.rank > 0 runs in one process only so far; run agentgym-train "
+                                  "without torchrun, or set model.lora.rank=0")
+            from agentgym.trainer.lora import add_adapters
+
+            self.peft = add_adapters(self.model, cfg.model.lora, seed=cfg.seed)  # base frozen, adapters in place
         self.model.train()
-        self.params = list(self.model.parameters()) + (
+        self.params = [q for q in self.model.parameters() if q.requires_grad] + (
             list(self.value_head.parameters()) if self.value_head is not None else [])
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.ppo.lr, weight_decay=cfg.ppo.weight_decay)
         p, total = cfg.ppo, cfg.ppo.steps * cfg.ppo.epochs * cfg.ppo.minibatches
@@ -100,7 +112,7 @@ class Learner:
                 raise ConfigError("sft.load with ppo.carry_sft_optimizer=true under torchrun is not "
                                   "supported; set ppo.carry_sft_optimizer=false")
             load_moments(Path(cfg.sft.load) / "sft_optimizer.pt", self.model, self.optimizer)
-        self.ref_model: torch.nn.Module | None = None
+        self.ref_model: Any = None  # a frozen copy, or with LoRA lora.AdaptersOff (the base, no copy)
 
     # ------------------------------------------------------------------ building
     def build_policy(self, *, meta: bool | None = None) -> tuple[Any, Any]:
@@ -151,17 +163,23 @@ class Learner:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.compute_dtype)
 
-    def forward(self, model: torch.nn.Module, b: Batch, *, temperature: float = 1.0, values: bool = False,
+    def forward(self, model: Any, b: Batch, *, temperature: float = 1.0, values: bool = False,
                 entropy: bool = True, entropy_grad: bool = False) -> ForwardOut:
         """Log-probs, entropy (and values with ``values``) of ``b``'s tokens under ``model`` (the
         policy or the reference), in the compute context, with routing replay when ``b`` has
         routes."""
+        from agentgym.trainer.lora import AdaptersOff
+
+        if isinstance(model, AdaptersOff):  # the LoRA reference: the policy with its adapters off
+            with model.active() as base:
+                return self.forward(base, b, temperature=temperature, values=values, entropy=entropy,
+                                    entropy_grad=entropy_grad)
         with self.compute():
             return batch_forward(model, b, temperature=temperature, with_entropy=entropy,
                                  value_head=self.value_head if values else None, entropy_grad=entropy_grad)
 
     @torch.no_grad()
-    def score_rows(self, model: torch.nn.Module, b: Batch, plan: list[torch.Tensor], *, temperature: float,
+    def score_rows(self, model: Any, b: Batch, plan: list[torch.Tensor], *, temperature: float,
                    values: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs (and values) of every row, micro-batch by micro-batch -> (B, T) tensors."""
         logp = torch.zeros_like(b.behaviour_logp)
@@ -179,7 +197,13 @@ class Learner:
     def start_reference(self, *, resumed: bool) -> None:
         """Save the policy as PPO starts to ``RUN_DIR/reference`` (unless resuming), and load
         the frozen reference from there when the run keeps one (``TrainConfig.keeps_reference``).
-        Never re-taken on resume."""
+        Never re-taken on resume. With LoRA the reference is the base (the adapters disabled):
+        nothing is saved or copied."""
+        if self.peft is not None:
+            from agentgym.trainer.lora import AdaptersOff
+
+            self.ref_model = AdaptersOff(self.peft) if self.cfg.keeps_reference() else None
+            return
         ref_dir = Path(self.cfg.log.run_dir) / REFERENCE
         if not resumed:
             save_model_atomic(self.model, ref_dir, dtype=self.compute_dtype)
