@@ -84,6 +84,7 @@ class VerifiersScorer:
                 error = f"{type(e).__name__}: {e}"
             if trace.errors and error is None:
                 error = f"{trace.errors[-1].type}: {trace.errors[-1].message}"
-            return {"reward": float(trace.reward), "error": error,
+            trace.ok = not trace.errors and error is None
+            return {"reward": float(trace.reward), "error": error, "trace": trace.model_dump_json(),
                     "rewards": {k: float(r.score) for k, r in trace.rewards.items() if r is not None}}
         return score

@@ -258,6 +258,9 @@ class VerifiersEnv(HubEnv):
                               outcome=0.0)
         if out.get("error"):  # verifiers' scoring raised (a TaskError): the source's bug, reported
             return self.infra_fault(f"verifiers scoring raised {out['error']}")
+        import verifiers.v1 as vf
+
+        conv.trace = vf.Trace.model_validate_json(out["trace"])  # the scored trace, as verifiers records it (data)
         return float(out["reward"]), {f"vf:{k}": float(v) for k, v in out["rewards"].items()}
 
     def on_close(self) -> None:
