@@ -135,6 +135,8 @@ _ABOUT: dict[str, tuple[str, str]] = {
                             "Docker and the sandbox image (agentgym sandbox build)"),
     "agentgym/WebAPI-v1": ("serve a store's customers through a real HTTP API and database",
                            "nothing more (SQLite; PostgreSQL with database_url=postgresql://...)"),
+    "agentgym/Lookup-v1": ("a chain of dependent look-ups through a tool that fails at random (retry)",
+                           "nothing more"),
     "agentgym/Remote-v0": ("client of an env served by `agentgym serve env` (url=..., env_id=...)",
                            "a running server; the [scale] extra for ws:// URLs"),
     "agentgym/ReasoningGym-v0": ("a reasoning-gym dataset as an env (dataset=...)", "the [interop] extra"),

@@ -65,6 +65,8 @@ def chain_split(codes: Sequence[str]) -> str:
 
 
 class LookupEnv(ToolEnv):
+    """Follow a chain of dependent look-ups through a flaky service; answer the code it ends at."""
+
     default_id = "agentgym/Lookup-v1"
     splits = ("train", "eval")
     instructions = ("Follow the chain: call the lookup tool with the start code, then with each code it "
