@@ -3,6 +3,7 @@
     .venv/bin/python bench/reward_hacks.py                 # ~6 min on 2 busy cores (CodeFix needs docker)
     .venv/bin/python bench/reward_hacks.py --no-codefix    # without the sandbox
     .venv/bin/python bench/reward_hacks.py --size small --env agentgym/Math-v1   # the sample CI plays
+    .venv/bin/python bench/reward_hacks.py --interop --env agentgym/Math-v1      # + the imported envs' cases
 
 The exit status is 1 when any hack earned anything (the table's "paid" column is not all 0).
 
@@ -18,6 +19,10 @@ The exit status is 1 when any hack earned anything (the table's "paid" column is
 4. CodeFix: the partial credit a degenerate program would get from the hidden-test pass rate
    (``pass_rate_delta``), the best of six constant bodies, with and without a no-regression
    rule. This is why ``pass_rate_delta`` has weight 0 by default.
+5. With ``--interop``: the imported envs' cases (``INTEROP_CASES``: reasoning-gym datasets with
+   partial credit and the no-attempt guard, SkyRL env classes), each hack's paid count, and
+   whether a code-executing answer left a file on the host (``tests/environments/interop/
+   test_interop_hacks.py`` asserts the same in CI). ~30 s of worker start-up per case.
 """
 
 from __future__ import annotations
@@ -61,6 +66,33 @@ def hack_table(env_ids: list[str], backend: str, size: str = "large") -> int:
                     print(f"  {hack.name:48s} {len(rs):7d} {paid:5d} {statistics.mean(rs) if rs else 0:6.3f}")
             finally:
                 env.close()
+    return bad
+
+
+def interop_table(size: str) -> int:
+    """The imported envs' hack cases: applies / paid / mean per hack, and the RCE marker file."""
+    from pathlib import Path
+
+    from agentgym.environments.hacks import INTEROP_CASES, RCE_TARGET, interop_tasks
+
+    bad = 0
+    for case, (env_id, kwargs, hacks) in sorted(INTEROP_CASES.items()):
+        for mode in ("sparse", "shaped"):
+            env = gym.make(env_id, reward_mode=mode, max_turns=4, **kwargs)
+            try:
+                tasks = interop_tasks(case, size)
+                print(f"\n{case} {mode}: {len(tasks)} tasks")
+                for hack in hacks():
+                    rs = [r for r in (play(env, hack, o) for o in tasks) if r is not None]
+                    paid = sum(r != 0 for r in rs)
+                    bad += paid
+                    print(f"  {hack.name:48s} {len(rs):7d} {paid:5d} {statistics.mean(rs) if rs else 0:6.3f}")
+            finally:
+                env.close()
+            if Path(RCE_TARGET).exists():
+                print(f"  HOST FILE WRITTEN: {RCE_TARGET}")
+                Path(RCE_TARGET).unlink()
+                bad += 1
     return bad
 
 
@@ -165,6 +197,7 @@ def main() -> None:
                    help="task sample: 'small' is the one the tests play, 'large' (default) the fuller one")
     p.add_argument("--env", action="append", choices=sorted(HACKS), metavar="ID",
                    help=f"only this environment (repeatable; default all of {sorted(HACKS)})")
+    p.add_argument("--interop", action="store_true", help="also the imported envs' cases (reasoning-gym, SkyRL)")
     args = p.parse_args()
     t0 = time.perf_counter()
     ids = sorted(args.env or HACKS)
@@ -176,6 +209,8 @@ def main() -> None:
         webapi_guess()
     if "agentgym/CodeFix-v1" in ids:
         codefix_constants(args.sandbox, args.every)
+    if args.interop:
+        bad += interop_table(args.size)
     print(f"\nhack table: {bad} paid episodes (must be 0); {time.perf_counter() - t0:.0f} s, "
           f"load {os.getloadavg()[0]:.1f}")
     sys.exit(1 if bad else 0)
