@@ -496,7 +496,9 @@ def _rg_hacks(dataset: str) -> Callable[[], list[Hack]]:
                     Hack("wrap it in Integral() + C", lambda u: [final(f"Integral({f(u)}, x) + C")])]
         if dataset == "polynomial_multiplication":
             g = _rg_meta("polynomial_expr")
-            out += [Hack("echo the product", lambda u: [final(g(u))]),
+            # reasoning-gym's question is sometimes printed already expanded (it depends on
+            # PYTHONHASHSEED): there the echo is the answer, not a cheat
+            out += [Hack("echo the product", lambda u: [final(g(u))], applies=_not_answer(g)),
                     Hack("wrap it in expand()", lambda u: [final(f"expand({g(u)})")])]
         if dataset == "prime_factorization":
             n = _rg_meta("number")

@@ -275,7 +275,10 @@ def memory_problems(cfg: Any) -> list[str]:
         except ConfigError:
             config = None
         if config is not None:
-            learner = estimate_memory(_count(config), config, cfg, cfg.distributed.nproc or 1)["peak during update"]
+            est = estimate_memory(_count(config), config, cfg, cfg.distributed.nproc or 1)
+            # the learner's own share: the engine's is planned for a GPU (a CPU engine holds its own
+            # kv_cache_gib, outside this plan)
+            learner = est["peak during update"] - est["engine asleep"]
     return host_problems(host_memory(cfg, learner))
 
 

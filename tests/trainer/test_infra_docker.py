@@ -43,10 +43,9 @@ def pool() -> Iterator[Any]:
 
 
 def _kill_all(pool: Any) -> int:
-    """SIGKILL every container of ``pool`` (held by an env or waiting warm), as an engine restart does."""
-    from agentgym.sandboxes.orphans import LABEL, OWNER_LABEL, owner_id
-
-    found = pool.client.containers.list(filters={"label": [LABEL, f"{OWNER_LABEL}={owner_id()}"]})
+    """SIGKILL every container of ``pool`` (held by an env or waiting warm), as an engine restart
+    does; only this pool's (``pool._live``), so other tests' sandboxes in this process live on."""
+    found = [c for c in pool.client.containers.list() if c.id in set(pool._live)]
     for c in found:
         try:
             c.kill()

@@ -4,6 +4,8 @@ source's task declares one."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import pytest
 
@@ -55,14 +57,18 @@ def test_forms_refuse_the_question_restated() -> None:
     assert form_gate("prime_factorization", "433 × 2", primes) is None
 
 
-def _env_pays(dataset: str, answer_of: object, **kw: object) -> list[float]:
+def _env_pays(dataset: str, answer_of: object, paid_if_answer: bool = False, **kw: object) -> list[Any]:
+    """The reward of ``answer_of(env)`` on 4 tasks (with ``paid_if_answer``: (reward, the answer
+    is the task's own reference text) pairs)."""
     env = gym.make(RG, dataset=dataset, config={"size": 40}, **kw)
     u = env.unwrapped
-    out = []
+    out: list[Any] = []
     try:
         for i in range(4):
             env.reset(seed=0, options={"index": i})
-            out.append(float(env.step(u.codec.final_ids(answer_of(u)))[1]))  # type: ignore[operator]
+            text = answer_of(u)  # type: ignore[operator]
+            r = float(env.step(u.codec.final_ids(text))[1])
+            out.append((r, str(text).strip() == str(u.entry["answer"]).strip()) if paid_if_answer else r)
     finally:
         env.close()
     return out
@@ -75,7 +81,10 @@ def test_wrapping_the_question_in_integrate_or_expand_earns_nothing() -> None:
                      lambda u: f"integrate({u.entry['metadata']['integrand']}, x)") == [0.0] * 4
     assert _env_pays("polynomial_multiplication",
                      lambda u: f"expand({u.entry['metadata']['polynomial_expr']})") == [0.0] * 4
-    assert _env_pays("polynomial_multiplication", lambda u: u.entry["metadata"]["polynomial_expr"]) == [0.0] * 4
+    # the question itself: 0 unless reasoning-gym printed it already expanded (as it does for some
+    # PYTHONHASHSEED values), where it is the answer
+    echo = _env_pays("polynomial_multiplication", lambda u: u.entry["metadata"]["polynomial_expr"], paid_if_answer=True)
+    assert all(r == 0.0 or is_answer for r, is_answer in echo), echo
 
 
 @pytest.mark.slow

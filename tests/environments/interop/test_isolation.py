@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,9 @@ def test_code_answers_earn_nothing_and_leave_no_trace(dataset: str, open_dir: Pa
         env.reset(seed=0, options={"index": 1})
         if isinstance(u.entry.get("answer"), str):
             *_, r, _, _, info = env.step(u.oracle_action())
-            assert r == 1.0, info["tool_result"]
+            # the source pays it 1; the guard takes off what a non-attempt earns here (partial credit)
+            m = re.search(r"source_score 1\b(?:, no_attempt_score ([0-9.]+))?", info["tool_result"]["content"])
+            assert m and r == pytest.approx(1.0 - float(m.group(1) or 0)), info["tool_result"]
     finally:
         env.close()
 
