@@ -156,11 +156,11 @@ def test_deep_json_is_a_clear_error() -> None:
 
 def test_sessions_per_client_are_capped() -> None:
     m = SessionManager(MATH, limits=env_wire.Limits(max_sessions=4, max_client_sessions=2))
-    m.open(HELLO, "ws", "10.0.0.1")
-    m.open(HELLO, "http", "10.0.0.1")
-    with pytest.raises(ServiceError, match="client at capacity: 10.0.0.1 holds 2"):
-        m.open(HELLO, "ws", "10.0.0.1")
-    m.open(HELLO, "ws", "10.0.0.2")  # another client still gets one
+    m.open(HELLO, "ws", "127.0.0.3")
+    m.open(HELLO, "http", "127.0.0.3")
+    with pytest.raises(ServiceError, match="client at capacity: 127.0.0.3 holds 2"):
+        m.open(HELLO, "ws", "127.0.0.3")
+    m.open(HELLO, "ws", "127.0.0.4")  # another client still gets one
     m.close_all()
 
 
