@@ -74,6 +74,25 @@ def _vm_bytes() -> int:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _reachable_by_others(path: str) -> bool:
+    """Can another user (``nobody``) reach ``path``: every folder on the way world-searchable? A
+    checkout in a private folder (``mktemp -d`` is 0700) is not: the child then keeps root's uid
+    (the audit hook and the limits still hold) rather than fail every import it makes later."""
+    import stat
+
+    p = os.path.realpath(path)
+    while True:
+        try:
+            if not os.stat(p).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+        parent = os.path.dirname(p)
+        if parent == p:
+            return True
+        p = parent
+
+
 def harden(workdir: str, limits: dict[str, Any]) -> None:
     """Called in the child right after fork, before any answer text is read."""
     os.setsid()
@@ -83,7 +102,7 @@ def harden(workdir: str, limits: dict[str, Any]) -> None:
     for lim, value in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_CPU, cpu), (resource.RLIMIT_FSIZE, 0),
                        (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NOFILE, 64)):
         resource.setrlimit(lim, (value, value))
-    if os.getuid() == 0:
+    if os.getuid() == 0 and _reachable_by_others(sys.prefix) and _reachable_by_others(os.path.dirname(__file__)):
         os.setgroups([])
         os.setgid(NOBODY)
         os.setuid(NOBODY)
