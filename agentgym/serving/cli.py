@@ -52,7 +52,7 @@ def _serve_env(args: argparse.Namespace) -> int:
         raise ConfigError("`agentgym serve env` serves its sessions over WebSocket and needs the websockets "
                           "package; install it with: pip install 'agentgym-suite[scale]'") from None
     limits = Limits(max_sessions=args.max_sessions, max_message_bytes=args.max_message_bytes,
-                    max_client_sessions=min(args.max_client_sessions or args.max_sessions, args.max_sessions),
+                    max_client_sessions=args.max_client_sessions or 0,  # 0: half of --max-sessions (Limits)
                     idle_timeout_s=args.idle_timeout, detach_grace_s=args.detach_grace,
                     header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout)
     manager = SessionManager(args.env_id, limits=limits, tokenizer=args.tokenizer,
@@ -105,9 +105,11 @@ def _parser() -> argparse.ArgumentParser:
     env.add_argument("--port", type=int, default=8700, help="TCP port; 0 picks a free one")
     env.add_argument("--max-sessions", type=positive_int, default=256, help="env instances held at once")
     env.add_argument("--max-client-sessions", type=positive_int, default=None,
-                     help="env instances one client address may hold (default: --max-sessions)")
+                     help="env instances one client address may hold (default: half of --max-sessions, "
+                          "at least 1)")
     env.add_argument("--max-message-bytes", type=positive_int, default=1 << 20, help="largest request accepted")
-    env.add_argument("--idle-timeout", type=float, default=300.0, help="close HTTP sessions idle this long (s)")
+    env.add_argument("--idle-timeout", type=positive_float, default=300.0,
+                     help="close a session (HTTP or WebSocket) with no request for this long (s)")
     env.add_argument("--header-timeout", type=positive_float, default=10.0,
                      help="close a connection that is idle or slow to send its request headers (s)")
     env.add_argument("--body-timeout", type=positive_float, default=30.0,
