@@ -401,3 +401,20 @@ def test_a_step_longer_than_the_idle_timeout_is_never_reaped(transport: str) -> 
         env.step(np.array([1, 2]))  # and its session goes on
         assert envs.closed == 1 and len(manager) == 1
         env.close()
+
+
+def test_an_idle_http_session_ends_the_same_way_for_the_client() -> None:
+    from agentgym.errors import SessionEnded
+
+    envs = Tracked()
+    manager = SessionManager(CALC, limits=env_wire.Limits(idle_timeout_s=0.5), make_env=envs.make)
+    with served(manager) as url:
+        env = gym.make("agentgym/Remote-v0", url=url, env_id=CALC)
+        env.reset(seed=0)
+        assert envs.wait_closed(1)  # reaped
+        with pytest.raises(SessionEnded, match=r"was lost .*no request for 0.5 s \(--idle-timeout\)"):
+            env.step(np.array([1, 2]))
+        assert len(env.reset(seed=0)[0]) > 0 and envs.built == 2  # after the error: a new session
+        assert envs.wait_closed(2)
+        assert len(env.reset(seed=0)[0]) > 0 and envs.built == 3  # a reset alone: a new session too
+        env.close()
