@@ -99,8 +99,8 @@ class Limits:
 
     max_sessions: int = 256  # env instances held at once (one per session)
     # Of those, held by one client address; 0: half of max_sessions (at least 1), so one client
-    # cannot lock every other out, while a trainer's pools (train + eval envs: 64 by default,
-    # 96 in the largest CPU recipe) fit under the default 128.
+    # cannot lock every other out, while a trainer's pools (train + eval envs + a probe: 65 by
+    # default, 97 in the largest CPU recipe, measured) fit under the default 128.
     max_client_sessions: int = 0
     max_message_bytes: int = 1 << 20  # one request; actions of 4096 tokens are ~30 KB
     max_action_items: int = MAX_ACTION_ITEMS  # values in one declared array action (module doc)
