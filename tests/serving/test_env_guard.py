@@ -333,20 +333,20 @@ def test_a_silent_websocket_session_is_closed_with_its_env_and_the_client_told_w
     from agentgym.errors import SessionEnded
 
     envs = Tracked()
-    manager = SessionManager(CALC, limits=env_wire.Limits(idle_timeout_s=0.5), make_env=envs.make)
+    manager = SessionManager(CALC, limits=env_wire.Limits(idle_timeout_s=1.0), make_env=envs.make)
     with served(manager) as url:
         ws_url = url.replace("http://", "ws://") + env_wire.WS_PATH
         ws = _silent_session(ws_url)
         with pytest.raises(ConnectionClosed) as closed:
             ws.recv(timeout=30)  # the server's close frame is the signal
         assert closed.value.rcvd is not None and closed.value.rcvd.code == env_wire.WS_IDLE_CLOSE
-        assert closed.value.rcvd.reason == "no request for 0.5 s; raise --idle-timeout on the server or keep stepping"
+        assert closed.value.rcvd.reason == "no request for 1 s; raise --idle-timeout on the server or keep stepping"
         assert (envs.built, envs.closed, len(manager)) == (1, 1, 0)  # closed before the connection was
 
         env = gym.make("agentgym/Remote-v0", url=ws_url, env_id=CALC)
         env.reset(seed=0)
         assert envs.wait_closed(2)  # silent: the server ends it
-        with pytest.raises(SessionEnded, match=r"ended this session: no request for 0.5 s; raise --idle-timeout "
+        with pytest.raises(SessionEnded, match=r"ended this session: no request for 1 s; raise --idle-timeout "
                                                r"on the server or keep stepping\. The episode in flight is lost"):
             env.step(np.array([1, 2]))
         obs, _ = env.reset(seed=0)  # a new session
@@ -384,7 +384,7 @@ def test_a_websocket_session_that_keeps_stepping_is_kept() -> None:
 def test_a_step_longer_than_the_idle_timeout_is_never_reaped(transport: str) -> None:
     gate = threading.Event()
     envs = Tracked(step_gate=gate)
-    manager = SessionManager(CALC, limits=env_wire.Limits(idle_timeout_s=0.5), make_env=envs.make)
+    manager = SessionManager(CALC, limits=env_wire.Limits(idle_timeout_s=1.0), make_env=envs.make)
     with served(manager) as url:
         ws_url = url.replace("http://", "ws://") + env_wire.WS_PATH
         env = gym.make("agentgym/Remote-v0", url=ws_url if transport == "ws" else url, env_id=CALC, timeout=60)
@@ -407,12 +407,12 @@ def test_an_idle_http_session_ends_the_same_way_for_the_client() -> None:
     from agentgym.errors import SessionEnded
 
     envs = Tracked()
-    manager = SessionManager(CALC, limits=env_wire.Limits(idle_timeout_s=0.5), make_env=envs.make)
+    manager = SessionManager(CALC, limits=env_wire.Limits(idle_timeout_s=1.0), make_env=envs.make)
     with served(manager) as url:
         env = gym.make("agentgym/Remote-v0", url=url, env_id=CALC)
         env.reset(seed=0)
         assert envs.wait_closed(1)  # reaped
-        with pytest.raises(SessionEnded, match=r"was lost .*no request for 0.5 s \(--idle-timeout\)"):
+        with pytest.raises(SessionEnded, match=r"was lost .*no request for 1 s \(--idle-timeout\)"):
             env.step(np.array([1, 2]))
         assert len(env.reset(seed=0)[0]) > 0 and envs.built == 2  # after the error: a new session
         assert envs.wait_closed(2)
