@@ -17,6 +17,7 @@ Everything agentgym raises on purpose derives from ``AgentGymError``::
     │   └── SandboxLost         the sandbox died under an episode (also an InfraError)
     ├── ServiceError            a backing service (the WebAPI server) failed to start or died
     │   └── ServiceLost         a service stopped answering mid-episode (also an InfraError)
+    │       └── SessionEnded    agentgym serve env ended the session (idle too long, restarted)
     ├── InfraError              an episode's infrastructure failed: not the policy's doing
     ├── TrainerError            the trainer
     │   ├── NonFiniteError      NaN/inf in rewards, advantages or losses
@@ -59,6 +60,7 @@ __all__ = [
     "SandboxUnavailable",
     "ServiceError",
     "ServiceLost",
+    "SessionEnded",
     "SubmissionError",
     "TokenizerError",
     "TrainerError",
@@ -152,6 +154,12 @@ class SandboxStartFailed(SandboxUnavailable, InfraError):
 
 class ServiceLost(ServiceError, InfraError):
     """A service an episode depends on stopped answering mid-episode (server killed or hung)."""
+
+
+class SessionEnded(ServiceLost):
+    """``agentgym serve env`` ended a session its client still held: no request for the server's
+    ``--idle-timeout``, or the server restarted. The episode in flight is lost; the next
+    ``reset()`` of ``agentgym/Remote-v0`` opens a new session by itself."""
 
 
 def infra_note(error: BaseException, limit: int = 200) -> str:

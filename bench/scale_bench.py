@@ -201,7 +201,8 @@ def bench_sessions(counts: list[int], env_id: str) -> list[dict[str, Any]]:
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))  # the server inherits it
     rows = []
     for n in counts:
-        server = _serve(env_id, "--max-sessions", str(max(counts) * 2), "--detach-grace", "5")
+        cap = str(max(counts) * 2)  # every session comes from this one client address
+        server = _serve(env_id, "--max-sessions", cap, "--max-client-sessions", cap, "--detach-grace", "5")
         try:
             proc = psutil.Process(server.proc.pid)
             rss0 = proc.memory_info().rss

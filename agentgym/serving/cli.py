@@ -18,8 +18,9 @@ import sys
 
 from agentgym.cli import positive_int
 from agentgym.serving.chat_server import REASONING_EFFORTS
+from agentgym.serving.env_wire import Limits
 
-__all__ = ["main"]
+__all__ = ["env_limits", "main"]
 
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0 (seconds)."""
@@ -36,13 +37,21 @@ def positive_float(text: str) -> float:
 _OLD = "`agentgym serve ENV_ID` is now `agentgym serve env ENV_ID` (`agentgym serve model` serves a policy)"
 
 
+def env_limits(args: argparse.Namespace) -> Limits:
+    """The limits of ``agentgym serve env`` from its parsed flags."""
+    return Limits(max_sessions=args.max_sessions, max_message_bytes=args.max_message_bytes,
+                  max_client_sessions=args.max_client_sessions or 0,  # 0: half of --max-sessions
+                  idle_timeout_s=args.idle_timeout, detach_grace_s=args.detach_grace,
+                  header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout)
+
+
 def _serve_env(args: argparse.Namespace) -> int:
     import agentgym
     from agentgym.errors import ConfigError
     from agentgym.registration import check_env_id
     from agentgym.serving.env_server import serve
     from agentgym.serving.env_sessions import SessionManager, parse_env_kwarg
-    from agentgym.serving.env_wire import SAFE_KWARGS, Limits
+    from agentgym.serving.env_wire import SAFE_KWARGS
     from agentgym.serving.guard import server_access
 
     check_env_id(args.env_id, agentgym.registered_ids())
@@ -51,11 +60,7 @@ def _serve_env(args: argparse.Namespace) -> int:
     except ImportError:
         raise ConfigError("`agentgym serve env` serves its sessions over WebSocket and needs the websockets "
                           "package; install it with: pip install 'agentgym-suite[scale]'") from None
-    limits = Limits(max_sessions=args.max_sessions, max_message_bytes=args.max_message_bytes,
-                    max_client_sessions=min(args.max_client_sessions or args.max_sessions, args.max_sessions),
-                    idle_timeout_s=args.idle_timeout, detach_grace_s=args.detach_grace,
-                    header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout)
-    manager = SessionManager(args.env_id, limits=limits, tokenizer=args.tokenizer,
+    manager = SessionManager(args.env_id, limits=env_limits(args), tokenizer=args.tokenizer,
                              env_kwargs=dict(parse_env_kwarg(kv) for kv in args.env_kwarg),
                              allow_kwargs=SAFE_KWARGS | set(args.allow_kwarg))
     access = server_access("agentgym serve env", args.host, hosts=args.allow_host, origins=args.allow_origin)
@@ -105,9 +110,11 @@ def _parser() -> argparse.ArgumentParser:
     env.add_argument("--port", type=int, default=8700, help="TCP port; 0 picks a free one")
     env.add_argument("--max-sessions", type=positive_int, default=256, help="env instances held at once")
     env.add_argument("--max-client-sessions", type=positive_int, default=None,
-                     help="env instances one client address may hold (default: --max-sessions)")
+                     help="env instances one client address may hold (default: half of --max-sessions, "
+                          "at least 1)")
     env.add_argument("--max-message-bytes", type=positive_int, default=1 << 20, help="largest request accepted")
-    env.add_argument("--idle-timeout", type=float, default=300.0, help="close HTTP sessions idle this long (s)")
+    env.add_argument("--idle-timeout", type=positive_float, default=300.0,
+                     help="close a session (HTTP or WebSocket) with no request for this long (s)")
     env.add_argument("--header-timeout", type=positive_float, default=10.0,
                      help="close a connection that is idle or slow to send its request headers (s)")
     env.add_argument("--body-timeout", type=positive_float, default=30.0,

@@ -3,8 +3,9 @@
 A :class:`Channel` opens a session (``hello``) and then carries requests. When the connection
 drops, a channel reconnects (``resume`` over WebSocket; a plain retry over HTTP) with
 exponential backoff and sends the same request again: the server answers a repeated ``seq``
-from its stored reply, so nothing is applied twice. When the server stays unreachable, or the
-session is gone (the server restarted), the channel raises :class:`ServiceError` saying so.
+from its stored reply, so nothing is applied twice. When the server stays unreachable the
+channel raises :class:`ServiceError` saying so; when the session is gone (the server restarted,
+or ended it after no request for its idle timeout) it raises :class:`SessionEnded`.
 
 The remote env takes any ``Channel``; unit tests pass one over ``httpx.MockTransport`` or an
 in-process function, integration tests the real ones against ``agentgym serve env``.
@@ -30,7 +31,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from agentgym.errors import AgentGymError, ConfigError, EnvStateError, ServiceError
+from agentgym.errors import AgentGymError, ConfigError, EnvStateError, ServiceError, SessionEnded
 from agentgym.serving import env_wire
 
 __all__ = ["Channel", "HTTPChannel", "WebSocketChannel", "make_channel"]
@@ -38,7 +39,8 @@ __all__ = ["Channel", "HTTPChannel", "WebSocketChannel", "make_channel"]
 
 class Channel(Protocol):
     def open(self, hello: dict[str, Any]) -> dict[str, Any]:
-        """Start a session; returns the server's welcome (session id, tokenizer, limits)."""
+        """Start a session, ending the previous one if any; returns the server's welcome
+        (session id, tokenizer, limits)."""
         ...
 
     def request(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -92,6 +94,16 @@ def _refusal(url: str, status: int, body: Any) -> ConfigError | None:
     except (TypeError, ValueError, KeyError):
         return None
     return ConfigError(f"{url} refused the connection: {message}")
+
+
+def _ended(url: str, e: BaseException) -> SessionEnded | None:
+    """The error for a connection the server closed because its session had no request for the
+    server's idle timeout (close code ``WS_IDLE_CLOSE``, the reason says so), else None."""
+    close = getattr(e, "rcvd", None)  # websockets' ConnectionClosed: the close frame received
+    if getattr(close, "code", None) != env_wire.WS_IDLE_CLOSE:
+        return None
+    return SessionEnded(f"{url} ended this session: {getattr(close, 'reason', '') or 'idle too long'}. The "
+                        "episode in flight is lost; reset() opens a new session")
 
 
 _OPEN: weakref.WeakSet[WebSocketChannel] = weakref.WeakSet()  # channels with a live connection
@@ -197,13 +209,17 @@ class WebSocketChannel(_Retrying):
                 raise self._timed_out(msg.get("op")) from None
             except (OSError, WebSocketException) as e:
                 self._drop()
+                ended = _ended(self.url, e)
+                if ended is not None:  # closed on purpose: resuming would only be refused
+                    self._forget()
+                    raise ended from None
                 last = e
             except ServiceError:
                 self._forget()
                 raise
             except AgentGymError as e:  # resume refused: the session is gone
                 self._forget()
-                raise ServiceError(f"the session on {self.url} was lost ({e}); the episode in flight is "
+                raise SessionEnded(f"the session on {self.url} was lost ({e}); the episode in flight is "
                                    "lost, reset() starts a new session") from None
         self._forget()
         raise self._gone(last, "reconnecting")
@@ -274,7 +290,7 @@ class HTTPChannel(_Retrying):
                                    f"{r.text[:200]!r}; is this an agentgym serve env endpoint?") from None
             if r.status_code == 404 and self.session is not None:
                 self.session = self.secret = None
-                raise ServiceError(f"the session on {self.url} was lost "
+                raise SessionEnded(f"the session on {self.url} was lost "
                                    f"({reply.get('error', {}).get('message', '')}); the episode in flight "
                                    "is lost, reset() starts a new session")
             return reply  # type: ignore[no-any-return]

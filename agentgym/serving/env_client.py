@@ -18,7 +18,9 @@ so it is not recorded with the env's spec.
 Errors: a server that cannot be reached, a session that was lost, or a request that timed out
 raise :class:`ServiceLost` (a ServiceError and an InfraError: the episode in flight is lost, and
 the trainer and agentgym-eval count it as an infrastructure fault; ``reset()`` opens a new
-session if needed); an infrastructure fault of the served env comes back as it does locally
+session if needed; a session the server ended for having no request for its ``--idle-timeout``
+raises :class:`SessionEnded`, a ServiceLost, on the next ``step``, and ``reset()`` simply opens a
+new one); an infrastructure fault of the served env comes back as it does locally
 (``info["infra_error"]``); mistakes of the caller (step before reset, refused keyword arguments, a tokenizer
 that differs from the server's) raise the same classes as locally. Bad actions never raise.
 """
@@ -35,7 +37,7 @@ import gymnasium as gym
 import numpy as np
 
 from agentgym.env import as_action_array, token_space
-from agentgym.errors import ConfigError, EnvStateError, InfraError, ServiceError, ServiceLost
+from agentgym.errors import ConfigError, EnvStateError, InfraError, ServiceError, ServiceLost, SessionEnded
 from agentgym.harmony import HarmonyCodec
 from agentgym.serving import env_wire
 from agentgym.serving.env_channels import Channel, make_channel
@@ -130,9 +132,14 @@ class RemoteEnv(gym.Env[np.ndarray, np.ndarray]):
             raise EnvStateError(f"{self.remote_id} is closed; make a new environment")
         super().reset(seed=seed)
         if self._state is _State.BROKEN:  # the session may be gone (server restart): a new one
-            self.channel.close()
+            self._open()  # (the channel ends its previous session first)
+        try:
+            reply = self._call({"op": "reset", "seed": seed, "options": options})
+        except SessionEnded:
+            # The server ended the session while it sat unused (no request for its --idle-timeout,
+            # e.g. during a long update): a reset has no episode to lose, so it starts a new one.
             self._open()
-        reply = self._call({"op": "reset", "seed": seed, "options": options})
+            reply = self._call({"op": "reset", "seed": seed, "options": options})
         self.trajectory = Trajectory.from_dict(reply["trajectory"])
         self.counts = {}
         self._state = _State.RUNNING

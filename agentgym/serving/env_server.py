@@ -6,12 +6,13 @@ a time per session and at most ``max_sessions`` sessions per process. The transp
 
 * ``/ws``: a WebSocket whose first message is ``hello`` (a new session) or ``resume`` (take a
   session back after the connection dropped). When the connection ends without ``close``,
-  the session waits ``detach_grace_s`` for a ``resume`` and is then closed.
+  the session waits ``detach_grace_s`` for a ``resume`` and is then closed. A connection with
+  no request for ``idle_timeout_s`` closes its session and then itself (``WS_IDLE_CLOSE``).
 * ``/v1/sessions``: the same requests over plain HTTP, one JSON body each; a session closes on
   ``DELETE`` or after ``idle_timeout_s`` without a request.
 
 The messages are in ``env_wire.py``; the session logic (ordering, replay of a resent request, the
-cap, which constructor keywords a client may set) in ``sessions.py``.
+cap, which constructor keywords a client may set) in ``env_sessions.py``.
 """
 
 from __future__ import annotations
@@ -80,7 +81,15 @@ def create_app(manager: SessionManager, access: Access | None = None) -> Guard:
             await ws.send_text(env_wire.encode(_welcome(session)))
             while True:
                 try:
-                    msg = await _receive(ws, limits.max_message_bytes)
+                    # The idle clock runs only here, between a reply and the next request: a
+                    # step that is running is never timed out by it.
+                    with anyio.fail_after(limits.idle_timeout_s):
+                        msg = await _receive(ws, limits.max_message_bytes)
+                except TimeoutError:
+                    if session.generation == generation:  # still this connection's session
+                        await in_thread(manager.close, session)  # the env (container, schema) released
+                    await _close(ws, env_wire.WS_IDLE_CLOSE, env_wire.idle_reason(limits.idle_timeout_s))
+                    return
                 except ConfigError as e:
                     await ws.send_text(env_wire.encode(env_wire.error_reply(e)))
                     continue
@@ -183,9 +192,9 @@ async def _receive(ws: WebSocket, max_bytes: int) -> dict[str, Any]:
     return env_wire.decode(raw, max_bytes=max_bytes)
 
 
-async def _close(ws: WebSocket, code: int) -> None:
+async def _close(ws: WebSocket, code: int, reason: str | None = None) -> None:
     with contextlib.suppress(Exception):
-        await ws.close(code)
+        await ws.close(code, reason)
 
 
 def client_of(conn: Request | WebSocket) -> str:

@@ -5,7 +5,8 @@ A :class:`Session` owns one environment instance and answers the requests of one
 reconnect (same ``seq``) is answered again instead of being applied twice. A
 :class:`SessionManager` creates sessions up to a cap, checks what clients may pass to the
 environment's constructor, and closes sessions whose client went away (detached WebSocket
-sessions after a grace period, idle HTTP sessions after a timeout). The ASGI app in
+sessions after a grace period, idle HTTP sessions after a timeout; an attached WebSocket
+session that stays silent is ended by its connection's handler). The ASGI app in
 ``env_server.py`` is only the transport around this.
 """
 
@@ -68,6 +69,9 @@ class Session:
                 reply = env_wire.error_reply(e)
             reply["seq"] = seq
             self.last_seq, self.last_reply = seq, reply
+            # The idle clock starts when the reply leaves, so a step longer than the idle
+            # timeout does not leave its session to be reaped before the client can answer.
+            self.touched = time.monotonic()
             return reply
 
     def _apply(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -166,13 +170,17 @@ class SessionManager:
                               "`agentgym serve env --env-kwarg KEY=JSON` or opens them with --allow-kwarg KEY")
         with self._lock:
             if len(self._sessions) + sum(self._reserved.values()) >= self.limits.max_sessions:
-                raise ServiceError(f"server at capacity: {self.limits.max_sessions} sessions are open; "
-                                   "retry later, close idle envs, or start another `agentgym serve env`")
+                raise ServiceError(f"server at capacity: {self.limits.max_sessions} sessions are open "
+                                   f"(--max-sessions); retry later, close idle envs, start the server with "
+                                   "a larger --max-sessions, or start another `agentgym serve env`")
             held = sum(s.client == client for s in self._sessions.values()) + self._reserved.get(client, 0)
             if held >= self.limits.max_client_sessions:
-                raise ServiceError(f"client at capacity: {client} holds {held} sessions, this server's limit "
-                                   f"per client (--max-client-sessions {self.limits.max_client_sessions}); "
-                                   "close idle envs or retry later")
+                raise ServiceError(
+                    f"client at capacity: {client} holds {held} sessions, this server's limit per client "
+                    f"address (--max-client-sessions {self.limits.max_client_sessions}, by default half of "
+                    f"--max-sessions {self.limits.max_sessions}); close idle envs, or start the server with "
+                    "a larger --max-client-sessions (a trainer holds rollout.tasks_per_step x "
+                    "samples_per_task + log.eval_episodes envs per collecting process)")
             self._reserved[client] = self._reserved.get(client, 0) + 1
         try:
             env = self._build(kwargs)
@@ -212,8 +220,9 @@ class SessionManager:
     def get(self, session_id: str, secret: str) -> Session:
         s = self._sessions.get(session_id)
         if s is None or not secrets.compare_digest(s.secret, secret):
-            raise EnvStateError(f"no session {session_id!r} here (closed after its client went away, "
-                                "or the server restarted); call reset() to start a new one")
+            raise EnvStateError(f"no session {session_id!r} here (closed after its client went away or sent "
+                                f"no request for {self.limits.idle_timeout_s:g} s (--idle-timeout), or the "
+                                "server restarted); call reset() to start a new one")
         return s
 
     def close(self, session: Session) -> None:
@@ -222,7 +231,10 @@ class SessionManager:
         session.close()
 
     def reap(self, now: float | None = None) -> list[Session]:
-        """Sessions whose client is gone: detached past the grace period, or idle too long."""
+        """Sessions whose client is gone: detached past the grace period, or idle too long.
+
+        An attached WebSocket session is its connection's to end (``env_server``: it closes
+        the connection with a reason); a session whose request is running is never reaped."""
         now = time.monotonic() if now is None else now
         gone = []
         with self._lock:

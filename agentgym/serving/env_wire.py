@@ -21,6 +21,10 @@ the stored reply again, so a request resent after a reconnect is never applied t
      "info": {...}, "delta": Delta}
     {"op": "close"}  -> {"ok": true}   (ends the session; WebSocket: also the connection)
 
+A session with no request for ``limits.idle_timeout_s`` is closed and its env released; over
+WebSocket the server then closes the connection with code ``WS_IDLE_CLOSE`` and a reason
+saying why (:func:`idle_reason`), and the client raises that on its next call.
+
 Errors: ``{"ok": false, "error": {"type": "ConfigError", "message": "..."}, "seq": n}``; the
 type names a class of ``agentgym.errors`` and the client raises that class.
 
@@ -49,6 +53,7 @@ __all__ = [
     "SAFE_KWARGS",
     "SECRET_HEADER",
     "TOKEN_ENV",
+    "WS_IDLE_CLOSE",
     "WS_PATH",
     "Delta",
     "Limits",
@@ -58,6 +63,7 @@ __all__ = [
     "encode_action",
     "error_from_wire",
     "error_reply",
+    "idle_reason",
     "jsonable",
 ]
 
@@ -68,6 +74,10 @@ TOKEN_ENV = "AGENTGYM_SERVE_TOKEN"  # the servers' token, for servers and client
 SECRET_HEADER = "x-agentgym-secret"  # an HTTP session's secret (Authorization carries the server's token)
 # `agentgym serve env` prints one line starting with this once it accepts connections.
 READY_PREFIX = "AGENTGYM_SERVE_READY"
+# The WebSocket close code of a session closed for having no request for ``idle_timeout_s``
+# (4000-4999 are the application's own codes; 408 as in HTTP's Request Timeout). The close
+# reason says why and how to avoid it (:func:`idle_reason`); the client raises it as an error.
+WS_IDLE_CLOSE = 4408
 
 # Constructor keywords a client may set by default: budgets, reward mode, prompt style, task
 # selection. Everything else (sandbox backend, file paths, database or server URLs) is the
@@ -88,17 +98,37 @@ class Limits:
     """What one ``agentgym serve env`` process accepts (sent to clients in the hello reply)."""
 
     max_sessions: int = 256  # env instances held at once (one per session)
-    max_client_sessions: int = 256  # of those, held by one client address
+    # Of those, held by one client address; 0: half of max_sessions (at least 1), so one client
+    # cannot lock every other out, while a trainer's pools (train + eval envs + a probe: 65 by
+    # default, 97 in the largest CPU recipe, measured) fit under the default 128.
+    max_client_sessions: int = 0
     max_message_bytes: int = 1 << 20  # one request; actions of 4096 tokens are ~30 KB
     max_action_items: int = MAX_ACTION_ITEMS  # values in one declared array action (module doc)
-    idle_timeout_s: float = 300.0  # an HTTP session with no request for this long is closed
+    idle_timeout_s: float = 300.0  # a session (HTTP or WebSocket) with no request for this long is closed
     detach_grace_s: float = 30.0  # a WebSocket session whose connection dropped waits this long
     hello_timeout_s: float = 10.0  # a connection that does not say hello in time is dropped
     header_timeout_s: float = 10.0  # a connection idle, or slow with its request headers, is closed
     body_timeout_s: float = 30.0  # an HTTP request body that takes longer is refused (408)
 
+    def __post_init__(self) -> None:
+        if self.max_sessions < 1:
+            raise errors.ConfigError(f"max_sessions must be at least 1, got {self.max_sessions}")
+        if self.max_client_sessions == 0:  # the default: derived here, the one place it is
+            object.__setattr__(self, "max_client_sessions", max(1, self.max_sessions // 2))
+        if not 1 <= self.max_client_sessions <= self.max_sessions:
+            raise errors.ConfigError(
+                f"max_client_sessions (--max-client-sessions) must be between 1 and max_sessions "
+                f"(--max-sessions, {self.max_sessions}), got "
+                f"{self.max_client_sessions}; raise --max-sessions too, or leave --max-client-sessions out "
+                f"for half of --max-sessions")
+
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}
+
+
+def idle_reason(idle_timeout_s: float) -> str:
+    """Why a session was closed for silence, and how to avoid it (a WebSocket close reason: <= 123 bytes)."""
+    return f"no request for {idle_timeout_s:g} s; raise --idle-timeout on the server or keep stepping"
 
 
 class Delta(TypedDict):

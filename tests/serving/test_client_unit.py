@@ -30,6 +30,7 @@ class InProcess:
         return json.loads(env_wire.encode(msg))  # type: ignore[no-any-return]
 
     def open(self, hello: dict[str, Any]) -> dict[str, Any]:
+        self.close()  # a Channel ends its previous session first
         self.session = self.manager.open(self._json(hello))
         return {"ok": True, "session": self.session.id, "secret": self.session.secret, "limits": {}}
 

@@ -236,3 +236,185 @@ def test_the_command_bound_off_loopback_prints_a_token_once_and_requires_it(monk
         p.terminate()
         p.wait(30)
     assert token not in p.stderr.read()  # shown once
+
+
+# ------------------------------------------------------------------ sessions per client, idle sessions
+CALC = "agentgym/MathCalc-v1"
+CALC_HELLO = {**HELLO, "env_id": CALC}
+
+
+def test_the_per_client_cap_defaults_to_half_the_total_and_follows_max_sessions() -> None:
+    from agentgym.serving.cli import _parser, env_limits
+
+    assert env_wire.Limits().max_client_sessions == 128 and env_wire.Limits().max_sessions == 256
+    assert env_wire.Limits(max_sessions=1).max_client_sessions == 1
+    assert env_wire.Limits(max_sessions=7, max_client_sessions=7).max_client_sessions == 7
+    with pytest.raises(ConfigError, match=r"between 1 and max_sessions \(--max-sessions, 4\), got 5"):
+        env_wire.Limits(max_sessions=4, max_client_sessions=5)
+
+    def parsed(*flags: str) -> env_wire.Limits:
+        return env_limits(_parser().parse_args(["env", MATH, *flags]))
+
+    assert parsed().max_client_sessions == 128
+    assert parsed("--max-sessions", "6").max_client_sessions == 3  # only the total given: half of it
+    assert parsed("--max-sessions", "6", "--max-client-sessions", "6").max_client_sessions == 6
+
+
+def test_one_address_is_refused_at_the_default_cap_while_another_still_gets_sessions() -> None:
+    limits = env_wire.Limits(max_sessions=4)  # the per-client cap left to its default: 2
+    with served(SessionManager(MATH, limits=limits)) as url:
+        def client(address: str) -> httpx.Client:
+            return httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=30)
+
+        with client("127.0.0.3") as first, client("127.0.0.4") as second:
+            def hello(c: httpx.Client) -> httpx.Response:
+                return c.post(url + env_wire.HTTP_PREFIX, content=env_wire.encode(HELLO),
+                              headers={"content-type": "application/json"})
+
+            assert [hello(first).status_code for _ in range(2)] == [201, 201]
+            refused = hello(first)
+            assert refused.status_code == 503
+            message = refused.json()["error"]["message"]
+            assert "client at capacity: 127.0.0.3 holds 2" in message and "--max-client-sessions 2" in message
+            assert [hello(second).status_code for _ in range(2)] == [201, 201]  # the other address is not locked out
+            assert hello(second).status_code == 503  # the total (4) is reached now
+
+
+class Tracked:
+    """Builds real envs and counts them, built and closed (a closed env released its resources)."""
+
+    def __init__(self, step_gate: threading.Event | None = None) -> None:
+        self.built = self.closed = 0
+        self.changed = threading.Condition()
+        self.step_gate = step_gate  # set: a step whose action starts with b"z" waits for it
+        self.stepping = threading.Event()  # such a step has started
+
+    def make(self, env_id: str, **kwargs: Any) -> gym.Env:
+        env = gym.make(env_id, **kwargs)
+        close, step = env.close, env.unwrapped.step
+
+        def counted_close() -> None:
+            close()
+            with self.changed:
+                self.closed += 1
+                self.changed.notify_all()
+
+        def gated_step(action: Any) -> Any:
+            if self.step_gate is not None and len(action) and int(action[0]) == ord("z"):
+                self.stepping.set()
+                assert self.step_gate.wait(60)
+            return step(action)
+
+        env.close, env.unwrapped.step = counted_close, gated_step  # type: ignore[method-assign]
+        with self.changed:
+            self.built += 1
+        return env
+
+    def wait_closed(self, n: int, timeout: float = 30.0) -> bool:
+        with self.changed:
+            return self.changed.wait_for(lambda: self.closed >= n, timeout)
+
+
+def _silent_session(ws_url: str) -> Any:
+    """A raw WebSocket session that resets once and then says nothing."""
+    from agentgym.serving.env_channels import WebSocketChannel
+
+    ws = WebSocketChannel(ws_url)._connect(ws_url, open_timeout=30)
+    ws.send(env_wire.encode(CALC_HELLO))
+    assert env_wire.decode(ws.recv(timeout=30), max_bytes=1 << 20)["ok"]
+    ws.send(env_wire.encode({"op": "reset", "seq": 1, "seed": 0}))
+    assert env_wire.decode(ws.recv(timeout=30), max_bytes=1 << 22)["ok"]
+    return ws
+
+
+def test_a_silent_websocket_session_is_closed_with_its_env_and_the_client_told_why() -> None:
+    from websockets.exceptions import ConnectionClosed
+
+    from agentgym.errors import SessionEnded
+
+    envs = Tracked()
+    manager = SessionManager(CALC, limits=env_wire.Limits(idle_timeout_s=1.0), make_env=envs.make)
+    with served(manager) as url:
+        ws_url = url.replace("http://", "ws://") + env_wire.WS_PATH
+        ws = _silent_session(ws_url)
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=30)  # the server's close frame is the signal
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == env_wire.WS_IDLE_CLOSE
+        assert closed.value.rcvd.reason == "no request for 1 s; raise --idle-timeout on the server or keep stepping"
+        assert (envs.built, envs.closed, len(manager)) == (1, 1, 0)  # closed before the connection was
+
+        env = gym.make("agentgym/Remote-v0", url=ws_url, env_id=CALC)
+        env.reset(seed=0)
+        assert envs.wait_closed(2)  # silent: the server ends it
+        with pytest.raises(SessionEnded, match=r"ended this session: no request for 1 s; raise --idle-timeout "
+                                               r"on the server or keep stepping\. The episode in flight is lost"):
+            env.step(np.array([1, 2]))
+        obs, _ = env.reset(seed=0)  # a new session
+        assert len(obs) > 0 and env.step(np.array([1, 2]))[0].size > 0 and envs.built == 3
+        assert envs.wait_closed(3)
+        obs, _ = env.reset(seed=1)  # a reset after the server ended the session simply opens a new one
+        assert len(obs) > 0 and envs.built == 4 and len(manager) == 1
+        env.close()
+        assert envs.wait_closed(4) and len(manager) == 0
+
+
+def test_a_websocket_session_that_keeps_stepping_is_kept() -> None:
+    envs = Tracked()
+    manager = SessionManager(CALC, limits=env_wire.Limits(idle_timeout_s=1.0), make_env=envs.make)
+    with served(manager) as url:
+        ws_url = url.replace("http://", "ws://") + env_wire.WS_PATH
+        env = gym.make("agentgym/Remote-v0", url=ws_url, env_id=CALC)
+        env.reset(seed=0)
+        session = env.unwrapped.session_id
+        silent = _silent_session(ws_url)  # closed once the idle timeout has passed: the clock runs
+        t0, steps = time.monotonic(), 0
+        while envs.closed == 0 or time.monotonic() - t0 < 3.0:  # three timeouts at least
+            assert time.monotonic() - t0 < 60, "the silent session was never closed"
+            time.sleep(0.1)  # a step every ~0.1 s: well inside the 1 s timeout
+            _, _, terminated, truncated, _ = env.step(np.array([1, 2]))
+            steps += 1
+            if terminated or truncated:
+                env.reset(seed=steps)
+        assert env.unwrapped.session_id == session and envs.closed == 1 and len(manager) == 1
+        silent.close()
+        env.close()
+
+
+@pytest.mark.parametrize("transport", ["ws", "http"])
+def test_a_step_longer_than_the_idle_timeout_is_never_reaped(transport: str) -> None:
+    gate = threading.Event()
+    envs = Tracked(step_gate=gate)
+    manager = SessionManager(CALC, limits=env_wire.Limits(idle_timeout_s=1.0), make_env=envs.make)
+    with served(manager) as url:
+        ws_url = url.replace("http://", "ws://") + env_wire.WS_PATH
+        env = gym.make("agentgym/Remote-v0", url=ws_url if transport == "ws" else url, env_id=CALC, timeout=60)
+        env.reset(seed=0)
+        result: list[Any] = []
+        stepper = threading.Thread(target=lambda: result.append(env.step(np.array([ord("z")]))), daemon=True)
+        stepper.start()
+        assert envs.stepping.wait(30)
+        _silent_session(ws_url)  # opened after the slow step began: once it is closed, a timeout has passed
+        assert envs.wait_closed(1)
+        gate.set()
+        stepper.join(30)
+        assert result and result[0][0].size > 0  # the slow step answered
+        env.step(np.array([1, 2]))  # and its session goes on
+        assert envs.closed == 1 and len(manager) == 1
+        env.close()
+
+
+def test_an_idle_http_session_ends_the_same_way_for_the_client() -> None:
+    from agentgym.errors import SessionEnded
+
+    envs = Tracked()
+    manager = SessionManager(CALC, limits=env_wire.Limits(idle_timeout_s=1.0), make_env=envs.make)
+    with served(manager) as url:
+        env = gym.make("agentgym/Remote-v0", url=url, env_id=CALC)
+        env.reset(seed=0)
+        assert envs.wait_closed(1)  # reaped
+        with pytest.raises(SessionEnded, match=r"was lost .*no request for 1 s \(--idle-timeout\)"):
+            env.step(np.array([1, 2]))
+        assert len(env.reset(seed=0)[0]) > 0 and envs.built == 2  # after the error: a new session
+        assert envs.wait_closed(2)
+        assert len(env.reset(seed=0)[0]) > 0 and envs.built == 3  # a reset alone: a new session too
+        env.close()

@@ -88,7 +88,7 @@ def test_sessions_of_a_killed_client_are_closed_after_the_grace(serve_process) -
 
 
 def test_a_full_server_refuses_with_a_capacity_error(serve_process) -> None:
-    server = serve_process(MATH, "--max-sessions", "2")
+    server = serve_process(MATH, "--max-sessions", "2", "--max-client-sessions", "2")
     a, b = _remote(server.url), _remote(server.http_url)
     with pytest.raises(ServiceError, match="capacity: 2 sessions"):
         _remote(server.url)

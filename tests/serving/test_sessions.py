@@ -73,7 +73,7 @@ def test_hello_is_checked() -> None:
 
 
 def test_the_session_cap_refuses_the_next_one() -> None:
-    m = SessionManager("agentgym/Math-v1", limits=env_wire.Limits(max_sessions=2))
+    m = SessionManager("agentgym/Math-v1", limits=env_wire.Limits(max_sessions=2, max_client_sessions=2))
     a, _ = m.open(hello()), m.open(hello())
     with pytest.raises(ServiceError, match="capacity: 2 sessions"):
         m.open(hello())
