@@ -11,7 +11,8 @@ Docker backend at it (``docker_client(host)``) and show:
   traceback), and the first reset after the engine is back works;
 * the trainer's collector loses only the episodes in flight during a restart, records them as
   infrastructure faults and masks them, and the next collection scores again;
-* ``agentgym sandbox clean`` removes the containers a killed run left behind.
+* ``agentgym sandbox clean`` removes the containers a killed run left behind (a restart removes
+  them too: they are ``AutoRemove`` containers that never ran).
 """
 
 from __future__ import annotations
@@ -232,3 +233,105 @@ def test_a_restart_between_episodes_gives_the_next_episode_a_new_container(
         assert env.unwrapped.sandbox.runner_losses == 0  # its container was alive when the episode began
     finally:
         env.close()
+
+
+def test_an_engine_stopped_mid_episode_ends_it_as_an_infra_fault_and_the_next_reset_works(
+        engine: PrivateEngine, pool: SandboxPool, capfd: pytest.CaptureFixture[str]) -> None:
+    oracle = get_oracle("agentgym/CodeFix-v1")
+    env = _codefix(pool)
+    try:
+        env.reset(seed=3)
+        _, reward, terminated, truncated, info = env.step(oracle(env))  # the fix is written
+        assert (reward, terminated, truncated) == (0.0, False, False) and "infra_error" not in info
+        engine.stop()
+        _, reward, terminated, truncated, info = env.step(oracle(env))  # submit: the judge needs the sandbox
+        assert info.get("infra_error"), info
+        assert reward == 0.0 and truncated and not terminated  # not an outcome: nothing paid, not "failed"
+        assert env.unwrapped.trajectory.meta["infra_error"] == info["infra_error"]
+        assert "Traceback" not in info["infra_error"] and "Traceback" not in "".join(capfd.readouterr())
+
+        engine.start()
+        reward, info = _oracle_episode(env, 4)
+        assert reward == 1.0 and "infra_error" not in info, info
+    finally:
+        env.close()
+
+
+class _RestartBeforeCall:
+    """The oracle's recorded actions (``ReplayEngine``); the Docker engine restarts just before
+    generate call number ``at``, while every episode of the collection is in flight."""
+
+    def __init__(self, inner: ReplayEngine, engine: PrivateEngine, at: int) -> None:
+        self.inner, self.engine, self.at = inner, engine, at
+
+    def generate(self, prompts: list[list[int]], **kw: Any) -> Any:
+        if self.inner.calls == self.at:
+            self.engine.restart()
+        return self.inner.generate(prompts, **kw)
+
+
+def test_the_collector_masks_the_episodes_a_restart_cut_and_goes_on(
+        engine: PrivateEngine, pool: SandboxPool) -> None:
+    solved, unknown = 3, 5  # the replay knows seed 3's oracle; seed 5 gets a wrong final answer (1 turn)
+    replay = ReplayEngine.from_oracle(lambda: _codefix(pool), [solved])
+    col = Collector.from_factory(lambda: _codefix(pool), 2, _RestartBeforeCall(replay, engine, at=1),
+                                 max_new_tokens=4096)
+    try:
+        hit, _ = col.collect([solved, unknown], temperature=1.0, sample_seed=0)  # no exception
+        assert replay.calls == 2
+        assert hit[0].infra_error is not None and hit[0].total_reward == 0.0  # in flight at the restart
+        assert "sandbox" in hit[0].infra_error.lower(), hit[0].infra_error
+        assert hit[1].infra_error is None and hit[1].total_reward == 0.0  # it had ended: a real outcome
+        kept, groups, dropped = drop_infra(hit, [0, 1])
+        assert dropped == 1 and kept == [hit[1]] and groups == [1]
+
+        col.engine = replay  # no more restarts: new sandboxes from the restarted engine
+        after, _ = col.collect([solved, unknown], temperature=1.0, sample_seed=0)
+        assert [t.infra_error for t in after] == [None, None]
+        assert [t.total_reward for t in after] == [1.0, 0.0]
+    finally:
+        col.close()
+
+
+# A run killed while a container was being started: the container exists (created, labelled
+# with the run's pid) but was never started, so neither StdinOnce nor AutoRemove will remove it.
+_KILLED_MID_START = textwrap.dedent("""
+    import sys, time
+    import docker.models.containers
+    from agentgym.sandboxes.docker_backend import SandboxPool, docker_client
+
+    pool = SandboxPool(size=0, client=docker_client(sys.argv[1]), cleanup_orphans=False)
+    held = pool.acquire()  # a running sandbox
+    print("held", held.container_id, flush=True)
+    def start(self, *args, **kwargs):  # the next container freezes between create and start
+        print("created", self.id, flush=True)
+        time.sleep(600)
+    docker.models.containers.Container.start = start
+    pool.acquire()
+""")
+
+
+def test_sandbox_clean_removes_the_containers_a_killed_run_left(engine: PrivateEngine) -> None:
+    client = docker_client(engine.host)
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_MID_START, engine.host],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        lines = [child.stdout.readline(), child.stdout.readline()]  # readiness: both containers exist
+        assert [x.split(" ")[0] for x in lines] == ["held", "created"], f"the run stopped early: {lines!r}"
+        held, frozen = (x.split()[1] for x in lines)
+    finally:
+        child.kill()
+        child.wait(30)
+    deadline = time.monotonic() + 120  # the running one goes by itself: stdin EOF, AutoRemove
+    while held in {c["Id"] for c in list_sandbox_containers(client)}:
+        assert time.monotonic() < deadline, "the killed run's running sandbox outlived it"
+        time.sleep(0.1)
+    assert {c["Id"] for c in list_sandbox_containers(client)} == {frozen}  # never started: it stays
+
+    env = {**os.environ, "DOCKER_HOST": engine.host}
+    out = subprocess.run([sys.executable, "-m", "agentgym.sandboxes.cli", "clean"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"removed 1 orphaned sandbox containers (owner process gone): {frozen[:12]}"
+    assert list_sandbox_containers(client) == []
