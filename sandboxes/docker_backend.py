@@ -298,7 +298,7 @@ class SandboxPool:
             except (SandboxUnavailable, SandboxStateError):
                 raise
             except Exception as exc:
-                raise SandboxStartFailed(f"could not start a sandbox container: {exc}") from exc
+                raise _start_failed(exc) from exc
         wait = _START_TIMEOUT_S * 3  # two tries (``_start``), then some
         while True:
             try:
@@ -314,7 +314,7 @@ class SandboxPool:
             elif at >= asked:
                 if isinstance(item, SandboxUnavailable):
                     raise item
-                raise SandboxStartFailed(f"could not start a sandbox container: {item}") from item
+                raise _start_failed(item) from item
             with self._lock:  # a replacement for the stale item, whose result this call waits for
                 if self._closed:
                     raise SandboxStateError("this SandboxPool was closed while a sandbox was starting")
@@ -350,6 +350,18 @@ class SandboxPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _start_failed(exc: BaseException) -> SandboxStartFailed:
+    """The error an episode gets when no container could be started for it."""
+    import requests
+
+    if isinstance(exc, requests.exceptions.ConnectionError):  # the engine is down or restarting
+        return SandboxStartFailed(
+            f"could not start a sandbox container: the Docker engine does not answer ({exc}); check "
+            "that it runs (`docker info`; DOCKER_HOST names a non-default engine): the next reset "
+            "tries again")
+    return SandboxStartFailed(f"could not start a sandbox container: {exc}")
 
 
 def _remove_ids(client: Any, ids: set[str]) -> None:

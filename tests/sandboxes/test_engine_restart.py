@@ -35,6 +35,7 @@ import numpy as np
 import pytest
 
 import agentgym  # noqa: F401 - registers the envs
+from agentgym.errors import SandboxStartFailed
 from agentgym.oracles import get_oracle
 from agentgym.sandboxes.docker_backend import SandboxPool, docker_client
 from agentgym.sandboxes.orphans import list_sandbox_containers
@@ -249,6 +250,8 @@ def test_an_engine_stopped_mid_episode_ends_it_as_an_infra_fault_and_the_next_re
         assert reward == 0.0 and truncated and not terminated  # not an outcome: nothing paid, not "failed"
         assert env.unwrapped.trajectory.meta["infra_error"] == info["infra_error"]
         assert "Traceback" not in info["infra_error"] and "Traceback" not in "".join(capfd.readouterr())
+        with pytest.raises(SandboxStartFailed, match="the Docker engine does not answer"):
+            env.reset(seed=4)  # an InfraError: the collector counts the episode as lost
 
         engine.start()
         reward, info = _oracle_episode(env, 4)
