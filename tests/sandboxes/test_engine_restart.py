@@ -314,7 +314,9 @@ _KILLED_MID_START = textwrap.dedent("""
 """)
 
 
-def test_sandbox_clean_removes_the_containers_a_killed_run_left(engine: PrivateEngine) -> None:
+def _killed_run(engine: PrivateEngine) -> str:
+    """Run ``_KILLED_MID_START`` and SIGKILL it once its second container exists; wait until its
+    running sandbox has gone by itself (stdin EOF, AutoRemove); return the container left behind."""
     client = docker_client(engine.host)
     child = subprocess.Popen([sys.executable, "-c", _KILLED_MID_START, engine.host],
                              stdout=subprocess.PIPE, text=True)
@@ -326,15 +328,24 @@ def test_sandbox_clean_removes_the_containers_a_killed_run_left(engine: PrivateE
     finally:
         child.kill()
         child.wait(30)
-    deadline = time.monotonic() + 120  # the running one goes by itself: stdin EOF, AutoRemove
+    deadline = time.monotonic() + 120
     while held in {c["Id"] for c in list_sandbox_containers(client)}:
         assert time.monotonic() < deadline, "the killed run's running sandbox outlived it"
         time.sleep(0.1)
     assert {c["Id"] for c in list_sandbox_containers(client)} == {frozen}  # never started: it stays
+    return frozen
 
+
+def test_sandbox_clean_removes_the_containers_a_killed_run_left(engine: PrivateEngine) -> None:
+    client = docker_client(engine.host)
+    frozen = _killed_run(engine)
     env = {**os.environ, "DOCKER_HOST": engine.host}
     out = subprocess.run([sys.executable, "-m", "agentgym.sandboxes.cli", "clean"], env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"removed 1 orphaned sandbox containers (owner process gone): {frozen[:12]}"
+    assert list_sandbox_containers(client) == []
+
+    _killed_run(engine)
+    engine.restart()  # the engine removes an AutoRemove container that never ran when it restarts
     assert list_sandbox_containers(client) == []
