@@ -181,10 +181,16 @@ def engine() -> Iterator[PrivateEngine]:
 
 
 @pytest.fixture()
-def pool(engine: PrivateEngine) -> Iterator[SandboxPool]:
-    if engine.proc is None:
-        engine.start()  # a test that failed while the engine was down
-    p = SandboxPool(size=2, client=docker_client(engine.host))
+def up(engine: PrivateEngine) -> PrivateEngine:
+    """The private engine, started again if a test failed while it was down."""
+    if engine.proc is None or engine.proc.poll() is not None:
+        engine.start()
+    return engine
+
+
+@pytest.fixture()
+def pool(up: PrivateEngine) -> Iterator[SandboxPool]:
+    p = SandboxPool(size=2, client=docker_client(up.host))
     yield p
     p.close()
 
@@ -336,16 +342,16 @@ def _killed_run(engine: PrivateEngine) -> str:
     return frozen
 
 
-def test_sandbox_clean_removes_the_containers_a_killed_run_left(engine: PrivateEngine) -> None:
-    client = docker_client(engine.host)
-    frozen = _killed_run(engine)
-    env = {**os.environ, "DOCKER_HOST": engine.host}
+def test_sandbox_clean_removes_the_containers_a_killed_run_left(up: PrivateEngine) -> None:
+    client = docker_client(up.host)
+    frozen = _killed_run(up)
+    env = {**os.environ, "DOCKER_HOST": up.host}
     out = subprocess.run([sys.executable, "-m", "agentgym.sandboxes.cli", "clean"], env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"removed 1 orphaned sandbox containers (owner process gone): {frozen[:12]}"
     assert list_sandbox_containers(client) == []
 
-    _killed_run(engine)
-    engine.restart()  # the engine removes an AutoRemove container that never ran when it restarts
+    _killed_run(up)
+    up.restart()  # the engine removes an AutoRemove container that never ran when it restarts
     assert list_sandbox_containers(client) == []
