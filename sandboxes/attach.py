@@ -67,6 +67,20 @@ class AttachTransport:
         del self._out[:n]
         return out
 
+    def hung_up(self) -> bool:
+        """True when the engine has closed the stream (the container exited or the engine
+        stopped); a look at the socket that neither waits nor consumes anything."""
+        try:
+            self._sock.setblocking(False)
+            try:
+                return self._sock.recv(1, socket.MSG_PEEK) == b""
+            finally:
+                self._sock.settimeout(30.0)
+        except BlockingIOError:
+            return False  # open, nothing to read: the runner is waiting for a request
+        except OSError:
+            return True
+
     def close(self) -> None:
         try:
             self._sock.close()

@@ -12,6 +12,12 @@ interpreter exit; they are started with ``AutoRemove`` and ``StdinOnce`` so that
 host process dies the attach stream closes, the runner sees EOF and exits, and Docker
 removes the container; anything still left (engine restart, SIGKILL mid-start) is found by
 label and removed when the next pool starts (or by ``agentgym sandbox clean``).
+
+An engine restart kills every container: what the pool holds may then be stale. ``take()``
+throws away a warm container whose attach stream has closed (its runner is gone) and retries a
+background start that failed before it was called (the engine may be back), so the first
+episode after a restart gets a new container instead of a dead one. Containers stop at once
+(``stop_timeout`` 1 s: a sandbox has nothing to save), so an engine stop does not wait 10 s.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import dataclasses
 import os
 import queue
 import threading
+import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,8 +51,11 @@ __all__ = ["AttachTransport", "DockerOptions", "DockerSandbox", "SandboxPool",
 _START_TIMEOUT_S = 60.0
 
 
-def docker_client() -> Any:
-    """A pinged docker SDK client, or SandboxUnavailable saying how to get one."""
+def docker_client(host: str | None = None) -> Any:
+    """A pinged docker SDK client, or SandboxUnavailable saying how to get one.
+
+    ``host``: the engine's address (``unix:///path/docker.sock``, ``tcp://...``); default
+    ``$DOCKER_HOST``, else the standard socket."""
     try:
         import docker
     except ImportError as exc:
@@ -53,9 +63,9 @@ def docker_client() -> Any:
             "the docker backend needs the docker SDK; `pip install docker` "
             "(it is a dependency of agentgym-suite)"
         ) from exc
-    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    where = host or os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     try:
-        client = docker.from_env(timeout=120)
+        client = docker.from_env(timeout=120) if host is None else docker.DockerClient(base_url=host, timeout=120)
         # requests would scan os.environ for proxies on every call (pointless on a unix socket);
         # a pool thread doing that while another thread changes the environment gets KeyError.
         client.api.trust_env = False
@@ -101,6 +111,11 @@ class _Warm:
     container: Any
     conn: RunnerClient
 
+    def alive(self) -> bool:
+        """False once the container's attach stream has closed (it exited, or its engine stopped)."""
+        hung_up = getattr(self.conn.transport, "hung_up", None)
+        return not (hung_up is not None and hung_up())
+
 
 class SandboxPool:
     """Keeps ``size`` started containers ready; ``acquire()`` returns a sandbox at once.
@@ -132,7 +147,8 @@ class SandboxPool:
             ) from exc
         if cleanup_orphans:
             remove_orphans(self.client)
-        self._ready: queue.Queue[_Warm | BaseException] = queue.Queue()
+        # (time.monotonic() when it was ready or failed, the container or why it did not start)
+        self._ready: queue.Queue[tuple[float, _Warm | BaseException]] = queue.Queue()
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentgym-pool")
         self._lock = threading.Lock()
         self._closed = False
@@ -184,6 +200,7 @@ class SandboxPool:
             stdin_open=True,
             tty=False,
             network_disabled=True,
+            stop_timeout=1,  # the runner (PID 1) ignores SIGTERM: an engine stop would wait 10 s
             host_config=host_config,
         )
         container = self.client.containers.get(created["Id"])
@@ -231,7 +248,7 @@ class SandboxPool:
             warm = exc
         with self._lock:
             if not self._closed:
-                self._ready.put(warm)
+                self._ready.put((time.monotonic(), warm))
                 return
         if isinstance(warm, _Warm):
             self.discard(warm)
@@ -264,36 +281,44 @@ class SandboxPool:
             pass
 
     def take(self) -> _Warm:
-        """A started, pinged container; a replacement starts in the background."""
+        """A started container whose runner is still there; a replacement starts in the background.
+
+        A warm container that died while it waited (an engine restart kills them all) is thrown
+        away and replaced; a background start that failed before this call is tried again, not
+        raised: only a failure seen while this call waits reaches the caller."""
+        asked = time.monotonic()
         with self._lock:
             if self._closed:
                 raise SandboxStateError("this SandboxPool is closed; create a new one")
-            try:
-                item: _Warm | BaseException | None = self._ready.get_nowait()
-            except queue.Empty:
-                item = None
             if self.size > 0:
                 self._submit_fill()
-        if item is None:
-            if self.size == 0:
-                try:
-                    return self._start()
-                except (SandboxUnavailable, SandboxStateError):
-                    raise
-                except Exception as exc:
-                    raise SandboxStartFailed(f"could not start a sandbox container: {exc}") from exc
-            wait = _START_TIMEOUT_S * 3  # two tries (``_start``), then some
+        if self.size == 0:
             try:
-                item = self._ready.get(timeout=wait)
+                return self._start()
+            except (SandboxUnavailable, SandboxStateError):
+                raise
+            except Exception as exc:
+                raise _start_failed(exc) from exc
+        wait = _START_TIMEOUT_S * 3  # two tries (``_start``), then some
+        while True:
+            try:
+                at, item = self._ready.get(timeout=max(0.0, asked + wait - time.monotonic()))
             except queue.Empty:
                 raise SandboxStartFailed(
                     f"no sandbox container was ready within {wait:.0f} s (the engine is overloaded or "
                     "stuck: check `docker ps` and the engine's log), or use a larger pool") from None
-        if isinstance(item, BaseException):
-            if isinstance(item, SandboxUnavailable):
-                raise item
-            raise SandboxStartFailed(f"could not start a sandbox container: {item}") from item
-        return item
+            if isinstance(item, _Warm):
+                if item.alive():
+                    return item
+                self.discard(item)  # stale: its container is gone
+            elif at >= asked:
+                if isinstance(item, SandboxUnavailable):
+                    raise item
+                raise _start_failed(item) from item
+            with self._lock:  # a replacement for the stale item, whose result this call waits for
+                if self._closed:
+                    raise SandboxStateError("this SandboxPool was closed while a sandbox was starting")
+                self._submit_fill()
 
     # ---------------------------------------------------------------- public
     def acquire(self) -> DockerSandbox:
@@ -309,7 +334,7 @@ class SandboxPool:
         self._executor.shutdown(wait=True, cancel_futures=True)
         while True:
             try:
-                item = self._ready.get_nowait()
+                _, item = self._ready.get_nowait()
             except queue.Empty:
                 break
             if isinstance(item, _Warm):
@@ -325,6 +350,18 @@ class SandboxPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _start_failed(exc: BaseException) -> SandboxStartFailed:
+    """The error an episode gets when no container could be started for it."""
+    import requests
+
+    if isinstance(exc, requests.exceptions.ConnectionError):  # the engine is down or restarting
+        return SandboxStartFailed(
+            f"could not start a sandbox container: the Docker engine does not answer ({exc}); check "
+            "that it runs (`docker info`; DOCKER_HOST names a non-default engine): the next reset "
+            "tries again")
+    return SandboxStartFailed(f"could not start a sandbox container: {exc}")
 
 
 def _remove_ids(client: Any, ids: set[str]) -> None:

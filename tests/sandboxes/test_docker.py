@@ -53,7 +53,7 @@ def _wait_ready(pool: SandboxPool) -> None:
 
 def test_acquire_takes_an_already_started_container(docker_pool: SandboxPool) -> None:
     _wait_ready(docker_pool)
-    warm_ids = {w.container.id for w in list(docker_pool._ready.queue)}  # type: ignore[union-attr]
+    warm_ids = {w.container.id for _, w in list(docker_pool._ready.queue)}  # type: ignore[union-attr]
     sb = docker_pool.acquire()
     try:
         assert sb.container_id in warm_ids
