@@ -62,7 +62,8 @@ class EnvConfig:
     """Prompt style: ``harmony`` (GPT-OSS system + developer, ~600 byte tokens) or ``compact``
     (one short developer message, ~150; for tiny models trained from scratch)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
-    """Extra keyword arguments for ``gym.make`` (env specific, e.g. ``difficulty``)."""
+    """Extra keyword arguments for ``gym.make``: the env constructor's own (e.g. ``families`` on
+    Math-v1, ``depth`` on Lookup-v1); a name its constructor does not take is refused."""
     train_split: str | None = "train"
     """The env's split that SFT demonstrations and RL tasks come from, given to the env as the
     constructor argument ``split`` and as the reset option ``split``. null: the env has no
@@ -77,7 +78,8 @@ class EnvConfig:
     without splits; costs one extra reset per training task. Whatever this says, a training
     episode on a held-out problem is counted, and is an error when the env has splits."""
     train_options: dict[str, Any] = field(default_factory=dict)
-    """More ``reset(options=...)`` for training episodes (the split goes in ``train_split``)."""
+    """More ``reset(options=...)`` for training episodes (the split goes in ``train_split``); only
+    the options the env declares (``Capabilities.reset_options``) where it declares them."""
     eval_options: dict[str, Any] = field(default_factory=dict)
     """More ``reset(options=...)`` for evaluation episodes (the split goes in ``eval_split``)."""
 
