@@ -173,7 +173,10 @@ def constructor_kwargs(env_id: str) -> list[str] | None:
     creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
     if isinstance(creator, type) and issubclass(creator, ToolEnv):
         return _constructor_args(creator)
-    params = inspect.signature(creator).parameters.values()
+    try:
+        params = inspect.signature(creator).parameters.values()  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # no entry point, or one without a signature: nothing to check against
+        return None
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return None
     return [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"]
