@@ -113,6 +113,7 @@ def _engine_kwargs(cfg: Any) -> None:
     r = cfg.rollout
     if not r.engine_kwargs:
         return
+    # here, not above: the engines' module imports torch, paid only by a config that sets engine_kwargs
     from agentgym.trainer.engines.base import ENGINE_CLASSES, ENGINES, engine_class
 
     if r.engine not in ENGINES:  # preflight names the closest engine
