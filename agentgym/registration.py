@@ -18,17 +18,19 @@ keyed by env id.
 from __future__ import annotations
 
 import difflib
+import inspect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
-from gymnasium.envs.registration import parse_env_id
+from gymnasium.envs.registration import load_env_creator, parse_env_id
 
+from agentgym.env import ToolEnv, _constructor_args
 from agentgym.errors import ConfigError
 
-__all__ = ["ADAPTERS", "NAMESPACE", "Capabilities", "capabilities", "check_env_id", "ids_with", "register",
-           "registered_ids"]
+__all__ = ["ADAPTERS", "NAMESPACE", "Capabilities", "capabilities", "check_env_id", "constructor_kwargs", "ids_with",
+           "register", "registered_ids"]
 
 NAMESPACE = "agentgym"
 
@@ -53,6 +55,9 @@ class Capabilities:
     """The task splits ``split=`` accepts (as the env class's ``splits``)."""
     sandbox: bool = False
     """Episodes run code in a sandbox (Docker by default: ``sandbox=`` picks the backend)."""
+    reset_options: tuple[str, ...] | None = None
+    """The ``reset(options=...)`` keys the env reads (``split`` included where it has splits); the
+    trainer refuses others in its reset-option keys. None: not declared, any key is passed on."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "teachers", dict(self.teachers))  # a copy: the caller's dict may change
@@ -88,24 +93,33 @@ INTEROP: dict[str, str] = {
 _MATH = "agentgym.environments.math"
 _MATH_TEACHERS = {"oracle": f"{_MATH}.teachers:oracle_teacher"}
 _INTEROP_ORACLE = "agentgym.environments.interop.oracle:oracle_action"
+_MATH_OPTIONS = ("split", "family", "level", "index")  # MathEnv.pick (OPTION_KEYS there)
 # id -> what it can do besides being played (ids left out can do none of it).
 BUILTIN_CAPABILITIES: dict[str, Capabilities] = {
     "agentgym/Math-v1": Capabilities(oracle=f"{_MATH}.oracle:oracle_action", replayable=True,
-                                     teachers=_MATH_TEACHERS, splits=("train", "eval")),
+                                     teachers=_MATH_TEACHERS, splits=("train", "eval"), reset_options=_MATH_OPTIONS),
     "agentgym/MathCalc-v1": Capabilities(oracle=f"{_MATH}.oracle:oracle_actions", replayable=True,
-                                         teachers=_MATH_TEACHERS, splits=("train", "eval")),
+                                         teachers=_MATH_TEACHERS, splits=("train", "eval"),
+                                         reset_options=_MATH_OPTIONS),
     "agentgym/MathTool-v1": Capabilities(oracle="agentgym.environments.mathtool.oracle:oracle_policy",
-                                         replayable=True, splits=("train", "eval"), sandbox=True),
+                                         replayable=True, splits=("train", "eval"), sandbox=True,
+                                         reset_options=_MATH_OPTIONS),
     "agentgym/CodeFix-v1": Capabilities(oracle="agentgym.environments.codefix.oracle:oracle_policy",
-                                        replayable=True, splits=("train", "eval"), sandbox=True),
+                                        replayable=True, splits=("train", "eval"), sandbox=True,
+                                        reset_options=("split", "task_id", "index", "level")),
     "agentgym/WebAPI-v1": Capabilities(oracle="agentgym.environments.webapi.policies:oracle_action",
                                        replayable=True, external_state=("server_url", "database_url"),
-                                       splits=("train", "eval", "all")),
+                                       splits=("train", "eval", "all"), reset_options=("split", "task_id", "index")),
     "agentgym/Lookup-v1": Capabilities(oracle="agentgym.environments.lookup.oracle:oracle_policy",
-                                       replayable=True, teachers=_MATH_TEACHERS, splits=("train", "eval")),
+                                       replayable=True, teachers=_MATH_TEACHERS, splits=("train", "eval"),
+                                       reset_options=("split", "depth", "fail_rate", "index")),
     # Imported envs: the adapter's own oracle where its source has one (it says why not otherwise).
-    **{i: Capabilities(oracle=_INTEROP_ORACLE) for i in INTEROP},
-    "agentgym/ReasoningGym-v0": Capabilities(oracle=_INTEROP_ORACLE, splits=("train", "eval", "test")),
+    # OpenEnv-v0 passes its reset options to the server's reset: not declared.
+    "agentgym/OpenEnv-v0": Capabilities(oracle=_INTEROP_ORACLE),
+    "agentgym/Verifiers-v0": Capabilities(oracle=_INTEROP_ORACLE, reset_options=("index",)),
+    "agentgym/SkyRL-v0": Capabilities(oracle=_INTEROP_ORACLE, reset_options=("index",)),
+    "agentgym/ReasoningGym-v0": Capabilities(oracle=_INTEROP_ORACLE, splits=("train", "eval", "test"),
+                                             reset_options=("split", "index")),
 }
 
 _REGISTERED: dict[str, str] = {}  # every id registered through agentgym.register, in order
@@ -149,6 +163,23 @@ def register(id: str, entry_point: str, *, capabilities: Capabilities | None = N
 def capabilities(env_id: str) -> Capabilities:
     """What ``env_id`` declared at registration (nothing, for an id registered without any)."""
     return _CAPABILITIES.get(env_id, Capabilities())
+
+
+def constructor_kwargs(env_id: str) -> list[str] | None:
+    """The keyword arguments ``gym.make(env_id, ...)`` passes on to a registered env's constructor,
+    by name (imports the env's module, builds nothing); None where it takes any (``**kwargs`` that
+    do not end in :class:`~agentgym.env.ToolEnv`, which refuses unknown ones itself)."""
+    spec = gym.registry[env_id]
+    creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+    if isinstance(creator, type) and issubclass(creator, ToolEnv):
+        return _constructor_args(creator)
+    try:
+        params = inspect.signature(creator).parameters.values()  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # no entry point, or one without a signature: nothing to check against
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"]
 
 
 def ids_with(capability: str) -> list[str]:

@@ -13,6 +13,7 @@ found by bare name (``--config cpu-quickstart``) or by path.
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import difflib
 import inspect
@@ -31,6 +32,7 @@ from agentgym.errors import ConfigError
 from agentgym.registration import capabilities
 from agentgym.trainer.curriculum import CurriculumConfig
 from agentgym.trainer.health import HealthConfig
+from agentgym.trainer.receivers import OWN, check_receivers
 
 __all__ = [
     "ALGOS", "ARMS",
@@ -60,7 +62,8 @@ class EnvConfig:
     """Prompt style: ``harmony`` (GPT-OSS system + developer, ~600 byte tokens) or ``compact``
     (one short developer message, ~150; for tiny models trained from scratch)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
-    """Extra keyword arguments for ``gym.make`` (env specific, e.g. ``difficulty``)."""
+    """Extra keyword arguments for ``gym.make``: the env constructor's own (e.g. ``families`` on
+    Math-v1, ``depth`` on Lookup-v1); a name its constructor does not take is refused."""
     train_split: str | None = "train"
     """The env's split that SFT demonstrations and RL tasks come from, given to the env as the
     constructor argument ``split`` and as the reset option ``split``. null: the env has no
@@ -75,7 +78,8 @@ class EnvConfig:
     without splits; costs one extra reset per training task. Whatever this says, a training
     episode on a held-out problem is counted, and is an error when the env has splits."""
     train_options: dict[str, Any] = field(default_factory=dict)
-    """More ``reset(options=...)`` for training episodes (the split goes in ``train_split``)."""
+    """More ``reset(options=...)`` for training episodes (the split goes in ``train_split``); only
+    the options the env declares (``Capabilities.reset_options``) where it declares them."""
     eval_options: dict[str, Any] = field(default_factory=dict)
     """More ``reset(options=...)`` for evaluation episodes (the split goes in ``eval_split``)."""
 
@@ -514,8 +518,11 @@ class TrainConfig:
             "rollout.mode": (self.rollout.mode, ("sync", "async")),
             "rollout.ray.retry": (self.rollout.ray.retry, ("auto", "always", "never")),
         }
-        clash = sorted(set(self.env.kwargs) & {"tokenizer", "reward_mode", "max_turns", "max_tokens",
-                                                "max_action_tokens", "prompt"})
+        if "split" in self.env.kwargs and (self.env.train_split is not None or self.env.eval_split is not None):
+            raise ConfigError(f"env.kwargs.split={self.env.kwargs['split']!r}: the trainer gives the env its split "
+                              "from env.train_split and env.eval_split; fix: set those (null: the env's own) "
+                              "and drop env.kwargs.split")
+        clash = sorted(set(self.env.kwargs) & set(OWN))
         if clash:
             raise ConfigError(f"env.kwargs: {clash} are env.* keys of their own; set them as "
                               + " ".join(f"env.{k}=..." for k in clash if k != "tokenizer")
@@ -601,6 +608,7 @@ class TrainConfig:
         if len(self.correction.geo_band) != 2:
             raise ConfigError(f"correction.geo_band: expected [lo, hi], got {self.correction.geo_band}")
         self._validate_lora()
+        check_receivers(self)  # the mappings' keys, against the code that receives them
 
     def _validate_lora(self) -> None:
         """LoRA's numbers, and the paths it is wired into so far (docs/training/lora.md)."""
@@ -853,6 +861,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}; fix: {key}={{a: 1}}")
+        for k in value:
+            if not isinstance(k, str):
+                raise ConfigError(f"{key}: expected names (strings) as keys, got {_short(k)}; fix: quote it, "
+                                  f"{key}.'{k}'=...")
+        _check_plain(value, key)
         return dict(value)
     if origin is list or tp is list:
         if not isinstance(value, (list, tuple)):
@@ -896,6 +909,26 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             return value
         raise ConfigError(f"{key}: expected a string, got {value!r}")
     return value
+
+
+def _check_plain(value: Any, key: str) -> None:
+    """A mapping's values are what JSON and YAML write: strings, finite numbers, true/false, null,
+    lists and mappings of them (no dates, no sets, no inf or nan), to any depth."""
+    stack = [(value, key)]
+    while stack:
+        v, where = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((x, f"{where}.{k}") for k, x in v.items())
+        elif isinstance(v, list):
+            stack.extend((x, f"{where}[{i}]") for i, x in enumerate(v))
+        elif isinstance(v, float) and not math.isfinite(v):
+            raise ConfigError(f"{where}: expected a finite number, got {v}; fix: e.g. {where}=1.0")
+        elif isinstance(v, int) and not isinstance(v, bool) and abs(v) >= MAX_INT:
+            raise ConfigError(f"{where}: expected an integer of at most 63 bits (below 2^63), got one of "
+                              f"{len(str(abs(v)))} digits")
+        elif not (v is None or isinstance(v, (str, int, float, bool))):
+            raise ConfigError(f"{where}: expected a string, number, true/false, null, list or mapping, got "
+                              f"{type(v).__name__} {_short(v)}; fix: quote it ('{v}')")
 
 
 # Keys that left the config, with the value that did nothing: a run dir saved before they left
@@ -942,6 +975,27 @@ def _parse_override(item: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
+def _into_mapping(cfg: TrainConfig, keys: list[str], value: Any) -> tuple[list[str], Any]:
+    """An override into a mapping-valued key (``sft.options.depth=[1]``) sets that one entry: the
+    mapping's other entries (the recipe's, earlier overrides') stay. ``sft.options={...}`` replaces it."""
+    obj: Any = cfg
+    for i, k in enumerate(keys[:-1]):
+        if not dataclasses.is_dataclass(obj) or k not in _fields(type(obj)):
+            break  # an unknown key: _apply says which
+        current = getattr(obj, k)
+        if isinstance(current, dict):
+            merged = copy.deepcopy(current)
+            node = merged
+            for sub in keys[i + 1:-1]:
+                if not isinstance(node.get(sub), dict):
+                    node[sub] = {}
+                node = node[sub]
+            node[keys[-1]] = value
+            return keys[:i + 1], merged
+        obj = current
+    return keys, value
+
+
 def find_recipe(name: str) -> Path:
     """A recipe by path, or by bare name in the shipped recipes folder."""
     p = Path(name)
@@ -966,7 +1020,7 @@ def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] 
             raise ConfigError(f"{file}: expected a mapping at the top level, got {type(data).__name__}")
         _apply(cfg, data)
     for item in overrides:
-        keys, value = _parse_override(item)
+        keys, value = _into_mapping(cfg, *_parse_override(item))
         nested: Any = value
         for k in reversed(keys):
             nested = {k: nested}

@@ -34,6 +34,7 @@ from agentgym.oracles import StepPolicy, get_oracle, load_callable, play_episode
 from agentgym.registration import capabilities, ids_with
 from agentgym.trainer.batch import make_batch, micro_batches
 from agentgym.trainer.learner import Learner, batch_forward, lr_factor
+from agentgym.trainer.receivers import check_teacher_kwargs
 from agentgym.trajectory import Trajectory
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ def make_teacher(env_id: str, sft_config: Any) -> StepPolicy:
                           f"{sorted(teachers)}; fix: sft.teacher=oracle")
     factory = load_callable(teachers[sft_config.teacher], "teacher")
     kwargs = dict(sft_config.teacher_kwargs)
+    check_teacher_kwargs(env_id, sft_config.teacher, kwargs)  # a misspelt name, with the closest one
     try:
         inspect.signature(factory).bind(oracle, **kwargs)
     except TypeError as e:

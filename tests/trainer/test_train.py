@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+from agentgym.env import DEFAULT_SHAPING
 from agentgym.errors import NonFiniteError
 from agentgym.trainer.checkpoint import latest_checkpoint
 from agentgym.trainer.cli import main
@@ -85,11 +86,12 @@ def test_several_epochs_use_a_separate_old_pass(tmp_path: Path) -> None:
     assert m["ratio_max_first"] == pytest.approx(1.0, abs=1e-5)
 
 
-def test_nan_reward_raises_before_any_checkpoint(tmp_path: Path) -> None:
-    # shaped reward with a NaN weight: every turn's reward is NaN
+def test_nan_reward_raises_before_any_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # shaped reward with a NaN weight: every turn's reward is NaN (the config refuses a NaN in
+    # env.kwargs, so the env's default weight is the one made NaN, as an env's bug would)
+    monkeypatch.setitem(DEFAULT_SHAPING, "turn", math.nan)
     cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "ppo.steps=2",
-                                         "log.checkpoint_every=1", "env.reward_mode=shaped",
-                                         "env.kwargs={shaping: {turn: .nan}}"])
+                                         "log.checkpoint_every=1", "env.reward_mode=shaped"])
     with pytest.raises(NonFiniteError, match="reward") as e:
         Trainer(cfg).run()
     assert "expected a finite number" in str(e.value)
@@ -98,9 +100,11 @@ def test_nan_reward_raises_before_any_checkpoint(tmp_path: Path) -> None:
     assert read_metrics(tmp_path, "train") == []
 
 
-def test_cli_reports_non_finite_with_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_reports_non_finite_with_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(DEFAULT_SHAPING, "turn", math.inf)
     code = main(["--config", "cpu-quickstart", *SMALL, f"log.run_dir={tmp_path}", "ppo.steps=1",
-                 "env.reward_mode=shaped", "env.kwargs={shaping: {turn: .inf}}"])
+                 "env.reward_mode=shaped"])
     err = capsys.readouterr().err
     assert code == 1 and "NonFiniteError" in err and "Traceback" not in err
 

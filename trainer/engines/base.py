@@ -13,6 +13,8 @@ own model server, ``agentgym serve model``), ``vllm`` (in-process vLLM, GPU, opt
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -21,7 +23,7 @@ import torch
 
 from agentgym.errors import ConfigError
 
-__all__ = ["ENGINES", "Engine", "Sample", "make_engine"]
+__all__ = ["ENGINES", "ENGINE_CLASSES", "Engine", "Sample", "engine_class", "make_engine"]
 
 
 @dataclass
@@ -59,25 +61,23 @@ class Engine(Protocol):
         ...
 
 
-def _hf(**kw: Any) -> Engine:
-    from agentgym.trainer.engines.hf import HFEngine
-
-    return HFEngine(**kw)
-
-
-def _openai_http(**kw: Any) -> Engine:
-    from agentgym.trainer.engines.openai_http import OpenAIHTTPEngine
-
-    return OpenAIHTTPEngine(**kw)
+# name -> "module:Class", imported when used (hf needs torch, vllm vLLM).
+ENGINE_CLASSES: dict[str, str] = {"hf": "agentgym.trainer.engines.hf:HFEngine",
+                                  "openai-http": "agentgym.trainer.engines.openai_http:OpenAIHTTPEngine",
+                                  "vllm": "agentgym.trainer.engines.vllm:VLLMEngine"}
 
 
-def _vllm(**kw: Any) -> Engine:
-    from agentgym.trainer.engines.vllm import VLLMEngine
+def engine_class(name: str) -> Callable[..., Engine]:
+    """The class of the engine ``name`` (its module imported now)."""
+    module, _, cls = ENGINE_CLASSES[name].partition(":")
+    return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
 
-    return VLLMEngine(**kw)
+
+def _build(name: str, **kw: Any) -> Engine:
+    return engine_class(name)(**kw)
 
 
-ENGINES: dict[str, Callable[..., Engine]] = {"hf": _hf, "openai-http": _openai_http, "vllm": _vllm}
+ENGINES: dict[str, Callable[..., Engine]] = {name: functools.partial(_build, name) for name in ENGINE_CLASSES}
 
 
 def make_engine(name: str, **kwargs: Any) -> Engine:
