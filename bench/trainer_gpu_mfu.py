@@ -26,20 +26,31 @@ import torch
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "B200": 2250.0}
 
 
-def training_flops_per_token(cfg, seq: int) -> float:  # type: ignore[no-untyped-def]
-    """6 x active matmul parameters + attention scores/values (fwd 4*ctx*H*Dh, x3 for training)."""
+def flop_terms(cfg, seq: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """-> (active matmul parameters per token, attention FLOPs per token for training).
+
+    Matmul parameters: q, k, v, o projections, the router, the k chosen experts' gate/up and down
+    projections, and the output head (embeddings are lookups). Attention: scores and values
+    cost 4*ctx*H*Dh forward per token and layer, x3 with the backward; ctx is the mean context
+    of a causal row, (seq+1)/2, capped at the sliding window on sliding layers."""
     h, hd, nq, nkv = cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
     inter, k = cfg.intermediate_size, cfg.num_experts_per_tok
     attn_proj = h * nq * hd * 2 + h * nkv * hd * 2  # q, o + k, v
     experts = k * (h * 2 * inter + inter * h)
     router = h * cfg.num_local_experts
     per_layer = attn_proj + experts + router
-    dense = 6.0 * (cfg.num_hidden_layers * per_layer + h * cfg.vocab_size)
+    matmul = float(cfg.num_hidden_layers * per_layer + h * cfg.vocab_size)
     attn = 0.0
     for kind in cfg.layer_types:
         ctx = (seq + 1) / 2 if kind == "full_attention" else min(cfg.sliding_window, (seq + 1) / 2)
         attn += 3 * 4 * ctx * nq * hd
-    return dense + attn
+    return matmul, attn
+
+
+def training_flops_per_token(cfg, seq: int) -> float:  # type: ignore[no-untyped-def]
+    """6 x active matmul parameters + attention scores/values (fwd 4*ctx*H*Dh, x3 for training)."""
+    matmul, attn = flop_terms(cfg, seq)
+    return 6.0 * matmul + attn
 
 
 def main() -> int:
