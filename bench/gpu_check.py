@@ -27,6 +27,7 @@ kernel needs CUDA; the attention step runs flex's CPU fallback) to check the wir
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import importlib.util
 import json
@@ -49,11 +50,11 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOPS_FORMULA = (
     "model FLOPs per token: full fine-tune 6*N + A; LoRA 4*N + 6*N_lora + A (forward 2*N, backward 2*N for "
     "the input gradients; frozen weights get no weight gradient, the adapters all three). N = active "
-    "matmul parameters per token: q, k, v, o projections, the router, the top-4 of 32 experts' gate/up "
-    "and down projections per layer, and the output head (embeddings are lookups, not counted). "
+    "matmul parameters per token: q, k, v, o projections, the router, the chosen experts' gate/up "
+    "and down projections per layer (GPT-OSS-20B: 4 of 32), and the output head (embeddings are lookups, not counted). "
     "A = attention scores and values, 12*ctx*n_heads*head_dim per layer (4x forward, x3 with the "
-    "backward), ctx = (seq+1)/2 on full-attention layers and min(128, (seq+1)/2) on sliding-window "
-    "layers. MFU = achieved model FLOPs / the GPU's dense bf16 peak."
+    "backward), ctx = (seq+1)/2 on full-attention layers and min(window, (seq+1)/2) on sliding-window "
+    "layers (GPT-OSS-20B: window 128). MFU = achieved model FLOPs / the GPU's dense bf16 peak."
 )
 
 
@@ -66,7 +67,7 @@ class Setup:
     attn: str  # the learner's attention implementation
     config: Callable[[int, int], Any]  # (layers, vocab) -> GptOssConfig
     vocab: int
-    max_layers: int  # the real model's depth (GPT-OSS-20B: 24)
+    max_layers: int  # the real model's depth (GPT-OSS-20B: 24; the dry run's tiny model: 4)
     mfu_layers: int
     batch: int
     seq: int
@@ -79,7 +80,9 @@ class Setup:
     engine_layers: int
     episodes: int
     new_tokens: int
+    max_turns: int  # engine step: MathCalc-v1 turns per episode
     tokenizer: str  # o200k_harmony (GPT-OSS's own, when openai_harmony is installed) or byte
+    ppo_layers: int = 0  # LoRA PPO step: 0 = as many as the memory estimate fits (plan_layers)
 
 
 def _layer_types(n: int) -> list[str]:
@@ -106,11 +109,11 @@ def tiny_config(layers: int, vocab: int) -> Any:
 
 GPU = Setup(device="cuda", dtype=torch.bfloat16, attn="agentgym_flex", config=gptoss_20b_config, vocab=201_088,
             max_layers=24, mfu_layers=4, batch=4, seq=2048, steps=5, warmup=2, ppo_batch=4, ppo_seq=1024,
-            lora_rank=16, heads=(1, 64, 8, 2048, 64, 128), engine_layers=2, episodes=4, new_tokens=48,
+            lora_rank=16, heads=(1, 64, 8, 2048, 64, 128), engine_layers=2, episodes=4, new_tokens=48, max_turns=2,
             tokenizer="o200k_harmony")
 DRY = Setup(device="cpu", dtype=torch.bfloat16, attn="eager", config=tiny_config, vocab=264,
-            max_layers=24, mfu_layers=2, batch=2, seq=48, steps=2, warmup=1, ppo_batch=2, ppo_seq=48,
-            lora_rank=4, heads=(2, 4, 2, 24, 16, 6), engine_layers=2, episodes=2, new_tokens=6,
+            max_layers=4, mfu_layers=2, batch=2, seq=48, steps=1, warmup=1, ppo_batch=2, ppo_seq=48,
+            lora_rank=4, heads=(2, 4, 2, 24, 16, 6), engine_layers=2, episodes=2, new_tokens=6, max_turns=2,
             tokenizer="byte")
 
 
@@ -191,10 +194,12 @@ class _Heads(torch.nn.Module):
 def step_attention(s: Setup, out: Path) -> dict[str, Any]:
     from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 
-    from agentgym.trainer.attention import causal_block_mask, flex_sink_attention
+    from agentgym.trainer.attention import causal_block_mask, dense_sink_attention, flex_sink_attention
 
     B, HQ, HKV, T, D, W = s.heads
-    res: dict[str, Any] = {"shape": {"batch": B, "q_heads": HQ, "kv_heads": HKV, "seq": T, "head_dim": D}}
+    res: dict[str, Any] = {"shape": {"batch": B, "q_heads": HQ, "kv_heads": HKV, "seq": T, "head_dim": D},
+                           "kernel": "flex_sink_attention (forward and backward)" if s.device == "cuda" else
+                           "flex_sink_attention (forward; flex has no CPU backward) + dense_sink_attention (backward)"}
     ok = True
     for window in (None, W):
         g = torch.Generator().manual_seed(0)
@@ -206,7 +211,10 @@ def step_attention(s: Setup, out: Path) -> dict[str, Any]:
         additive = torch.zeros(T, T).masked_fill(~allowed, torch.finfo(torch.float32).min)[None, None].to(s.device)
         mask = causal_block_mask(T, T, window, torch.device(s.device))
         a = [x.to(s.device).requires_grad_() for x in (q, k, v, sinks)]
-        got = flex_sink_attention(*a, block_mask=mask, scale=D**-0.5)  # (B, H, T, D)
+        if s.device == "cuda":
+            got = flex_sink_attention(*a, block_mask=mask, scale=D**-0.5)  # (B, H, T, D)
+        else:  # flex has no backward on CPU: the trainer's dense sink attention carries the gradients
+            got = dense_sink_attention(*a, allowed[None, None].expand(B, 1, T, T).to(s.device), scale=D**-0.5)
         ga = torch.autograd.grad((got * dout).sum(), a)
         b = [x.to(s.device).requires_grad_() for x in (q, k, v)]
         heads = _Heads(sinks.to(s.device), HQ // HKV)
@@ -214,9 +222,10 @@ def step_attention(s: Setup, out: Path) -> dict[str, Any]:
         ref = ref.transpose(1, 2)
         gb = torch.autograd.grad((ref * dout).sum(), [*b, heads.sinks])
         with torch.no_grad():
+            flex = flex_sink_attention(*(x.detach() for x in a), block_mask=mask, scale=D**-0.5)
             bf = flex_sink_attention(*(x.detach().to(torch.bfloat16) for x in a[:3]), a[3].detach(),
                                      block_mask=mask, scale=D**-0.5)
-        fwd = float((got - ref).abs().max())
+        fwd = max(float((got - ref).abs().max()), float((flex - ref).abs().max()))
         grads = {n: float((x - y).abs().max() / y.abs().max().clamp_min(1e-12))
                  for n, x, y in zip(("q", "k", "v", "sinks"), ga, gb)}
         name = f"window_{window}" if window else "full"
@@ -344,6 +353,8 @@ def step_lora_ppo(s: Setup, out: Path) -> dict[str, Any]:
     from agentgym.trainer.ppo import kl_estimate, masked_mean, ppo_policy_loss
 
     layers, mem = plan_layers(s)
+    if s.ppo_layers:  # the command line's choice (--ppo-layers), the estimate kept for comparison
+        layers, mem = s.ppo_layers, lora_memory(s, s.ppo_layers, device_budget(s))
     gib = {k: round(v / 2**30, 2) for k, v in mem.items()}
     if not layers:
         raise MemoryError(f"not even one layer fits: estimate {gib}")
@@ -373,7 +384,7 @@ def step_lora_ppo(s: Setup, out: Path) -> dict[str, Any]:
         (loss + 0.01 * kl).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        stats.update(loss=float(loss), kl=float(kl), clip_frac=st["clip_frac"])
+        stats.update(loss=loss.item(), kl=kl.item(), clip_frac=st["clip_frac"])
 
     dt = _timed(s, step, max(1, s.steps // 2), 1)
     peak = _peak_gib(s)
@@ -410,10 +421,10 @@ def step_engine_logprobs(s: Setup, out: Path) -> dict[str, Any]:
     config = s.config(s.engine_layers, tok.vocab_size)
     config.pad_token_id = int(getattr(tok, "pad_id", tok.vocab_size - 1))
     model = build_model(s, config).eval()
-    model.generation_config.pad_token_id = config.pad_token_id
+    model.generation_config.pad_token_id = config.pad_token_id  # type: ignore[union-attr]
     report = run_doctor(model, engine="hf", attn_implementation=s.attn, env_id="agentgym/MathCalc-v1",
                         episodes=s.episodes, max_new_tokens=s.new_tokens, device=s.device,
-                        trainer_dtype="bfloat16", tokenizer=tok)
+                        trainer_dtype="bfloat16", tokenizer=tok, env_kwargs={"max_turns": s.max_turns})
     st = report.stats
     return {"layers": s.engine_layers, "tokenizer": tok_name, "engine": "hf (eager attention, bf16)",
             "learner": f"policy_forward ({s.attn}, bf16)", "verdict": report.verdict, "reasons": report.reasons,
@@ -466,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry", action="store_true", help="run every step on CPU at tiny shapes")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench" / "out" / "gpu-check"))
     ap.add_argument("--steps", nargs="+", choices=list(STEPS), default=list(STEPS))
+    ap.add_argument("--ppo-layers", type=int, default=0,
+                    help="layers of the LoRA PPO step (default 0: the most the memory estimate fits)")
     ap.add_argument("--budget-s", type=float, default=450.0,
                     help="seconds for the whole check: the test step gets what the others left")
     args = ap.parse_args(argv)
@@ -473,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench/gpu_check.py: no CUDA GPU visible. Run it on a GPU machine, or add --dry to check "
               "the wiring on CPU at tiny shapes.", file=sys.stderr)
         return 2
-    s = DRY if args.dry else GPU
+    s = dataclasses.replace(DRY if args.dry else GPU, ppo_layers=args.ppo_layers)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.dry:
