@@ -428,6 +428,8 @@ def step_engine_logprobs(s: Setup, out: Path) -> dict[str, Any]:
     st = report.stats
     return {"layers": s.engine_layers, "tokenizer": tok_name, "engine": "hf (eager attention, bf16)",
             "learner": f"policy_forward ({s.attn}, bf16)", "verdict": report.verdict, "reasons": report.reasons,
+            "check": "pass" if st.get("k3", float("inf")) < 0.05 else "fail",
+            "bounds": "k3 < 0.05, the bound tests/trainer/test_gpu_smoke.py sets for a bf16 engine against a bf16 learner",
             "mismatch_k3": st.get("k3"), "abs_dlogp_mean": st.get("abs_dlogp_mean"),
             "abs_dlogp_max": st.get("abs_dlogp_max"), "stats": st, "setup": report.setup,
             "summary": f"k3 {st.get('k3', float('nan')):.2e}, max |dlogp| {st.get('abs_dlogp_max', float('nan')):.3f}, "

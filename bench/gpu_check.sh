@@ -16,6 +16,7 @@ if ! "$PY" -c "import agentgym.trainer" 2>/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e . \
     || { echo "bench/gpu_check.sh: cannot install agentgym here (offline, no deps); install it or set PYTHON" >&2; exit 2; }
 fi
+export HF_HUB_OFFLINE=1  # every model here is built from a config: never wait on the network
 OUT="${OUT:-bench/out/gpu-check}"
 mkdir -p "$OUT"
 exec "$PY" bench/gpu_check.py --out "$OUT" "$@"

@@ -39,6 +39,7 @@ def test_dry_run_writes_every_step_ok(tmp_path: Path) -> None:
     assert ppo["layers"] == ppo["of_layers"] == 4  # the tiny model fits whole in the machine's memory
     assert ppo["tokens_per_s"] > 0 and ppo["estimate_gib"]["total"] > 0 and ppo["trainable"] < ppo["params"]
     eng = st["engine_logprobs"]
+    assert eng["check"] == "pass" and eng["verdict"] in ("healthy", "warning", "unhealthy")
     assert eng["mismatch_k3"] is not None and eng["abs_dlogp_max"] >= 0 and eng["stats"]["n_tokens"] > 0
     tests = st["gpu_tests"]
     assert tests["tests"] >= 1 and tests["failures"] == tests["errors"] == 0
