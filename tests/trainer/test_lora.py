@@ -64,6 +64,42 @@ def test_lora_trains_only_adapters_and_the_reference_is_the_base(tmp_path: Path)
     t.close()
 
 
+def test_merged_weights_are_peft_merge_under_the_base_names_and_leave_the_learner_alone() -> None:
+    """What the vllm engine's sync reads with LoRA (lora.MergedWeights): the base model's own names
+    in its order, each adapted weight equal to PEFT's merge_and_unload (attention W + (alpha/r) B A,
+    the per-expert delta on gate_up_proj and down_proj), the rest the base's; the adapted model's
+    tensors are not written, and a plain model loaded with them computes the adapted logits."""
+    import copy
+
+    from agentgym.trainer.config import LoRAConfig
+    from agentgym.trainer.lora import MergedWeights, add_adapters
+
+    model = build_tiny_gptoss(300, seed=0, num_hidden_layers=2)
+    base = {k: v.clone() for k, v in model.state_dict().items()}
+    names = list(base)
+    peft = add_adapters(model, LoRAConfig(rank=4, alpha=8, experts=True))
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if ".lora_B." in n:  # as after some updates (B starts at 0)
+                p.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(len(n)))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    merged = MergedWeights(peft).state_dict()
+    assert list(merged) == names
+    want = copy.deepcopy(peft).merge_and_unload().state_dict()
+    adapted = {k for k in names if k.endswith(("_proj.weight", "gate_up_proj", "down_proj"))}
+    assert len(adapted) == 2 * 6
+    for k in names:
+        assert torch.equal(merged[k], want[k]), k
+        assert torch.equal(merged[k], base[k]) == (k not in adapted), k
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # no merge in place
+    plain = build_tiny_gptoss(300, seed=1, num_hidden_layers=2)
+    plain.load_state_dict(dict(merged.items()))
+    ids = torch.randint(0, 300, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(plain.eval()(input_ids=ids).logits, model.eval()(input_ids=ids).logits,
+                                   rtol=0, atol=1e-5)
+
+
 def test_lora_settings_are_checked() -> None:
     with pytest.raises(ConfigError, match="model.lora.rank: expected 0"):
         load_config("cpu-quickstart", [*SMALL, "model.lora.rank=-1"])
