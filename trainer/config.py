@@ -623,12 +623,16 @@ class TrainConfig:
         if not lo.targets and not lo.experts:
             raise ConfigError("model.lora: no adapters to train (targets=[] and experts=false); fix: "
                               "model.lora.targets=[q_proj,k_proj,v_proj,o_proj] or model.lora.experts=true")
-        unwired = {"rollout.engine": (r.engine, "hf"), "rollout.engine_weights": (r.engine_weights, "shared"),
+        if r.engine not in ("hf", "vllm"):
+            raise ConfigError(f"model.lora.rank={lo.rank} runs with rollout.engine=hf (the learner's own model, "
+                              f"adapters applied) or vllm (the base with the adapters merged in at each sync), got "
+                              f"rollout.engine={r.engine}; fix: rollout.engine=hf or vllm, or model.lora.rank=0")
+        unwired = {"rollout.engine_weights": (r.engine_weights, "shared"),
                    "rollout.backend": (r.backend, "local"), "rollout.mode": (r.mode, "sync")}
         for key, (got, ok) in unwired.items():
             if got != ok:
-                raise ConfigError(f"model.lora.rank={lo.rank} runs with {key}={ok} only so far (the learner's own "
-                                  f"model, adapters applied), got {key}={got}; fix: {key}={ok}, or model.lora.rank=0")
+                raise ConfigError(f"model.lora.rank={lo.rank} runs with {key}={ok} only so far, got {key}={got}; "
+                                  f"fix: {key}={ok}, or model.lora.rank=0")
         if self.controls or self.sft.load:
             raise ConfigError("model.lora.rank > 0 with controls or sft.load is not wired yet (they reload full "
                               "weights); fix: controls=[] sft.load=null, or model.lora.rank=0")

@@ -18,12 +18,16 @@ Checkpoints and exports hold the adapters only (:func:`save_adapters`: PEFT's
 ``adapter_model.safetensors`` + ``adapter_config.json``); :func:`export_merged` writes the base
 with the adapters folded in, a plain model folder that ``transformers`` and ``agentgym-eval``
 load.
+
+An engine with its own weights (vLLM) samples the same policy from :class:`MergedWeights`: the
+base with the adapters folded in, computed in memory at each weight sync, while the learner's
+model keeps its separate adapters.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +36,7 @@ import torch
 from agentgym.errors import CheckpointError, ConfigError
 from agentgym.trainer.config import LoRAConfig
 
-__all__ = ["ADAPTER_FILE", "EXPERT_PARAMETERS", "MERGED", "AdaptersOff", "adapter_state", "add_adapters",
+__all__ = ["ADAPTER_FILE", "EXPERT_PARAMETERS", "MERGED", "AdaptersOff", "MergedWeights", "adapter_state", "add_adapters",
            "export_merged", "is_adapted", "load_adapter_state", "save_adapters"]
 
 ADAPTER_FILE = "adapter_model.safetensors"  # PEFT's name for the adapter weights
@@ -127,3 +131,65 @@ def export_merged(peft_model: Any, path: str | Path, *, dtype: torch.dtype | Non
 
     merged = copy.deepcopy(peft_model).merge_and_unload()
     save_model(merged, path, dtype=dtype)
+
+
+class MergedWeights:
+    """What an engine's weight sync reads from an adapted policy (``Engine.sync_weights``, like
+    ``GatheredWeights``): ``state_dict()`` maps the base model's own names to the base weights with
+    the adapters folded in, W + (alpha / r) B A for an adapted linear layer and the per-expert
+    delta for an adapted expert parameter (PEFT's ``get_delta_weight``), computed one tensor at a
+    time when read, in the weight's dtype and without autograd. The policy's own weights are never
+    written (no merge in place); the adapters' weights themselves are left out. ``model``: the
+    PeftModel or the transformers model the adapters were injected into; :attr:`model` is the
+    latter (what ``vllm._write_config`` reads the config of)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model: torch.nn.Module = model.get_base_model() if is_adapted(model) else model  # type: ignore[operator]
+
+    def state_dict(self) -> Mapping[str, torch.Tensor]:
+        return _LazyMerged(self.model)
+
+
+def _base_name(key: str) -> str:
+    """PEFT's name of a wrapped weight -> the base model's (``q_proj.base_layer.weight`` ->
+    ``q_proj.weight``; nested expert wrappers add one ``base_layer`` each)."""
+    return ".".join(p for p in key.split(".") if p != "base_layer")
+
+
+class _LazyMerged(Mapping[str, torch.Tensor]):
+    def __init__(self, model: torch.nn.Module) -> None:
+        from peft.tuners.lora import LoraLayer, ParamWrapper
+
+        sd = model.state_dict()
+        # base name -> PEFT's key; the adapters' own tensors (lora_A, lora_B, ...) are not the base's
+        self._keys = {_base_name(k): k for k in sd if not any(p.startswith("lora_") for p in k.split("."))}
+        self._sd = sd
+        self._deltas: dict[str, list[Any]] = {}  # base name -> the LoRA layers adding to it
+        for prefix, layer in model.named_modules():
+            if not isinstance(layer, LoraLayer) or layer.disable_adapters or layer.merged:
+                continue  # disabled: the base acts alone; merged: the base weight already holds the delta
+            param = layer.parameter_name if isinstance(layer, ParamWrapper) else "weight"
+            target = _base_name(f"{prefix}.{param}" if prefix else param)
+            if target not in self._keys:
+                raise ConfigError(f"LoRA layer {prefix!r} adapts {target!r}, which the model's state dict lacks; "
+                                  "expected adapters on linear layers or on GPT-OSS's expert parameters")
+            self._deltas.setdefault(target, []).append(layer)
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        t = self._sd[self._keys[key]].detach()
+        layers = self._deltas.get(key)
+        if not layers:
+            return t
+        with torch.no_grad():
+            merged = t.clone()
+            for layer in layers:
+                for name in layer.active_adapters:
+                    if name in layer.lora_A:
+                        merged += layer.get_delta_weight(name).to(merged.dtype)
+        return merged
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)

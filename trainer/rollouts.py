@@ -159,11 +159,21 @@ class Rollouts:
                 from agentgym.trainer.distributed import GatheredWeights
 
                 kw["model"] = (GatheredWeights(learner.model, learner.compute_dtype) if learner.dist is not None
-                               else model)
+                               else self._weights(model))
                 self._synced = True
         return make_engine(cfg.rollout.engine, **kw)
 
     # ------------------------------------------------------------------ engine <-> learner
+    def _weights(self, model: torch.nn.Module) -> Any:
+        """What an engine with its own weights loads: the learner's module, or with LoRA the base
+        with the adapters folded in, computed in memory at each sync (``lora.MergedWeights``);
+        the hf engine sharing the learner's module applies the adapters itself."""
+        if self.learner.peft is None or self.cfg.rollout.engine == "hf":
+            return model
+        from agentgym.trainer.lora import MergedWeights
+
+        return MergedWeights(model)
+
     def sleep(self) -> None:
         """Free the engine's GPU memory for the update (``rollout.sleep_level``)."""
         if self.cfg.rollout.sleep_level:
@@ -185,7 +195,7 @@ class Rollouts:
             if self.cfg.rollout.backend == "ray" and version is not None:
                 self.collector.sync_weights(learner.model, version=version)
         elif learner.dist is None:
-            self.engine.sync_weights(learner.model)
+            self.engine.sync_weights(self._weights(learner.model))
         else:
             from agentgym.trainer.distributed import GatheredWeights
 

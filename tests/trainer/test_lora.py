@@ -64,6 +64,42 @@ def test_lora_trains_only_adapters_and_the_reference_is_the_base(tmp_path: Path)
     t.close()
 
 
+def test_merged_weights_are_peft_merge_under_the_base_names_and_leave_the_learner_alone() -> None:
+    """What the vllm engine's sync reads with LoRA (lora.MergedWeights): the base model's own names
+    in its order, each adapted weight equal to PEFT's merge_and_unload (attention W + (alpha/r) B A,
+    the per-expert delta on gate_up_proj and down_proj), the rest the base's; the adapted model's
+    tensors are not written, and a plain model loaded with them computes the adapted logits."""
+    import copy
+
+    from agentgym.trainer.config import LoRAConfig
+    from agentgym.trainer.lora import MergedWeights, add_adapters
+
+    model = build_tiny_gptoss(300, seed=0, num_hidden_layers=2)
+    base = {k: v.clone() for k, v in model.state_dict().items()}
+    names = list(base)
+    peft = add_adapters(model, LoRAConfig(rank=4, alpha=8, experts=True))
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if ".lora_B." in n:  # as after some updates (B starts at 0)
+                p.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(len(n)))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    merged = MergedWeights(peft).state_dict()
+    assert list(merged) == names
+    want = copy.deepcopy(peft).merge_and_unload().state_dict()
+    adapted = {k for k in names if k.endswith(("_proj.weight", "gate_up_proj", "down_proj"))}
+    assert len(adapted) == 2 * 6
+    for k in names:
+        assert torch.equal(merged[k], want[k]), k
+        assert torch.equal(merged[k], base[k]) == (k not in adapted), k
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # no merge in place
+    plain = build_tiny_gptoss(300, seed=1, num_hidden_layers=2)
+    plain.load_state_dict(dict(merged.items()))
+    ids = torch.randint(0, 300, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(plain.eval()(input_ids=ids).logits, model.eval()(input_ids=ids).logits,
+                                   rtol=0, atol=1e-5)
+
+
 def test_lora_settings_are_checked() -> None:
     with pytest.raises(ConfigError, match="model.lora.rank: expected 0"):
         load_config("cpu-quickstart", [*SMALL, "model.lora.rank=-1"])
@@ -71,7 +107,10 @@ def test_lora_settings_are_checked() -> None:
         load_config("cpu-quickstart", [*SMALL, "model.lora.rank=4", "model.lora.targets=[]"])
     with pytest.raises(ConfigError, match="rollout.engine_weights=shared only so far"):
         load_config("cpu-quickstart", [*SMALL, "model.lora.rank=4", "rollout.engine_weights=copy"])
+    with pytest.raises(ConfigError, match=r"runs with rollout.engine=hf .* or vllm .*got rollout.engine=openai-http"):
+        load_config("cpu-quickstart", [*SMALL, "model.lora.rank=4", "rollout.engine=openai-http"])
     load_config("cpu-quickstart", [*SMALL, "model.lora.rank=4", "model.lora.targets=[]", "model.lora.experts=true"])
+    load_config("cpu-quickstart", [*SMALL, "model.lora.rank=4", "rollout.engine=vllm"])  # merged at each sync
 
 
 def test_lora_checkpoints_hold_adapters_resume_exactly_and_export_merged(tmp_path: Path) -> None:
@@ -172,3 +211,73 @@ def test_a_resume_that_changes_the_adapters_is_refused_and_older_runs_still_resu
     check_resume_identity(tmp_path, load_config("cpu-quickstart", SMALL))
     with pytest.raises(ConfigError, match="model.lora.rank=0, not 8"):
         check_resume_identity(tmp_path, load_config("cpu-quickstart", [*SMALL, "model.lora.rank=8"]))
+
+
+@pytest.mark.slow
+def test_lora_ppo_on_attention_and_experts_from_a_warm_start_and_its_merged_export_scores_the_same(tmp_path: Path) -> None:
+    """The LoRA twin of tests/trainer/test_e2e.py (rank 8 on attention and on every expert; the
+    rest frozen): the one-answer Math-v1 task ("reply with the number 7"). The base is the e2e
+    test's full 30-step oracle warm start (LoRA adapts a trained model: on the random tiny model
+    a LoRA warm start stalled at an SFT loss of 3.07 nats, greedy 24/24 right but 0/96 sampled at
+    T=1, since the frozen output head and final norm cap the logits' range); then 20 PPO steps on
+    the adapters only, evaluated on 24 held-out problems x 4 samples at T=1. The learner scores
+    what it sampled, and the merged export (the last checkpoint's ``merged/``), loaded as a plain
+    model by a fresh trainer, scores the same held-out problems as the adapted policy did. PPO's
+    lr is the e2e test's times 3, picked once, not tuned; the learning it showed is in the
+    comment below. Exact resume of a LoRA run (experts included) is the checkpoint test above."""
+    import json
+
+    from agentgym.trainer.controls import final_eval, warm_eval
+    from agentgym.trainer.evaluation import gain
+    from agentgym.trainer.metrics import read_metrics
+
+    data = tmp_path / "say7.jsonl"
+    data.write_text("".join(json.dumps({"id": f"say-{i}", "question": f"Request {i}: reply with the number 7.",
+                                        "answer": "7"}) + "\n" for i in range(200)))
+    common = [
+        "seed=0", "threads=1", "env.id=agentgym/Math-v1", f"env.kwargs={{dataset: {data}}}", "env.reward_mode=sparse",
+        "env.max_turns=1", "env.max_action_tokens=48", "env.prompt=harmony", "rollout.temperature=1.0",
+        "log.eval_every=20", "log.eval_episodes=24", "log.eval_episodes_final=0", "log.eval_samples=4",
+        "log.eval_seed_start=0", "log.checkpoint_every=0", "log.progress=false", "log.tensorboard=false",
+        "log.plots=false", "controls=[]", "sft.check_every=0", "sft.min_wellformed=0",
+        "sft.stop_pass_at_k=null", "sft.stop_pass_at_1=null"]
+
+    def run(run_dir: Path, *args: str) -> None:
+        t = Trainer(load_config("cpu-quickstart", [*common, f"log.run_dir={run_dir}", *args]))
+        t.run()
+        t.close()
+
+    base, lora = tmp_path / "base", tmp_path / "lora"
+    run(base, "sft.steps=30", "sft.batch_size=8", "sft.teacher=oracle", "sft.lr=3e-3", "sft.schedule=cosine",
+        "sft.warmup_steps=5", "ppo.steps=0")
+    run(lora, f"model.init_from={base / 'warm_start'}", "sft.steps=0", "model.lora.rank=8", "model.lora.alpha=16",
+        "model.lora.experts=true", "model.lora.export_merged=true", "log.export_dtype=float32",
+        "ppo.steps=20", "ppo.lr=3e-3", "ppo.warmup_steps=2", "ppo.kl_coef=0", "ppo.group_std_normalize=true",
+        "ppo.baseline_scale=1", "rollout.tasks_per_step=4", "rollout.samples_per_task=8", "correction.mode=seq_tis")
+    warm, ppo = warm_eval(base), final_eval(lora)
+    assert ppo is not None and warm is not None and ppo["sampled_problems"] >= 20
+    own = gain(warm, ppo, "sampled_")  # the LoRA run - its warm start, paired on the same held-out problems
+    train = read_metrics(lora, "train")
+    first, last = (sum(r["reward_mean"] for r in rows) / 5 for rows in (train[:5], train[-5:]))
+    summary = (f"held-out sampled success: warm start {warm['sampled_success']:.3f} -> LoRA PPO "
+               f"{ppo['sampled_success']:.3f} ({own}); train reward first 5 steps {first:.3f} -> last 5 {last:.3f}")
+    # measured (seed 0, lr 3e-3): warm start 0.625 -> LoRA PPO 0.594 (paired gain -0.031, z -1.8),
+    # train reward 0.537 -> 0.613 over the first and last 5 steps; the adapters moved (|B| up to
+    # 0.05) but 20 steps at this lr barely changed the sampled answers. Full fine-tuning reaches
+    # 0.833 on the same base and budget (tests/trainer/test_e2e.py). Not asserted: LoRA's learning
+    # on this task is not shown yet; what is asserted is that the run, its sampling and its export
+    # are one policy.
+    assert own is not None and own["problems"] == 24, summary
+    assert max(r["mismatch_abs_dlogp_max"] for r in train) < 1e-3  # the learner scores what it sampled
+
+    merged = lora / "checkpoints" / "step-000020" / "merged"
+    assert (merged / "model.safetensors").exists() and not (merged / "adapter_model.safetensors").exists()
+    check = Trainer(load_config("cpu-quickstart", [*common, f"log.run_dir={tmp_path / 'merged-eval'}",
+                                                   f"model.init_from={merged}", "sft.steps=0", "ppo.steps=0"]))
+    assert check.learner.peft is None  # a plain model: the adapters are in its weights
+    again = check.evaluator.evaluate("ppo", 0, full=True)
+    check.close()
+    assert again["sampled_problems"] == ppo["sampled_problems"]
+    # the same problems and sampling seeds: the same answers up to float rounding of the merge
+    assert abs(again["sampled_success"] - ppo["sampled_success"]) <= 0.05, (again, ppo, summary)
+    print(summary, f"; merged export {again['sampled_success']:.3f}")

@@ -203,6 +203,48 @@ def test_the_socket_folder_is_removed_at_exit() -> None:
     assert folder.name.startswith("agentgym-vllm-rpc-") and not folder.exists()
 
 
+@pytest.mark.parametrize("experts", [False, True], ids=["attention", "attention+experts"])
+def test_lora_with_vllm_samples_what_the_learner_scores(engine: Engine, tmp_path: Path, experts: bool) -> None:
+    """LoRA with the vllm engine: every sync sends the base with the adapters merged in memory
+    (lora.MergedWeights). After an optimizer step has moved the adapters, the second step's
+    samples carry vLLM's log-probs that the learner's adapted model reproduces within the
+    float32 tolerance of the plain run above, the base weights are untouched, and vLLM holds
+    the merged policy, not the base."""
+    from agentgym.trainer.config import load_config
+    from agentgym.trainer.train import Trainer
+
+    pytest.importorskip("peft")
+    cfg = load_config("cpu-quickstart", [
+        "threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false", "log.eval_every=0",
+        "sft.steps=0", "env.max_turns=2", "env.max_action_tokens=16", "rollout.tasks_per_step=2",
+        "rollout.samples_per_task=2", "model.tiny={num_hidden_layers: 2}", f"log.run_dir={tmp_path}",
+        "controls=[]", "rollout.engine=vllm", "model.lora.rank=4", "model.lora.alpha=8",
+        f"model.lora.experts={str(experts).lower()}", "ppo.entropy_coef=0.01", "ppo.lr=1e-3"])
+    trainer = Trainer(cfg, engine=engine)  # the first sync: the base (B = 0) under the base's names
+    model = trainer.learner.model
+    base = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    m0 = trainer.train_step(0)
+    assert m0["mismatch_abs_dlogp_max"] < 1e-4
+    adapters = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    moved = {n for n, p in adapters.items() if ".lora_B." in n and p.abs().max() > 0}
+    assert any("self_attn" in n for n in moved) and any("mlp.experts" in n for n in moved) == experts
+    m1 = trainer.train_step(1)  # sampled by vLLM from the merged weights of update 1
+    assert m1["ratio_min_first"] == pytest.approx(1.0, abs=1e-3)
+    assert m1["mismatch_abs_dlogp_max"] < 1e-4 and abs(m1["mismatch_k3"]) < 1e-8, m1
+    assert all(torch.equal(p, base[n]) for n, p in model.named_parameters() if n in base)  # no merge in place
+    assert m1["sync_mb"] == pytest.approx(2.154, abs=0.01)  # the base's bytes: the adapters are not sent
+
+    model.eval()
+    samples = engine.generate(PROMPTS, max_new_tokens=12, temperature=1.0, stop_ids=STOPS, seed=3)
+    assert max_gap(model, PROMPTS, samples, 1.0) < 1e-5  # vLLM holds the policy after update 2
+    from agentgym.trainer.lora import AdaptersOff
+
+    with AdaptersOff(trainer.learner.peft).active() as plain:
+        assert max_gap(plain, PROMPTS, samples, 1.0) > 1e-4  # and that is not the base
+    trainer.rollouts.collector.close()  # the module's engine stays open for the tests below
+    trainer.rollouts.eval_collector.close()
+
+
 def test_ppo_step_with_vllm_then_close_leaves_no_engine_process(engine: Engine, tmp_path: Path) -> None:
     """A PPO step sampling with vLLM (weights synced before and after the update); then the
     trainer's close() shuts the engine down and no engine process is left."""
