@@ -99,8 +99,8 @@ def test_the_check_catches_lazy_relative_and_string_imports(tmp_path: Path) -> N
         "leaderboards/cli.py": "from agentgym.trainer import sft\n",  # leaderboards may use any layer
         "agentgym/env.py": "def f():\n    from agentgym.serving import env_client\n",
         "agentgym/serving/env_server.py": "from agentgym.environments.math import env\nfrom agentgym import errors\n",
-        "agentgym/serving/chat_server.py": "from agentgym.trainer.engines import hf\n",
-        "agentgym/serving/model_server.py": "from agentgym.trainer.engines import hf\n",  # the one allowed
+        "agentgym/serving/chat_server.py": "from agentgym.trainer.rollout.engines import hf\n",
+        "agentgym/serving/model_server.py": "from agentgym.trainer.rollout.engines import hf\n",  # the one allowed
         "trainer/engines/openai_http.py": "from agentgym.serving import model_server\n",
     }
     for name, text in files.items():
@@ -110,7 +110,7 @@ def test_the_check_catches_lazy_relative_and_string_imports(tmp_path: Path) -> N
         "agentgym/chat/x.py:1: core -> agentgym.trainer",
         "agentgym/cli.py:2: core -> agentgym.sandboxes.cli",
         "agentgym/env.py:2: core -> agentgym.serving",
-        "agentgym/serving/chat_server.py:1: serving -> agentgym.trainer.engines",
+        "agentgym/serving/chat_server.py:1: serving -> agentgym.trainer.rollout.engines",
         "agentgym/serving/env_server.py:1: serving -> agentgym.environments.math",
         "environments/math/env.py:1: environments -> agentgym.trainer.config",
         "trainer/engines/openai_http.py:1: trainer -> agentgym.serving",

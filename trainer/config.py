@@ -29,8 +29,10 @@ import yaml
 from agentgym.env import PROMPT_STYLES
 from agentgym.errors import ConfigError
 from agentgym.registration import capabilities
-from agentgym.trainer.curriculum import CurriculumConfig
-from agentgym.trainer.health import HealthConfig
+
+from .algo.correction import CORRECTION_MODES, parse_mode
+from .curriculum import CurriculumConfig
+from .health import HealthConfig
 
 __all__ = [
     "ALGOS", "ARMS",
@@ -532,7 +534,6 @@ class TrainConfig:
         if teachers and self.sft.teacher not in teachers:
             raise ConfigError(f"sft.teacher: {self.env.id} declares the teachers {teachers}, got "
                               f"{self.sft.teacher!r}; fix: sft.teacher={_suggest(self.sft.teacher, teachers) or 'oracle'}")
-        from agentgym.trainer.correction import CORRECTION_MODES, parse_mode
 
         try:
             parse_mode(self.correction.mode)

@@ -3,11 +3,11 @@
     trainer = Trainer(load_config("cpu-quickstart"))
     trainer.run()          # warm start (SFT on oracle demos), then PPO, evals, checkpoints, plots
 
-The pieces, in the order a step calls them: :class:`~agentgym.trainer.rollouts.Rollouts`
+The pieces, in the order a step calls them: :class:`~agentgym.trainer.episodes.Rollouts`
 (engine, envs, one step's episodes), :func:`~agentgym.trainer.update.score`,
 :func:`~agentgym.trainer.update.compute_advantages`, :func:`~agentgym.trainer.update.ppo_update`
 on the :class:`~agentgym.trainer.learner.Learner` (policy, optimizer, reference, forward), and
-:meth:`Rollouts.sync <agentgym.trainer.rollouts.Rollouts.sync>`. Around the loop: the warm start
+:meth:`Rollouts.sync <agentgym.trainer.episodes.Rollouts.sync>`. Around the loop: the warm start
 (``sft.py``), evaluations on held-out problems (``evaluation.py``), checkpoints (``checkpoint.py``).
 
 The KL reference is the policy as PPO starts (after the warm start if there is one), saved
@@ -32,23 +32,22 @@ from typing import Any
 import yaml
 
 from agentgym.errors import CheckpointError, ConfigError, Preempted
-from agentgym.trainer.checkpoint import (
-    check_resume_identity,
-    clean_stray,
-    latest_checkpoint,
-    resume_learner,
-    save_learner,
-    write_text_atomic,
-)
-from agentgym.trainer.config import TrainConfig, config_to_dict
-from agentgym.trainer.evaluation import Evaluator
-from agentgym.trainer.health import KL_UNWATCHED, HealthMonitor
-from agentgym.trainer.learner import Learner
-from agentgym.trainer.metrics import MetricsLogger, Progress, read_metrics, truncate_metrics
-from agentgym.trainer.ppo import AdaptiveKL, RewardNorm
-from agentgym.trainer.preempt import stop_requested
-from agentgym.trainer.rollouts import Rollouts
-from agentgym.trainer.update import compute_advantages, ppo_update, score
+
+from .algo.imitation import best_of_group, successful
+from .algo.ppo import AdaptiveKL, RewardNorm
+from .checkpoint import check_resume_identity, clean_stray, resume_learner, save_learner
+from .config import TrainConfig, config_to_dict
+from .episodes import Rollouts
+from .evaluation import Evaluator
+from .health import KL_UNWATCHED, HealthMonitor
+from .imitation import imitation_update
+from .learner import Learner
+from .metrics import MetricsLogger, Progress, read_metrics, truncate_metrics
+from .model.files import latest_checkpoint, write_text_atomic
+from .plots import write_plots
+from .preempt import stop_requested
+from .sft import run_sft
+from .update import compute_advantages, ppo_update, score
 
 __all__ = ["Trainer"]
 
@@ -155,7 +154,6 @@ class Trainer:
         """The control arms' update: NLL of the policy's own successes (``rft``), of each group's
         best episode (``raft``) or of oracle demonstrations (``sft``), with PPO's optimizer and
         budget (``imitation.py``). Own episodes are scored at the temperature they were sampled at."""
-        from agentgym.trainer.imitation import best_of_group, imitation_update, successful
 
         algo = self.cfg.algo
         if algo == "sft":
@@ -206,15 +204,12 @@ class Trainer:
             bar.close()
             self.log.close()
         if cfg.log.plots and self.ranks.main:
-            from agentgym.trainer.plots import write_plots
-
             write_plots(cfg.log.run_dir)
         return self.summary()
 
     def _warm_start(self) -> None:
         """SFT on demonstrations (``sft.py``), stopped by its held-out check; saved, evaluated
         by :meth:`run`, and the KL reference from then on."""
-        from agentgym.trainer.sft import run_sft
 
         cfg, learner = self.cfg, self.learner
         start, opt, sched = self.sft_resume or (0, None, None)

@@ -15,8 +15,8 @@ import torch
 
 def main(out: str) -> None:
     from agentgym.trainer import distributed as D
-    from agentgym.trainer.engines.openai_http import write_checkpoint
-    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
+    from agentgym.trainer.rollout.engines.openai_http import write_checkpoint
 
     torch.set_num_threads(1)
     info = D.init_distributed(backend="gloo", device="cpu", rollout_tp=1)

@@ -12,7 +12,7 @@ import torch
 
 from agentgym.errors import ConfigError
 from agentgym.trainer.config import load_config
-from agentgym.trainer.model import build_tiny_gptoss
+from agentgym.trainer.model.gptoss import build_tiny_gptoss
 from agentgym.trainer.train import Trainer
 from tests.trainer.test_train import SMALL
 

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from agentgym.errors import CheckpointError
-from agentgym.trainer.checkpoint import latest_checkpoint, model_dir_problem
 from agentgym.trainer.cli import PREEMPTED, main
 from agentgym.trainer.metrics import read_metrics
+from agentgym.trainer.model.files import latest_checkpoint, model_dir_problem
 
 pytestmark = pytest.mark.slow
 
@@ -191,8 +191,8 @@ def test_a_full_disk_is_one_line_and_leaves_no_partial_checkpoint(small_disk: Pa
 
 
 def test_a_failed_write_raises_one_line_and_removes_its_folder(tmp_path: Path) -> None:
-    from agentgym.trainer.checkpoint import save_model_atomic
-    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.model.files import save_model_atomic
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
 
     def no_space(tmp: Path) -> None:
         raise OSError(28, "No space left on device", str(tmp / "sft_optimizer.pt"))

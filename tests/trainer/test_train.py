@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from agentgym.errors import NonFiniteError
-from agentgym.trainer.checkpoint import latest_checkpoint
+from agentgym.trainer.algo.optim import check_finite
 from agentgym.trainer.cli import main
 from agentgym.trainer.config import load_config
 from agentgym.trainer.metrics import read_metrics
+from agentgym.trainer.model.files import latest_checkpoint
 from agentgym.trainer.train import Trainer
-from agentgym.trainer.update import check_finite
 
 SMALL = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false",
          "log.eval_every=0", "sft.steps=0", "env.max_turns=2", "env.max_action_tokens=16",
@@ -327,8 +327,8 @@ def test_kl_reference_is_the_initial_policy_without_warm_start_and_after_resume(
 
 def test_init_from_a_checkpoint_of_another_model_names_the_keys(tmp_path: Path) -> None:
     from agentgym.errors import CheckpointError
-    from agentgym.trainer.checkpoint import save_model
-    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.model.files import save_model
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
 
     save_model(build_tiny_gptoss(264, seed=0, num_hidden_layers=2), tmp_path / "two")
     save_model(build_tiny_gptoss(264, seed=0, num_hidden_layers=6), tmp_path / "six")
@@ -433,8 +433,8 @@ def test_bf16_compute_update_tracks_the_fp32_update(tmp_path: Path) -> None:
     """model.dtype=bfloat16 keeps float32 master weights and AdamW state and computes in bf16:
     on the same episodes its update follows the float32 run's, and at the 20B recipe's lr of
     1e-6 it moves the weights, which bf16 parameters would mostly not (round-off)."""
-    from agentgym.trainer.batch import make_batch
-    from agentgym.trainer.rollout import group_seeds
+    from agentgym.trainer.algo.batch import make_batch
+    from agentgym.trainer.rollout.collector import group_seeds
     from agentgym.trainer.update import compute_advantages, ppo_update, score
 
     runs = {}

@@ -13,15 +13,13 @@ own model server, ``agentgym serve model``), ``vllm`` (in-process vLLM, GPU, opt
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 
-from agentgym.errors import ConfigError
-
-__all__ = ["ENGINES", "Engine", "Sample", "make_engine"]
+__all__ = ["Engine", "Sample"]
 
 
 @dataclass
@@ -59,33 +57,3 @@ class Engine(Protocol):
         ...
 
 
-def _hf(**kw: Any) -> Engine:
-    from agentgym.trainer.engines.hf import HFEngine
-
-    return HFEngine(**kw)
-
-
-def _openai_http(**kw: Any) -> Engine:
-    from agentgym.trainer.engines.openai_http import OpenAIHTTPEngine
-
-    return OpenAIHTTPEngine(**kw)
-
-
-def _vllm(**kw: Any) -> Engine:
-    from agentgym.trainer.engines.vllm import VLLMEngine
-
-    return VLLMEngine(**kw)
-
-
-ENGINES: dict[str, Callable[..., Engine]] = {"hf": _hf, "openai-http": _openai_http, "vllm": _vllm}
-
-
-def make_engine(name: str, **kwargs: Any) -> Engine:
-    """Build an engine by name: ``"hf"`` | ``"openai-http"`` | ``"vllm"``; kwargs go to its class."""
-    if name not in ENGINES:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(ENGINES), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"unknown engine {name!r}; expected one of {sorted(ENGINES)}.{hint}")
-    return ENGINES[name](**kwargs)

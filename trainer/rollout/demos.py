@@ -1,0 +1,62 @@
+"""Demonstrations: an env's declared teacher (its oracle, or a teacher built on it) played through the env.
+
+:func:`find_oracle` and :func:`make_teacher` resolve the policy from the env's declared
+capabilities; :func:`demonstrations` plays it once per seed. The warm start and the imitation
+baselines train on these trajectories.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from agentgym.errors import ConfigError
+from agentgym.oracles import StepPolicy, get_oracle, load_callable, play_episode
+from agentgym.registration import capabilities, ids_with
+from agentgym.trajectory import Trajectory
+
+__all__ = ["demonstrations", "find_oracle", "make_teacher"]
+
+
+def find_oracle(env_id: str) -> StepPolicy:
+    """The oracle of an env that declares warm-start teachers (the demonstrations' source)."""
+    if not capabilities(env_id).teachers:
+        raise ConfigError(f"no oracle policy known for {env_id!r}: warm start (sft.steps > 0) needs an env "
+                          f"that declares teachers, one of {ids_with('teachers')}; declare yours with "
+                          "agentgym.register(..., capabilities=agentgym.Capabilities(oracle=..., teachers=...)) "
+                          "or set sft.steps=0")
+    return get_oracle(env_id)
+
+
+def make_teacher(env_id: str, sft_config: Any) -> StepPolicy:
+    """The demonstration policy ``sft_config.teacher`` that ``env_id`` declares."""
+    oracle = find_oracle(env_id)
+    teachers = capabilities(env_id).teachers
+    if sft_config.teacher not in teachers:
+        raise ConfigError(f"sft.teacher={sft_config.teacher!r}: {env_id} declares the teachers "
+                          f"{sorted(teachers)}; fix: sft.teacher=oracle")
+    factory = load_callable(teachers[sft_config.teacher], "teacher")
+    kwargs = dict(sft_config.teacher_kwargs)
+    try:
+        inspect.signature(factory).bind(oracle, **kwargs)
+    except TypeError as e:
+        raise ConfigError(f"sft.teacher_kwargs: teacher {sft_config.teacher!r} of {env_id} does not take "
+                          f"{kwargs} ({e}); fix: the options its factory "
+                          f"{teachers[sft_config.teacher]} takes, or sft.teacher_kwargs={{}}") from None
+    policy: StepPolicy = factory(oracle, **kwargs)
+    return policy
+
+
+def demonstrations(env: Any, oracle: StepPolicy, seeds: list[int],
+                   options: dict[str, Any] | None = None, held: Any = None) -> list[Trajectory]:
+    """Run a teacher (e.g. the oracle) through ``env`` once per seed; the trajectories are the
+    demonstrations. ``held`` (a :class:`~agentgym.trainer.rollout.heldout.HeldOut`): replace the seeds
+    whose problems are held out (when it excludes them)."""
+    out = []
+    for seed in seeds:
+        if held is not None and held.exclude:
+            seed = held.replace(seed, options)
+        out.append(play_episode(env, oracle, seed=seed, options=options))
+    return out
+
+
