@@ -34,7 +34,7 @@ def main() -> None:
 
     from agentgym.trainer.doctor import run_doctor
     from agentgym.trainer.model.gptoss import build_tiny_gptoss
-    from agentgym.trainer.rollout.engines.factory import make_engine
+    from agentgym.trainer.rollout.engines import make_engine
 
     torch.set_num_threads(1)
 

@@ -46,7 +46,7 @@ def main() -> None:
     from agentgym.tokenizers import as_tokenizer
     from agentgym.trainer.doctor import run_doctor
     from agentgym.trainer.model.gptoss import load_policy
-    from agentgym.trainer.rollout.engines.factory import make_engine
+    from agentgym.trainer.rollout.engines import make_engine
 
     rows = []
     for vocab in args.vocab.split(","):

@@ -40,7 +40,7 @@ def main() -> None:
 
     from agentgym.trainer.model.gptoss import build_tiny_gptoss
     from agentgym.trainer.model.logprobs import policy_forward
-    from agentgym.trainer.rollout.engines.factory import make_engine
+    from agentgym.trainer.rollout.engines import make_engine
     from agentgym.trainer.rollout.engines.openai_http import write_checkpoint
 
     torch.set_num_threads(1)

@@ -134,7 +134,7 @@ def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module,
     """Write checkpoint ``step`` atomically; keep the newest ``keep`` (0 = all). Returns its path.
     With a sharded model every rank must call it (each writes its shards and takes part in the
     export in ``export_dtype``; rank 0 writes the rest). ``tokenizer``: its files go to ``model/``.
-    A PeftModel (LoRA, ``trainer/lora.py``) saves its adapters only in ``model/``; ``extra(tmp)``
+    A PeftModel (LoRA, ``trainer/model/lora.py``) saves its adapters only in ``model/``; ``extra(tmp)``
     writes more files into the checkpoint before it is renamed into place."""
     from safetensors.torch import save_file
 

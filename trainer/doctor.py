@@ -38,8 +38,8 @@ from .model.attention import set_attention
 from .model.gptoss import SINK_DROPPING_ATTENTION, check_attention, load_policy, resolve_tokenizer
 from .model.logprobs import policy_forward
 from .model.routing import capture_routing, engine_routing, replay_routing, routers, routing_agreement
+from .rollout.engines import make_engine
 from .rollout.engines.base import Engine
-from .rollout.engines.factory import make_engine
 
 __all__ = ["DoctorReport", "THRESHOLDS", "doctor_main", "run_doctor", "verdict"]
 

@@ -10,9 +10,9 @@ server, synced with the learner every ``rollout.sync_every`` steps; every traini
 records the policy version that sampled it (``meta["policy_version"]``; per token:
 ``meta["token_versions"]``). With ``rollout.mode: async`` a producer thread collects the next
 steps while the learner updates, at most ``rollout.max_staleness`` versions behind
-(``async_rollout.py``); with ``rollout.backend: ray`` the envs and engines are Ray actors
-(``ray_rollout.py``); under torchrun each rollout group collects its share of the tasks
-(``tp_rollout.py``).
+(``rollout/staleness.py``); with ``rollout.backend: ray`` the envs and engines are Ray actors
+(``rollout/ray_collector.py``); under torchrun each rollout group collects its share of the tasks
+(``rollout/tp_collector.py``).
 
 Task seeds are a function of ``(seed, step, task)``: step ``s`` plays ``TRAIN_SEED_BASE + seed x
 10^8 + s * tasks_per_step + i`` (``TrainConfig.stream``; held-out problems replaced with ``env.exclude_held_out``,
@@ -28,18 +28,18 @@ import torch
 
 from agentgym.errors import ConfigError
 
-from . import distributed as D
 from .algo.batch import Batch, make_batch
 from .algo.imitation import informative_groups
 from .config import TrainConfig
 from .curriculum import CurriculumSampler
 from .distributed import GatheredWeights
 from .metrics import episode_stats, episode_success
+from .model import sharding
 from .model.routing import batch_routes, engine_routing
 from .plan import check_engine_checkpoint
 from .rollout.collector import Collector, cut_actions, drop_infra, group_seeds, make_prefix_engine
 from .rollout.demos import demonstrations, find_oracle
-from .rollout.engines.factory import make_engine
+from .rollout.engines import make_engine
 from .rollout.heldout import HeldOut
 from .rollout.ray_collector import FAULT_COUNTS, RayCollector, drop_failed
 from .rollout.staleness import Producer, VersionedEngine, stale_episodes, staleness_metrics, stamp_versions
@@ -75,7 +75,7 @@ class Rollouts:
         if dist is not None and cfg.distributed.rollout_tp > 1:  # envs on the group's first rank
 
             engine = GroupEngine(engine, dist, mirror=bool(getattr(engine, "in_process", False)))
-        if cfg.rollout.mode == "async":  # every sample says which weights made it (async_rollout.py)
+        if cfg.rollout.mode == "async":  # every sample says which weights made it (rollout/staleness.py)
 
             if dist is not None:
                 raise ConfigError("rollout.mode=async under torchrun is not supported: expected one process; "
@@ -99,7 +99,7 @@ class Rollouts:
         self.make_env = make_env
         self.collector: Any
         self.eval_collector: Any
-        if cfg.rollout.backend == "ray":  # rollout workers as Ray actors (ray_rollout.py)
+        if cfg.rollout.backend == "ray":  # rollout workers as Ray actors (rollout/ray_collector.py)
             if dist is not None:
                 raise ConfigError("rollout.backend=ray under torchrun is not supported: each rank "
                                   "collects with its own engine; use rollout.backend=local")
@@ -133,7 +133,7 @@ class Rollouts:
             if r.engine != "hf":
                 return learner.model
 
-            return D.materialize(learner.build_policy(meta=True)[1], learner.device).to(learner.compute_dtype)
+            return sharding.materialize(learner.build_policy(meta=True)[1], learner.device).to(learner.compute_dtype)
         if r.engine == "hf" and r.engine_weights == "copy":
             dtype = learner.compute_dtype if r.engine_dtype == "auto" else getattr(torch, r.engine_dtype)
             return copy.deepcopy(learner.model).to(dtype).requires_grad_(False)
@@ -273,7 +273,7 @@ class Rollouts:
         trajs, groups, infra = drop_infra(trajs, groups)  # lost to a dead sandbox / server / engine: no outcome
         k = cfg.rollout.max_staleness
         stale: list[int] = []
-        if cfg.rollout.mode == "async":  # versions recorded per token at sampling (async_rollout.py)
+        if cfg.rollout.mode == "async":  # versions recorded per token at sampling (rollout/staleness.py)
             stale = stale_episodes(trajs, step, k)  # never produced by construction: the guard
             trajs = [t for i, t in enumerate(trajs) if i not in stale]
             groups = [g for i, g in enumerate(groups) if i not in stale]

@@ -1,6 +1,6 @@
 """Evaluation on held-out problems, paired comparisons, and the run's closing report.
 
-An evaluation plays the same held-out problems every time (``heldout.py``: distinct task ids
+An evaluation plays the same held-out problems every time (``rollout/heldout.py``: distinct task ids
 of the eval split), with fixed sampling seeds:
 
 * at the training temperature (``sampled_`` keys; the primary number: the policy as it is
@@ -276,7 +276,7 @@ def warm_start_line(w: dict[str, Any]) -> str:
 
 
 class Evaluator:
-    """A run's evaluations: the held-out problems (``heldout.py``) at ``log.eval_temperature``
+    """A run's evaluations: the held-out problems (``rollout/heldout.py``) at ``log.eval_temperature``
     and, with ``log.eval_sampled``, at the rollout temperature; the warm start's stopping check
     and its verdict. Under torchrun the rollout groups split the problems."""
 

@@ -35,6 +35,7 @@ from . import distributed as D
 from .algo.batch import Batch
 from .algo.optim import load_moments, lr_factor, save_moments
 from .config import TrainConfig
+from .model import sharding
 from .model.attention import set_attention
 from .model.files import load_weights, model_dir_problem, save_model_atomic
 from .model.gptoss import (
@@ -81,15 +82,15 @@ class Learner:
         self.value_head = (ValueHead(self.model.config.hidden_size).to(self.device)
                            if cfg.ppo.advantage == "gae" else None)
         if self.dist is not None:
-            D.shard_policy(self.model, compute_dtype=self.compute_dtype,
+            sharding.shard_policy(self.model, compute_dtype=self.compute_dtype,
                            reshard_after_forward=dc.reshard_after_forward)
-            D.materialize(self.model, self.device)
+            sharding.materialize(self.model, self.device)
             self._load_initial_weights()
             if self.value_head is not None:
-                D.shard_module(self.value_head, compute_dtype=self.compute_dtype)
+                sharding.shard_module(self.value_head, compute_dtype=self.compute_dtype)
         elif self._initial_weights is not None:
             load_weights(self.model, self._initial_weights)
-        self.peft: Any = None  # the PeftModel around self.model when model.lora.rank > 0 (trainer/lora.py)
+        self.peft: Any = None  # the PeftModel around self.model when model.lora.rank > 0 (trainer/model/lora.py)
         if cfg.model.lora.rank:
             if self.dist is not None:
                 raise ConfigError("model.lora.rank > 0 runs in one process only so far; run agentgym-train "
@@ -121,7 +122,7 @@ class Learner:
         tok: Any = resolve_tokenizer(m.name, m.tokenizer)
         model: Any
         if meta:
-            model = D.policy_skeleton(m.name, tok.vocab_size, m.tiny, attn_implementation=m.attn_implementation,
+            model = sharding.policy_skeleton(m.name, tok.vocab_size, m.tiny, attn_implementation=m.attn_implementation,
                                       device=self.device)
         elif is_tiny(m.name):  # tiny: the byte tokenizer; tiny:TOKENIZER: sized for it (vocabulary, pad id)
             model = (build_tiny_gptoss(tok.vocab_size, seed=self.cfg.seed, **m.tiny) if m.name == "tiny"
@@ -204,9 +205,9 @@ class Learner:
             ref = copy.deepcopy(self.model).to(self.compute_dtype)
         else:
             ref = self.build_policy(meta=True)[1].to(self.compute_dtype)
-            D.shard_policy(ref, compute_dtype=self.compute_dtype, mixed_precision=False,
+            sharding.shard_policy(ref, compute_dtype=self.compute_dtype, mixed_precision=False,
                            reshard_after_forward=self.cfg.distributed.reshard_after_forward)
-            D.materialize(ref, self.device)
+            sharding.materialize(ref, self.device)
         load_weights(ref, ref_dir)
         ref.eval().requires_grad_(False)
         self.ref_model = ref

@@ -20,7 +20,7 @@ from agentgym.errors import AgentGymError
 from .model.files import model_dir_problem
 from .model.gptoss import is_tiny
 from .rollout.demos import find_oracle
-from .rollout.engines.factory import ENGINES, make_engine
+from .rollout.engines import ENGINES, make_engine
 
 __all__ = ["preflight", "weights_problems"]
 

@@ -14,7 +14,7 @@ environment's perfect policy: the honest warm start. A teacher that plants a def
 and the closing report says that a gain over its warm start is the defect being undone.
 
 Demonstrations come from the train split; with ``env.exclude_held_out`` a demonstration
-whose problem is held out (``heldout.py``) is replaced by another. With ``sft.check_every``
+whose problem is held out (``rollout/heldout.py``) is replaced by another. With ``sft.check_every``
 the warm start stops at a held-out criterion (:func:`stop_reason`): pass@k high enough for
 RL to learn from, or pass@1 so high that little room would be left.
 """

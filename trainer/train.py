@@ -17,7 +17,7 @@ Everything random is derived from ``(seed, step)``: task seeds, sampling seeds, 
 order. So a run resumed from a checkpoint replays the remaining steps bit for bit (CPU).
 
 Evidence (docs/controls.md): training draws from ``env.train_split`` and every evaluation runs
-on the same held-out problems of ``env.eval_split`` (``heldout.py``); the warm start is saved
+on the same held-out problems of ``env.eval_split`` (``rollout/heldout.py``); the warm start is saved
 with its AdamW state and its evaluation (``RUN_DIR/warm_start``) so that the arms of a
 comparison (``algo``, ``ppo.placebo``, ``controls``) all start from it (``sft.load``).
 """
@@ -153,7 +153,7 @@ class Trainer:
     def _imitate(self, trajs: list[Any], groups: list[int], step: int) -> dict[str, Any]:
         """The control arms' update: NLL of the policy's own successes (``rft``), of each group's
         best episode (``raft``) or of oracle demonstrations (``sft``), with PPO's optimizer and
-        budget (``imitation.py``). Own episodes are scored at the temperature they were sampled at."""
+        budget (``imitation.py``, ``algo/imitation.py``). Own episodes are scored at the temperature they were sampled at."""
 
         algo = self.cfg.algo
         if algo == "sft":

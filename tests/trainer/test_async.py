@@ -330,7 +330,7 @@ def test_async_with_vllm_cpu_and_in_memory_sync(tmp_path: Path) -> None:
 
     from agentgym.tokenizers import ByteTokenizer
     from agentgym.trainer.model.gptoss import build_tiny_gptoss
-    from agentgym.trainer.rollout.engines.factory import make_engine
+    from agentgym.trainer.rollout.engines import make_engine
     from agentgym.trainer.train import Trainer
     from tests.trainer.test_vllm import max_gap
 

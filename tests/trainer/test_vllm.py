@@ -22,8 +22,8 @@ from agentgym.harmony import HarmonyCodec
 from agentgym.tokenizers import ByteTokenizer
 from agentgym.trainer.model.gptoss import build_tiny_gptoss
 from agentgym.trainer.model.logprobs import policy_forward
+from agentgym.trainer.rollout.engines import make_engine
 from agentgym.trainer.rollout.engines.base import Engine, Sample
-from agentgym.trainer.rollout.engines.factory import make_engine
 
 pytestmark = pytest.mark.vllm
 TOK = ByteTokenizer()

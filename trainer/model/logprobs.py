@@ -35,7 +35,7 @@ Two implementations, the same function (checked against each other, values and g
 the chunked head's log-softmax and gather) and ``chunked`` on CPU (where it is what the CPU
 results were measured with). Entropy is computed without gradient unless ``entropy_grad``
 (an entropy bonus in the loss). The MoE layers are switched to a path that loops over (or
-groups by) the experts actually hit (see ``model.py``).
+groups by) the experts actually hit (see ``gptoss.py``).
 
 Sharded models (FSDP2): :func:`agentgym.trainer.model.sharding.shard_policy` registers this
 function as a forward method of the root module, so its parameters (embeddings, final norm,

@@ -55,7 +55,7 @@ from agentgym.registration import capabilities
 from agentgym.trajectory import Trajectory
 
 from .collector import Collector, RolloutStats, make_prefix_engine
-from .engines.factory import make_engine
+from .engines import make_engine
 from .staleness import VersionedEngine
 
 __all__ = ["FAULT_COUNTS", "SEED_STRIDE", "FaultStats", "RayCollector", "WorkerSpec", "drop_failed",

@@ -18,7 +18,7 @@ Two ways to run, one code path:
   trainer under torchrun): every rank builds its engine in its own process, vLLM joins the
   job's process group and the ranks ``2g .. 2g+tp-1`` form tensor-parallel engine ``g``. The
   ranks of one engine must make the same calls with the same inputs (the trainer steps the
-  environments on the engine's first rank and broadcasts the prompts, ``tp_rollout.py``), and
+  environments on the engine's first rank and broadcasts the prompts, ``rollout/tp_collector.py``), and
   they all use the same seed.
 
 **Weight sync in memory** (:meth:`VLLMEngine.sync_weights`): the trainer's weights (a module, or
