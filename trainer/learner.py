@@ -12,7 +12,7 @@ process, FSDP2 mixed precision under torchrun, ``distributed.py``).
 
 The forward pass of a :class:`~agentgym.trainer.algo.batch.Batch` gives per-token log-probs,
 entropy and values on its policy tokens only; the prompt prefix every row shares runs once
-(:func:`shared_prefix_len`).
+(:func:`~agentgym.trainer.algo.batch.shared_prefix_len`).
 
 With ``model.lora.rank`` > 0 the policy carries PEFT's LoRA adapters (:mod:`.lora`): the base is
 frozen, :attr:`params` (and AdamW) hold the adapters only, :attr:`peft` is the PeftModel around
@@ -32,7 +32,7 @@ import torch
 from agentgym.errors import CheckpointError, ConfigError
 
 from . import distributed as D
-from .algo.batch import Batch
+from .algo.batch import Batch, shared_prefix_len
 from .algo.optim import load_moments, lr_factor, save_moments
 from .config import TrainConfig
 from .model import sharding
@@ -51,7 +51,7 @@ from .model.logprobs import ForwardOut, policy_forward
 from .model.lora import AdaptersOff, add_adapters
 from .model.routing import replay_batch
 
-__all__ = ["REFERENCE", "WARM_START", "Learner", "shared_prefix_len"]
+__all__ = ["REFERENCE", "WARM_START", "Learner", "batch_forward"]
 
 REFERENCE = "reference"  # RUN_DIR/reference: the KL anchor, saved once
 WARM_START = "warm_start"  # RUN_DIR/warm_start: weights, SFT AdamW state, warm_start.json
@@ -237,17 +237,6 @@ class Learner:
         or None. Its AdamW moments are expected from a single-process run."""
         extra = ("sft_optimizer.pt",) if self.dist is None else ()
         return model_dir_problem(Path(self.cfg.log.run_dir) / WARM_START, extra=extra)
-
-
-def shared_prefix_len(input_ids: torch.Tensor, policy_mask: torch.Tensor, lengths: torch.Tensor) -> int:
-    """Length of the token prefix every row shares and the policy never sampled (the system +
-    developer prompt of an environment, ~600 tokens for the byte tokenizer)."""
-    same = (input_ids == input_ids[:1]).all(0)  # (T,)
-    n = int(same.long().cumprod(0).sum())
-    first_policy = policy_mask.bool().any(0).nonzero()
-    if first_policy.numel():
-        n = min(n, int(first_policy[0]))
-    return max(0, min(n, int(lengths.min()) - 1))
 
 
 def batch_forward(model: Any, b: Batch, *, temperature: float = 1.0, value_head: torch.nn.Module | None = None,

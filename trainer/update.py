@@ -5,7 +5,7 @@
     metrics |= ppo_update(learner, batch, cfg, step)
 
 :func:`score` sets each episode's return: the outcome scores of all ranks are gathered;
-``ppo.placebo`` permutes them (:func:`placebo_permutation`, seeded by (seed, step)) and the
+``ppo.placebo`` permutes them (:func:`~agentgym.trainer.algo.ppo.placebo_permutation`, seeded by (seed, step)) and the
 permuted return sits on each episode's last policy token; ``ppo.normalize_rewards`` divides
 them by the running std of every score seen (:class:`~agentgym.trainer.algo.ppo.RewardNorm`).
 
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Literal, cast
 import torch
 
 from .algo.batch import Batch, micro_batches
-from .algo.correction import correction_weights, mismatch_stats
+from .algo.correction import correction_weights, mismatch_by_staleness, mismatch_stats
 from .algo.optim import adam_step_rms, check_finite
 from .algo.ppo import (
     RewardNorm,
@@ -52,6 +52,8 @@ from .algo.ppo import (
     kl_estimate,
     kl_reward_penalty,
     masked_mean,
+    on_last_policy_token,
+    placebo_permutation,
     ppo_policy_loss,
     value_loss,
 )
@@ -61,8 +63,7 @@ from .distributed import Ranks
 if TYPE_CHECKING:
     from .learner import Learner
 
-__all__ = ["adam_step_rms", "check_finite", "compute_advantages", "mismatch_by_staleness", "placebo_permutation",
-           "ppo_update", "score"]
+__all__ = ["compute_advantages", "ppo_update", "score"]
 
 
 class _Stats:
@@ -102,7 +103,7 @@ def score(b: Batch, cfg: TrainConfig, step: int, ranks: Ranks, norm: RewardNorm 
         offset = ranks.rows_before(B)
         all_scores = outcome[placebo_permutation(len(outcome), cfg.seed, step)]
         b.scores = all_scores[offset:offset + B]
-        b.rewards = _on_last_policy_token(b.scores, b.policy_mask)
+        b.rewards = on_last_policy_token(b.scores, b.policy_mask)
     if norm is not None:
         std = norm.update(outcome)
         b.rewards, b.scores, all_scores = b.rewards / std, b.scores / std, all_scores / std
@@ -267,35 +268,3 @@ def _optimizer_step(learner: Learner, max_grad_norm: float, step: int, st: _Stat
     return r
 
 
-def placebo_permutation(n: int, seed: int, step: int) -> torch.Tensor:
-    """The placebo arm's shuffle of one step's ``n`` episodes (all ranks'): a pure function of
-    (seed, step), the same on every rank."""
-    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 15485863 + step * 7 + 3))
-
-
-def _on_last_policy_token(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """(B,) returns -> (B, T) rewards: each row's return on its last policy token."""
-    out = torch.zeros_like(mask, dtype=torch.float32)
-    cols = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
-    last = torch.where(mask.bool(), cols, torch.full_like(cols, -1)).max(-1).values  # (B,)
-    has = last >= 0
-    out[has.nonzero().flatten(), last[has]] = scores[has].float()
-    return out
-
-
-BY_STALENESS = ("k3", "abs_dlogp_mean", "ess", "capped_frac", "n_tokens")
-
-
-def mismatch_by_staleness(old: torch.Tensor, behaviour: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor,
-                          versions: torch.Tensor, step: int, max_staleness: int, *, threshold: float,
-                          mode: str) -> dict[str, float]:
-    """``mismatch_<key>_s<j>`` for the policy tokens sampled ``j`` versions before ``step``
-    (j = 0..max_staleness; keys in ``BY_STALENESS``): how far engine and learner drift apart,
-    and how hard correction works, as a function of the tokens' age."""
-    out: dict[str, float] = {}
-    age = step - versions.to(mask.device)
-    for j in range(max_staleness + 1):
-        mj = mask * ((age == j) & (versions >= 0)).to(mask.dtype)
-        stats = mismatch_stats(old, behaviour, mj, weights, threshold=threshold, mode=mode)
-        out.update({f"mismatch_{k}_s{j}": stats[k] for k in BY_STALENESS if k in stats})
-    return out

@@ -9,8 +9,8 @@ import torch
 import agentgym  # noqa: F401
 from agentgym.environments.math.oracle import oracle_actions
 from agentgym.errors import NonFiniteError
-from agentgym.trainer.algo.batch import make_batch
-from agentgym.trainer.learner import batch_forward, shared_prefix_len
+from agentgym.trainer.algo.batch import make_batch, shared_prefix_len
+from agentgym.trainer.learner import batch_forward
 from agentgym.trainer.model.gptoss import ValueHead, build_tiny_gptoss
 from agentgym.trainer.model.logprobs import policy_forward
 from agentgym.trainer.rollout.demos import demonstrations

@@ -210,13 +210,13 @@ def test_a_cosine_schedule_decays_the_lr_to_a_tenth_at_the_last_step(tmp_path: P
 
 
 def test_placebo_permutes_the_scores_of_the_batch(tmp_path: Path) -> None:
-    from agentgym.trainer.update import _on_last_policy_token, placebo_permutation
+    from agentgym.trainer.algo.ppo import on_last_policy_token, placebo_permutation
 
     p = placebo_permutation(16, 0, 3)
     assert sorted(p.tolist()) == list(range(16)) and torch.equal(p, placebo_permutation(16, 0, 3))
     assert not torch.equal(p, placebo_permutation(16, 0, 4))
     mask = torch.tensor([[0, 1, 1, 0, 1, 0], [0, 0, 1, 1, 0, 0]])
-    torch.testing.assert_close(_on_last_policy_token(torch.tensor([2.0, 3.0]), mask),
+    torch.testing.assert_close(on_last_policy_token(torch.tensor([2.0, 3.0]), mask),
                                torch.tensor([[0, 0, 0, 0, 2.0, 0], [0, 0, 0, 3.0, 0, 0]]))
     stats = {}
     for placebo in (False, True):
@@ -266,7 +266,7 @@ def test_batch_advantage_has_one_baseline_for_the_whole_step(tmp_path: Path, std
 def test_a_partial_baseline_reaches_the_update(tmp_path: Path, placebo: bool) -> None:
     """``ppo.baseline_scale=0.5``: each episode's advantage is its score less half its group's
     mean (the placebo's: of the permuted scores), so a task every sample solved is reinforced."""
-    from agentgym.trainer.update import placebo_permutation
+    from agentgym.trainer.algo.ppo import placebo_permutation
 
     cfg, s, groups, got = _first_step_advantages(tmp_path, ["ppo.group_std_normalize=false",
                                                             "ppo.baseline_scale=0.5",

@@ -37,7 +37,7 @@ import torch
 from agentgym.errors import NonFiniteError
 from agentgym.trajectory import Trajectory
 
-__all__ = ["NO_VERSION", "Batch", "batch_versions", "make_batch", "micro_batches"]
+__all__ = ["NO_VERSION", "Batch", "batch_versions", "make_batch", "micro_batches", "shared_prefix_len"]
 
 NO_VERSION = -1  # token_versions of tokens the env wrote (prompt, tool results)
 
@@ -179,5 +179,16 @@ def batch_versions(trajs: Sequence[Trajectory], width: int) -> torch.Tensor | No
         v = t.meta["token_versions"]
         out[b, :len(v)] = torch.tensor(v, dtype=torch.long)
     return out
+
+
+def shared_prefix_len(input_ids: torch.Tensor, policy_mask: torch.Tensor, lengths: torch.Tensor) -> int:
+    """Length of the token prefix every row shares and the policy never sampled (the system +
+    developer prompt of an environment, ~600 tokens for the byte tokenizer)."""
+    same = (input_ids == input_ids[:1]).all(0)  # (T,)
+    n = int(same.long().cumprod(0).sum())
+    first_policy = policy_mask.bool().any(0).nonzero()
+    if first_policy.numel():
+        n = min(n, int(first_policy[0]))
+    return max(0, min(n, int(lengths.min()) - 1))
 
 

@@ -42,7 +42,8 @@ import torch
 
 from agentgym.errors import ConfigError
 
-__all__ = ["CORRECTION_MODES", "MASKS", "correction_weights", "mismatch_stats", "parse_mode"]
+__all__ = ["BY_STALENESS", "CORRECTION_MODES", "MASKS", "correction_weights", "mismatch_by_staleness", "mismatch_stats",
+           "parse_mode"]
 
 CORRECTION_MODES = ("none", "token_tis", "seq_tis", "token_mis", "seq_mis", "geo_mask")
 MASKS = ("geo_mask",)  # 0/1 sequence filters that multiply a weight rule (``rule+mask``)
@@ -212,3 +213,21 @@ def mismatch_stats(
         "n_tokens": float(n_tok),
         "n_seqs": float(n_seq),
     }
+
+
+BY_STALENESS = ("k3", "abs_dlogp_mean", "ess", "capped_frac", "n_tokens")
+
+
+def mismatch_by_staleness(old: torch.Tensor, behaviour: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor,
+                          versions: torch.Tensor, step: int, max_staleness: int, *, threshold: float,
+                          mode: str) -> dict[str, float]:
+    """``mismatch_<key>_s<j>`` for the policy tokens sampled ``j`` versions before ``step``
+    (j = 0..max_staleness; keys in ``BY_STALENESS``): how far engine and learner drift apart,
+    and how hard correction works, as a function of the tokens' age."""
+    out: dict[str, float] = {}
+    age = step - versions.to(mask.device)
+    for j in range(max_staleness + 1):
+        mj = mask * ((age == j) & (versions >= 0)).to(mask.dtype)
+        stats = mismatch_stats(old, behaviour, mj, weights, threshold=threshold, mode=mode)
+        out.update({f"mismatch_{k}_s{j}": stats[k] for k in BY_STALENESS if k in stats})
+    return out
