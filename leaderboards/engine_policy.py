@@ -152,7 +152,7 @@ def hf_policy(*, model: str | None = None, tokenizer: str = "auto", device: str 
     import torch
 
     from agentgym.trainer.model.gptoss import load_policy
-    from agentgym.trainer.rollout.engines.factory import make_engine
+    from agentgym.trainer.rollout.engines import make_engine
 
     if threads:
         torch.set_num_threads(int(threads))  # CPU float sums depend on the thread count: it is recorded
@@ -175,7 +175,7 @@ def vllm_policy(*, model: str, tokenizer: str | None = None, temperature: float 
                 name: str | None = None, **engine_kwargs: Any) -> EnginePolicy:
     """In-process vLLM (GPU; ``make_engine("vllm")``); ``engine_kwargs`` go to the engine."""
     from agentgym.tokenizers import as_tokenizer
-    from agentgym.trainer.rollout.engines.factory import make_engine
+    from agentgym.trainer.rollout.engines import make_engine
 
     model_dir = resolve_model_dir(model) if Path(model).exists() else model
     engine = make_engine("vllm", model=model_dir, **engine_kwargs)
@@ -192,7 +192,7 @@ def openai_http_policy(*, base_url: str, model: str = "agentgym", tokenizer: str
     ``agentgym serve model``), local or remote. ``tokenizer`` must be the server's: ``byte`` or a
     path; the API key, if any, is read from the environment variable ``api_key_env``."""
     from agentgym.tokenizers import ByteTokenizer, as_tokenizer
-    from agentgym.trainer.rollout.engines.factory import make_engine
+    from agentgym.trainer.rollout.engines import make_engine
 
     tok = ByteTokenizer() if tokenizer == "byte" else as_tokenizer(tokenizer)
     engine = make_engine("openai-http", base_url=base_url, model=model, api_key=os.environ.get(api_key_env),

@@ -37,16 +37,24 @@ import yaml
 from agentgym.errors import ConfigError, Preempted, TrainerError, WarmStartFailed
 
 from .config import RECIPES_DIR, config_help, config_to_dict, load_config
-from .controls import run_with_controls
-from .distributed import shutdown
-from .doctor import doctor_main
-from .evaluation import report_lines
-from .metrics import Progress
-from .model.files import latest_checkpoint
-from .plan import make_plan, memory_problems
-from .preempt import sigterm_stops
-from .preflight import preflight, weights_problems
-from .train import Trainer
+
+# The run needs torch (the [train] extra); the help and the config do not. Without it the import
+# error is kept and raised by the first command that needs the run, inside main(), which turns
+# it into the install line (agentgym.cli.guarded).
+_RUN_MISSING: ModuleNotFoundError | None = None
+try:
+    from .controls import run_with_controls
+    from .distributed import shutdown
+    from .doctor import doctor_main
+    from .evaluation import report_lines
+    from .metrics import Progress
+    from .model.files import latest_checkpoint
+    from .plan import make_plan, memory_problems
+    from .preempt import sigterm_stops
+    from .preflight import preflight, weights_problems
+    from .train import Trainer
+except ModuleNotFoundError as e:
+    _RUN_MISSING = e
 
 __all__ = ["PREEMPTED", "main", "parse_args"]
 
@@ -121,7 +129,6 @@ def _interrupted(run_dir: str | None) -> str:
     """What Ctrl-C leaves behind, truthfully: where --resume would continue, or that nothing was saved."""
     if run_dir is None:
         return "interrupted"
-
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         return f"interrupted; no checkpoint was written yet in {run_dir}: --resume would start over"
@@ -133,8 +140,14 @@ def _interrupted(run_dir: str | None) -> str:
     return f"interrupted; continue from {where} with: agentgym-train --resume {run_dir}"
 
 
+def _need_the_run() -> None:
+    if _RUN_MISSING is not None:
+        raise _RUN_MISSING
+
+
 def _run(argv: list[str], run_dir: list[str]) -> int:
     if argv and argv[0] == "doctor":
+        _need_the_run()
         return int(doctor_main(argv[1:]) or 0)
     if argv and argv[0] == "serve":  # the model server moved: agentgym serve model
         print(f"agentgym-train: `agentgym-train {argv[0]}` is now `agentgym serve model` "
@@ -158,7 +171,7 @@ def _run(argv: list[str], run_dir: list[str]) -> int:
     if print_only == "print":
         print(yaml.safe_dump(config_to_dict(cfg), sort_keys=False), end="")
         return 0
-
+    _need_the_run()
     problems, missing = preflight(cfg), weights_problems(cfg)
     if print_only == "dry-run":
         plan = make_plan(cfg)

@@ -30,7 +30,7 @@ from agentgym.env import PROMPT_STYLES
 from agentgym.errors import ConfigError
 from agentgym.registration import capabilities
 
-from .algo.correction import CORRECTION_MODES, parse_mode
+from .algo.correction_modes import CORRECTION_MODES, parse_mode
 from .curriculum import CurriculumConfig
 from .health import HealthConfig
 

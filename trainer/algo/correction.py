@@ -42,11 +42,10 @@ import torch
 
 from agentgym.errors import ConfigError
 
+from .correction_modes import CORRECTION_MODES, MASKS, parse_mode
+
 __all__ = ["BY_STALENESS", "CORRECTION_MODES", "MASKS", "correction_weights", "mismatch_by_staleness", "mismatch_stats",
            "parse_mode"]
-
-CORRECTION_MODES = ("none", "token_tis", "seq_tis", "token_mis", "seq_mis", "geo_mask")
-MASKS = ("geo_mask",)  # 0/1 sequence filters that multiply a weight rule (``rule+mask``)
 
 _Rule = Callable[[torch.Tensor, torch.Tensor, dict], torch.Tensor]
 
@@ -99,28 +98,7 @@ _RULES: dict[str, _Rule] = {
     "seq_mis": _seq_mis,
     "geo_mask": _geo_mask,
 }
-
-
-def parse_mode(mode: str) -> list[str]:
-    """``"token_tis+geo_mask"`` -> ``["token_tis", "geo_mask"]``, checked: known names, at
-    most one weight rule and at most one mask."""
-    parts = [p.strip() for p in mode.split("+")]
-    for p in parts:
-        if p not in _RULES:
-            import difflib
-
-            close = difflib.get_close_matches(p, CORRECTION_MODES, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"unknown correction mode {p!r} in {mode!r}; expected one of "
-                              f"{CORRECTION_MODES}, or a rule and a mask joined by '+' "
-                              f"(e.g. 'token_tis+geo_mask').{hint}")
-    rules = [p for p in parts if p not in MASKS]
-    masks = [p for p in parts if p in MASKS]
-    if len(rules) > 1 or len(masks) > 1:
-        raise ConfigError(f"correction mode {mode!r}: expected at most one weight rule "
-                          f"({[m for m in CORRECTION_MODES if m not in MASKS]}) and at most one "
-                          f"mask ({list(MASKS)}) joined by '+', e.g. 'token_tis+geo_mask'")
-    return parts
+assert set(_RULES) == set(CORRECTION_MODES)  # one rule per named mode (correction_modes.py)
 
 
 @torch.no_grad()
