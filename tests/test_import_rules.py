@@ -154,7 +154,8 @@ def wing_of(module: str) -> str:
 
 def trainer_imports(root: Path) -> dict[str, list[tuple[int, str, bool]]]:
     """Every trainer module under ``root/trainer`` -> the trainer modules it imports, as
-    ``(line, module, inside a function)``. ``from .pkg import mod`` names the submodule."""
+    ``(line, module, inside a function)``. ``from .pkg import mod`` names the submodule;
+    ``importlib.import_module("literal")`` counts as an import."""
     paths = {".".join(_module_of(root, p)): p for p in sorted((root / "trainer").rglob("*.py"))}
     graph: dict[str, list[tuple[int, str, bool]]] = {}
     for module, path in paths.items():
@@ -162,7 +163,7 @@ def trainer_imports(root: Path) -> dict[str, list[tuple[int, str, bool]]]:
         lazy: set[int] = set()
         for fn in ast.walk(tree):
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                lazy |= {id(n) for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))}
+                lazy |= {id(n) for n in ast.walk(fn)}
         edges: list[tuple[int, str, bool]] = []
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -170,6 +171,10 @@ def trainer_imports(root: Path) -> dict[str, list[tuple[int, str, bool]]]:
             elif isinstance(node, ast.ImportFrom):
                 base = _from_module(node, module.split("."), path.name == "__init__.py")
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base for a in node.names]
+            elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+                  and isinstance(node.args[0].value, str)
+                  and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"):
+                targets = [node.args[0].value]
             else:
                 continue
             for target in dict.fromkeys(targets):
@@ -279,6 +284,9 @@ def test_the_wing_check_catches_a_planted_violation_and_a_lazy_cycle(tmp_path: P
     n = len(ppo.read_text().splitlines())
     (tmp_path / "trainer" / "health.py").write_text(
         (ROOT / "trainer" / "health.py").read_text() + "\n\ndef _report():\n    from . import metrics\n")
+    batch = tmp_path / "trainer" / "algo" / "batch.py"
+    batch.write_text("import importlib\nimportlib.import_module('agentgym.trainer.rollout.collector')\n"
+                     + batch.read_text())
     metrics = tmp_path / "trainer" / "metrics.py"
     metrics.write_text("from .health import KL_UNWATCHED\n" + metrics.read_text())
     found = wing_violations(tmp_path)
@@ -287,6 +295,11 @@ def test_the_wing_check_catches_a_planted_violation_and_a_lazy_cycle(tmp_path: P
     assert any(f.startswith("trainer/health.py:") and "-> agentgym.trainer.metrics (leaves): a trainer module "
                "imported inside a function" in f for f in found)
     assert "cycle: agentgym.trainer.health -> agentgym.trainer.metrics -> agentgym.trainer.health" in found
+    assert ("trainer/algo/batch.py:2: algo -> agentgym.trainer.rollout.collector (rollout): against the wing order "
+            "leaves < algo < model < rollout < run") in found
+    # rollout.collector imports algo.batch: the string import closes a loop as well
+    assert any(f.startswith("cycle: ") and "agentgym.trainer.algo.batch" in f and "rollout.collector" in f
+               for f in found)
     # metrics now imports the trainer, so algo's import of it is refused too
     assert any(f.startswith("trainer/algo/") and "-> agentgym.trainer.metrics (leaves): algo imports only" in f
                for f in found)
