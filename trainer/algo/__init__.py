@@ -1,4 +1,4 @@
-"""The pure math of the trainer: functions of tensors, a small policy protocol and their own configs.
+"""The pure math of the trainer: functions of tensors and plain values, never the run's config or learner.
 
 ``ppo`` (clipped surrogate, value loss, GAE and group advantages, KL estimators, reward
 normalisation, adaptive KL, the placebo shuffle), ``correction`` (rollout-correction weights
