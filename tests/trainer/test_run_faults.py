@@ -41,14 +41,14 @@ WARM = ["sft.steps=6", "sft.oracle_steps=6", "sft.batch_size=2", "sft.checkpoint
 # A real process that is SIGKILLed half-way through writing the warm start's AdamW moments.
 KILLED_IN_WARM_START_SAVE = """
 import os, signal, sys
-import agentgym.trainer.sft as sft
-real = sft.save_moments
+import agentgym.trainer.learner as learner  # where the warm start's save looks save_moments up
+real = learner.save_moments
 def dying(opt, model, path):
     real(opt, model, path)
     with open(path, "r+b") as f:
         f.truncate(10)  # half written
     os.kill(os.getpid(), signal.SIGKILL)
-sft.save_moments = dying
+learner.save_moments = dying
 from agentgym.trainer.cli import main
 sys.exit(main(sys.argv[1:]))
 """
