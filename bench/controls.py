@@ -53,7 +53,7 @@ from agentgym.trainer.controls import (
     seeds_table,
     trained_eval,
 )
-from agentgym.trainer.evaluation import gain
+from agentgym.trainer.stats import gain
 
 
 def verdict(r: dict[str, Any], base: str, bar: argparse.Namespace) -> tuple[bool, str]:

@@ -162,8 +162,8 @@ def build_model(s: Setup, config: Any, seed: int = 0) -> torch.nn.Module:
     attention and expert implementations."""
     from transformers import GptOssForCausalLM
 
-    from agentgym.trainer.attention import set_attention
     from agentgym.trainer.model import use_memory_efficient_experts
+    from agentgym.trainer.model.attention import set_attention
 
     torch.manual_seed(seed)
     with torch.device(s.device):
@@ -194,7 +194,7 @@ class _Heads(torch.nn.Module):
 def step_attention(s: Setup, out: Path) -> dict[str, Any]:
     from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 
-    from agentgym.trainer.attention import causal_block_mask, dense_sink_attention, flex_sink_attention
+    from agentgym.trainer.model.attention import causal_block_mask, dense_sink_attention, flex_sink_attention
 
     B, HQ, HKV, T, D, W = s.heads
     res: dict[str, Any] = {"shape": {"batch": B, "q_heads": HQ, "kv_heads": HKV, "seq": T, "head_dim": D},
@@ -245,13 +245,13 @@ def step_attention(s: Setup, out: Path) -> dict[str, Any]:
 
 
 def _mfu_run(s: Setup, config: Any, lora: bool, peak: float | None) -> dict[str, Any]:
-    from agentgym.trainer.logprobs import policy_forward
+    from agentgym.trainer.model.logprobs import policy_forward
 
     mfu_bench = _bench("trainer_gpu_mfu")
     model = build_model(s, config)
     total = sum(p.numel() for p in model.parameters())
     if lora:
-        from agentgym.trainer.lora import add_adapters
+        from agentgym.trainer.model.lora import add_adapters
 
         add_adapters(model, _lora(s), seed=0)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -302,7 +302,7 @@ def lora_memory(s: Setup, layers: int, budget: float) -> dict[str, float]:
     """Bytes of a one-process LoRA PPO step with ``layers`` decoder layers: the bf16 base, the
     float32 adapters with their gradients and AdamW moments, one micro-batch's activations
     (trainer/plan.py's :func:`layer_activation_bytes`), the output head's chunk, CUDA context."""
-    from agentgym.trainer.logprobs import HEAD_CHUNK_BYTES, head_rows
+    from agentgym.trainer.model.logprobs import HEAD_CHUNK_BYTES, head_rows
     from agentgym.trainer.plan import CUDA_CONTEXT, layer_activation_bytes
 
     one, two = (s.config(n, s.vocab) for n in (1, 2))
@@ -348,9 +348,9 @@ def plan_layers(s: Setup) -> tuple[int, dict[str, float]]:
 
 
 def step_lora_ppo(s: Setup, out: Path) -> dict[str, Any]:
-    from agentgym.trainer.logprobs import policy_forward
-    from agentgym.trainer.lora import AdaptersOff, add_adapters
-    from agentgym.trainer.ppo import kl_estimate, masked_mean, ppo_policy_loss
+    from agentgym.trainer.algo.ppo import kl_estimate, masked_mean, ppo_policy_loss
+    from agentgym.trainer.model.logprobs import policy_forward
+    from agentgym.trainer.model.lora import AdaptersOff, add_adapters
 
     layers, mem = plan_layers(s)
     if s.ppo_layers:  # the command line's choice (--ppo-layers), the estimate kept for comparison

@@ -19,11 +19,12 @@ from typing import Any
 
 import torch
 
-from agentgym.trainer.checkpoint import load_weights
 from agentgym.trainer.config import load_config
-from agentgym.trainer.evaluation import collect_fixed, eval_record, gain
+from agentgym.trainer.episodes import Rollouts
+from agentgym.trainer.evaluation import collect_fixed, eval_record
 from agentgym.trainer.learner import Learner
-from agentgym.trainer.rollouts import Rollouts
+from agentgym.trainer.model.files import load_weights
+from agentgym.trainer.stats import gain
 
 SEED_BASE = 5_000_000  # apart from the eval (0..), warm-start (10,000..) and PPO (1,000,000..) seeds
 # (so these tasks are not the ones the trainer's own evaluations use)

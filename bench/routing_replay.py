@@ -33,8 +33,8 @@ def main() -> None:
     import torch
 
     from agentgym.trainer.doctor import run_doctor
-    from agentgym.trainer.engines.base import make_engine
-    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
+    from agentgym.trainer.rollout.engines import make_engine
 
     torch.set_num_threads(1)
 

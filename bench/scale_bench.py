@@ -47,9 +47,9 @@ def bench_collect(env_id: str, episodes: int, workers: list[int], per_call: int,
 
     import ray
 
-    from agentgym.trainer.engines.replay import ReplayEngine
-    from agentgym.trainer.ray_rollout import RayCollector, WorkerSpec
-    from agentgym.trainer.rollout import Collector
+    from agentgym.trainer.rollout.collector import Collector
+    from agentgym.trainer.rollout.engines.replay import ReplayEngine
+    from agentgym.trainer.rollout.ray_collector import RayCollector, WorkerSpec
 
     make_env = functools.partial(gym.make, env_id, **env_kwargs)
     seeds = list(range(episodes))

@@ -73,9 +73,9 @@ def main() -> int:
 
     from transformers import GptOssConfig, GptOssForCausalLM
 
-    from agentgym.trainer.attention import set_attention
-    from agentgym.trainer.logprobs import policy_forward
-    from agentgym.trainer.model import register_experts
+    from agentgym.trainer.model.attention import set_attention
+    from agentgym.trainer.model.gptoss import register_experts
+    from agentgym.trainer.model.logprobs import policy_forward
 
     layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(args.layers)]
     cfg = GptOssConfig(num_hidden_layers=args.layers, layer_types=layer_types, num_local_experts=32,

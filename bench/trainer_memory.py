@@ -75,7 +75,7 @@ def synthetic_batch(n: int, vocab: int, seed: int = 0) -> Any:
     result (10-60, not policy), answer (10-96); random ids."""
     import torch
 
-    from agentgym.trainer.batch import make_batch
+    from agentgym.trainer.algo.batch import make_batch
     from agentgym.trajectory import Trajectory, Turn
 
     g = torch.Generator().manual_seed(seed)
@@ -126,7 +126,7 @@ def measure_update(episodes: int, vocab: int, budget: int | None) -> dict[str, A
     import torch
 
     from agentgym.trainer.config import load_config
-    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
 
     torch.set_num_threads(1)
     over = ["sft.steps=0", f"rollout.tasks_per_step={max(1, episodes // 8)}", "rollout.samples_per_task=8"]
@@ -161,10 +161,10 @@ def measure_plan(tiny: dict[str, Any], seq: int, tokens: int, dtype: str, ckpt: 
 
     import torch
 
-    from agentgym.trainer.batch import make_batch
+    from agentgym.trainer.algo.batch import make_batch
     from agentgym.trainer.config import load_config
     from agentgym.trainer.memtrack import LiveBytes
-    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
     from agentgym.trainer.plan import _config, _count, estimate_memory
     from agentgym.trajectory import Trajectory, Turn
 

@@ -25,9 +25,9 @@ import torch
 
 
 def run(dtype: str, lr: float, updates: int, batch: Any, tmp: str) -> dict[str, Any]:
-    from agentgym.trainer.batch import make_batch
+    from agentgym.trainer.algo.batch import make_batch
     from agentgym.trainer.config import load_config
-    from agentgym.trainer.rollout import group_seeds
+    from agentgym.trainer.rollout.collector import group_seeds
     from agentgym.trainer.train import Trainer
     from agentgym.trainer.update import compute_advantages, ppo_update, score
 

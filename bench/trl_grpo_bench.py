@@ -100,8 +100,8 @@ def hf_byte_tokenizer() -> Any:
 
 def build_model(init: str, seed: int) -> Any:
     from agentgym.tokenizers import ByteTokenizer
-    from agentgym.trainer.checkpoint import load_weights
-    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.model.files import load_weights
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
 
     model = build_tiny_gptoss(ByteTokenizer().vocab_size, seed=seed)
     load_weights(model, init)
@@ -120,7 +120,7 @@ def bench_config(run: Path, steps: int, run_dir: str, extra: list[str]) -> Any:
 
 
 def run_agentgym(cfg: Any) -> tuple[dict[str, Any], Any]:
-    from agentgym.trainer.rollouts import TRAIN_SEED_BASE
+    from agentgym.trainer.episodes import TRAIN_SEED_BASE
     from agentgym.trainer.train import Trainer
 
     assert TRAIN_SEED_BASE == 1_000_000
@@ -142,8 +142,8 @@ def run_trl(cfg: Any, out_dir: str) -> tuple[dict[str, Any], Any]:
     from trl import GRPOConfig, GRPOTrainer
 
     from agentgym.tokenizers import ByteTokenizer
-    from agentgym.trainer.engines.hf import HFEngine
-    from agentgym.trainer.rollout import Collector
+    from agentgym.trainer.rollout.collector import Collector
+    from agentgym.trainer.rollout.engines.hf import HFEngine
 
     tok = hf_byte_tokenizer()
     model = build_model(str(cfg.model.init_from), cfg.seed)
@@ -228,7 +228,7 @@ def evaluate(cfg: Any, model: Any, episodes: int) -> dict[str, Any]:
     """Success on the trainer's fixed eval tasks, greedy and at the training temperature."""
     from agentgym.tokenizers import ByteTokenizer
     from agentgym.trainer.evaluation import collect_fixed, eval_record
-    from agentgym.trainer.rollout import Collector, make_prefix_engine
+    from agentgym.trainer.rollout.collector import Collector, make_prefix_engine
     EVAL_SEED_BASE = 0  # the trainer's evaluation problems: from seed 0 of the eval split
 
     model.eval()
@@ -257,7 +257,7 @@ def main() -> int:
     ap.add_argument("overrides", nargs="*", help="extra KEY=VALUE overrides for both sides")
     args = ap.parse_args()
     from agentgym.trainer.config import load_config
-    from agentgym.trainer.evaluation import gain
+    from agentgym.trainer.stats import gain
 
     torch.set_num_threads(args.threads)
     run = Path(args.run)

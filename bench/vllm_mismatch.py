@@ -23,7 +23,7 @@ import torch
 
 
 def fresh_tiny(tokenizer: Any, seed: int = 0) -> torch.nn.Module:
-    from agentgym.trainer.model import build_tiny_for
+    from agentgym.trainer.model.gptoss import build_tiny_for
 
     model = build_tiny_for(tokenizer, seed=seed)
     with torch.no_grad():
@@ -45,8 +45,8 @@ def main() -> None:
 
     from agentgym.tokenizers import as_tokenizer
     from agentgym.trainer.doctor import run_doctor
-    from agentgym.trainer.engines.base import make_engine
-    from agentgym.trainer.model import load_policy
+    from agentgym.trainer.model.gptoss import load_policy
+    from agentgym.trainer.rollout.engines import make_engine
 
     rows = []
     for vocab in args.vocab.split(","):

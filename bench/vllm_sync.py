@@ -38,10 +38,10 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from agentgym.trainer.engines.base import make_engine
-    from agentgym.trainer.engines.openai_http import write_checkpoint
-    from agentgym.trainer.logprobs import policy_forward
-    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
+    from agentgym.trainer.model.logprobs import policy_forward
+    from agentgym.trainer.rollout.engines import make_engine
+    from agentgym.trainer.rollout.engines.openai_http import write_checkpoint
 
     torch.set_num_threads(1)
     print(f"load average {os.getloadavg()}", flush=True)

@@ -68,7 +68,7 @@ def run_baseline(name: str, *, suite_name: str = "core", root: Path = DEFAULT_RO
 
 
 def _has_checkpoint(run: str) -> bool:
-    from agentgym.trainer.checkpoint import latest_checkpoint
+    from agentgym.trainer.model.files import latest_checkpoint
 
     return Path(run).is_dir() and latest_checkpoint(run) is not None
 

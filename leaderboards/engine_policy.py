@@ -51,7 +51,7 @@ class _Serialized:
 
 
 class EnginePolicy:
-    """Plays episodes with an :class:`~agentgym.trainer.engines.base.Engine` at ``temperature``."""
+    """Plays episodes with an :class:`~agentgym.trainer.rollout.engines.base.Engine` at ``temperature``."""
 
     def __init__(self, engine: Any, *, name: str, tokenizer: Any, temperature: float,
                  info: dict[str, Any], serialize: bool = True) -> None:
@@ -66,7 +66,7 @@ class EnginePolicy:
         self._lock = threading.Lock()
 
     def _collector(self, env: Any) -> Any:
-        from agentgym.trainer.rollout import Collector
+        from agentgym.trainer.rollout.collector import Collector
         from agentgym.vector import EnvPool
 
         with self._lock:
@@ -100,7 +100,7 @@ def resolve_model_dir(path: str) -> str:
     checkpoint (``checkpoints/step-N/model``), or ``PATH/model``. ``tiny`` passes through."""
     if path == "tiny" or path.startswith("tiny:"):
         return path
-    from agentgym.trainer.checkpoint import find_model_dir
+    from agentgym.trainer.model.files import find_model_dir
 
     found = find_model_dir(path, "config.json")
     if found is not None:
@@ -124,7 +124,7 @@ def weights_digest(model_dir: str) -> str | None:
 
 def _tokenizer_for(model_dir: str, spec: str, vocab_size: int) -> Any:
     from agentgym.tokenizers import ByteTokenizer
-    from agentgym.trainer.model import is_tiny, resolve_tokenizer
+    from agentgym.trainer.model.gptoss import is_tiny, resolve_tokenizer
 
     p = Path(model_dir)
     if spec != "auto" or is_tiny(model_dir) or any((p / f).exists() for f in ("tokenizer.json",
@@ -151,8 +151,8 @@ def hf_policy(*, model: str | None = None, tokenizer: str = "auto", device: str 
         model = "tiny"
     import torch
 
-    from agentgym.trainer.engines.base import make_engine
-    from agentgym.trainer.model import load_policy
+    from agentgym.trainer.model.gptoss import load_policy
+    from agentgym.trainer.rollout.engines import make_engine
 
     if threads:
         torch.set_num_threads(int(threads))  # CPU float sums depend on the thread count: it is recorded
@@ -175,7 +175,7 @@ def vllm_policy(*, model: str, tokenizer: str | None = None, temperature: float 
                 name: str | None = None, **engine_kwargs: Any) -> EnginePolicy:
     """In-process vLLM (GPU; ``make_engine("vllm")``); ``engine_kwargs`` go to the engine."""
     from agentgym.tokenizers import as_tokenizer
-    from agentgym.trainer.engines.base import make_engine
+    from agentgym.trainer.rollout.engines import make_engine
 
     model_dir = resolve_model_dir(model) if Path(model).exists() else model
     engine = make_engine("vllm", model=model_dir, **engine_kwargs)
@@ -192,7 +192,7 @@ def openai_http_policy(*, base_url: str, model: str = "agentgym", tokenizer: str
     ``agentgym serve model``), local or remote. ``tokenizer`` must be the server's: ``byte`` or a
     path; the API key, if any, is read from the environment variable ``api_key_env``."""
     from agentgym.tokenizers import ByteTokenizer, as_tokenizer
-    from agentgym.trainer.engines.base import make_engine
+    from agentgym.trainer.rollout.engines import make_engine
 
     tok = ByteTokenizer() if tokenizer == "byte" else as_tokenizer(tokenizer)
     engine = make_engine("openai-http", base_url=base_url, model=model, api_key=os.environ.get(api_key_env),

@@ -3,7 +3,7 @@
 Replay proves that the recorded actions earn the recorded scores; it cannot say which policy
 chose them. For an open-weight entry the verifier can: it re-scores a random sample of the
 verified episodes under the named model, teacher-forced (one forward pass per episode through
-the trainer's :func:`~agentgym.trainer.logprobs.policy_forward`, on CPU for small models), and
+the trainer's :func:`~agentgym.trainer.model.logprobs.policy_forward`, on CPU for small models), and
 applies two tests to the policy's tokens:
 
 1. **Recorded log-probs** (engines record the log-prob of every token they sample): each
@@ -85,8 +85,8 @@ def check_provenance(report: Any, model: str, *, sample: int = DEFAULT_SAMPLE, s
     import torch
 
     from agentgym.leaderboards.engine_policy import resolve_model_dir, weights_digest
-    from agentgym.trainer.logprobs import policy_forward
-    from agentgym.trainer.model import load_policy
+    from agentgym.trainer.model.gptoss import load_policy
+    from agentgym.trainer.model.logprobs import policy_forward
 
     if sample < 1:
         raise ConfigError(f"--sample must be at least 1, got {sample}")

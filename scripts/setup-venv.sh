@@ -41,7 +41,7 @@ done
 # every process.
 MPLBACKEND=Agg env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -c "import torch.utils.tensorboard, \
 matplotlib.pyplot, transformers.models.gpt_oss.modeling_gpt_oss, agentgym.environments.math.env, \
-agentgym.trainer.cli, agentgym.trainer.train, agentgym.trainer.controls, agentgym.trainer.engines.hf" &
+agentgym.trainer.cli, agentgym.trainer.train, agentgym.trainer.controls, agentgym.trainer.rollout.engines.hf" &
 compiling=$!
 # verifiers installs its harnesses' chat program with `uv sync --script` at run time; a local
 # wheelhouse of that program's dependencies (pinned to this venv's versions) lets uv do it with no

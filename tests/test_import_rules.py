@@ -12,11 +12,24 @@ layer is its folder (``agentgym/serving`` is a layer of its own inside ``agentgy
 import's layer is the second part of its module name. Entry-point
 strings (``"agentgym.environments.math.env:MathEnv"`` in the registry) are the sanctioned lazy
 link and are not imports; ``importlib.import_module("literal")`` is checked like an import.
+
+Inside the trainer, wings that import one way (every import counts: at the top, inside a
+function, under ``TYPE_CHECKING``):
+
+    leaves < algo < model < rollout < run
+
+A module may import its own wing and the wings to its left, never to its right. Leaves
+(``trainer/{metrics,health,plots,stats,curriculum,distributed,memtrack,engine_names}.py``) import only leaves;
+``algo`` only leaves that import nothing of the trainer. No cycle among trainer modules, and no
+trainer module imported inside a function, except by the engine factory
+(``trainer/rollout/engines/factory.py``, which imports an engine when it is asked for).
+``scripts/draw_trainer.py`` draws the same scan.
 """
 
 from __future__ import annotations
 
 import ast
+import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +49,7 @@ ALLOWED: dict[str, set[str]] = {"agentgym/serving/model_server.py": {"trainer"}}
 
 
 def _module_of(root: Path, path: Path) -> list[str]:
-    """``trainer/engines/hf.py`` -> ["agentgym", "trainer", "engines", "hf"]."""
+    """``trainer/rollout/engines/hf.py`` -> ["agentgym", "trainer", "rollout", "engines", "hf"]."""
     rel = path.relative_to(root).with_suffix("").parts
     head = [] if rel[0] == "agentgym" else ["agentgym"]
     return head + list(rel[:-1] if rel[-1] == "__init__" else rel)
@@ -49,18 +62,23 @@ def _layer_of(module: str) -> str | None:
     return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "core"
 
 
+def _from_module(node: ast.ImportFrom, here: list[str], is_package: bool) -> str:
+    """The module a ``from ... import`` reads, absolute (``from ..x import y``: relative to the
+    importing module's package)."""
+    if node.level == 0:
+        return node.module or ""
+    base = here if is_package else here[:-1]
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _imports(tree: ast.AST, here: list[str], is_package: bool) -> list[tuple[int, str]]:
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level == 0:
-                found.append((node.lineno, node.module or ""))
-            else:  # from ..x import y: relative to the importing module's package
-                base = here if is_package else here[:-1]
-                base = base[:len(base) - (node.level - 1)]
-                found.append((node.lineno, ".".join(base + ([node.module] if node.module else []))))
+            found.append((node.lineno, _from_module(node, here, is_package)))
         elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
               and isinstance(node.args[0].value, str)
               and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"):
@@ -99,9 +117,9 @@ def test_the_check_catches_lazy_relative_and_string_imports(tmp_path: Path) -> N
         "leaderboards/cli.py": "from agentgym.trainer import sft\n",  # leaderboards may use any layer
         "agentgym/env.py": "def f():\n    from agentgym.serving import env_client\n",
         "agentgym/serving/env_server.py": "from agentgym.environments.math import env\nfrom agentgym import errors\n",
-        "agentgym/serving/chat_server.py": "from agentgym.trainer.engines import hf\n",
-        "agentgym/serving/model_server.py": "from agentgym.trainer.engines import hf\n",  # the one allowed
-        "trainer/engines/openai_http.py": "from agentgym.serving import model_server\n",
+        "agentgym/serving/chat_server.py": "from agentgym.trainer.rollout.engines import hf\n",
+        "agentgym/serving/model_server.py": "from agentgym.trainer.rollout.engines import hf\n",  # the one allowed
+        "trainer/rollout/engines/openai_http.py": "from agentgym.serving import model_server\n",
     }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -110,9 +128,178 @@ def test_the_check_catches_lazy_relative_and_string_imports(tmp_path: Path) -> N
         "agentgym/chat/x.py:1: core -> agentgym.trainer",
         "agentgym/cli.py:2: core -> agentgym.sandboxes.cli",
         "agentgym/env.py:2: core -> agentgym.serving",
-        "agentgym/serving/chat_server.py:1: serving -> agentgym.trainer.engines",
+        "agentgym/serving/chat_server.py:1: serving -> agentgym.trainer.rollout.engines",
         "agentgym/serving/env_server.py:1: serving -> agentgym.environments.math",
         "environments/math/env.py:1: environments -> agentgym.trainer.config",
-        "trainer/engines/openai_http.py:1: trainer -> agentgym.serving",
+        "trainer/rollout/engines/openai_http.py:1: trainer -> agentgym.serving",
         "trainer/sft.py:2: trainer -> agentgym.environments.math.oracle",
     ]
+
+
+# ---------------------------------------------------------------------------- the trainer's wings
+
+WINGS = ("leaves", "algo", "model", "rollout", "run")  # each imports only itself and those before it
+LEAVES = {"metrics", "health", "plots", "stats", "curriculum", "distributed", "memtrack", "engine_names"}
+FACTORY = "agentgym.trainer.rollout.engines.factory"  # the one module that imports trainer modules lazily
+TRAINER = "agentgym.trainer"
+
+
+def wing_of(module: str) -> str:
+    """``agentgym.trainer.model.files`` -> "model"; a top-level module is a leaf or the run."""
+    parts = module.split(".")[2:]
+    if parts and parts[0] in WINGS[1:-1]:
+        return parts[0]
+    return "leaves" if len(parts) == 1 and parts[0] in LEAVES else "run"
+
+
+def trainer_imports(root: Path) -> dict[str, list[tuple[int, str, bool]]]:
+    """Every trainer module under ``root/trainer`` -> the trainer modules it imports, as
+    ``(line, module, inside a function)``. ``from .pkg import mod`` names the submodule;
+    ``importlib.import_module("literal")`` counts as an import."""
+    paths = {".".join(_module_of(root, p)): p for p in sorted((root / "trainer").rglob("*.py"))}
+    graph: dict[str, list[tuple[int, str, bool]]] = {}
+    for module, path in paths.items():
+        tree = ast.parse(path.read_text())
+        lazy: set[int] = set()
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lazy |= {id(n) for n in ast.walk(fn)}
+        edges: list[tuple[int, str, bool]] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _from_module(node, module.split("."), path.name == "__init__.py")
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base for a in node.names]
+            elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+                  and isinstance(node.args[0].value, str)
+                  and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"):
+                targets = [node.args[0].value]
+            else:
+                continue
+            for target in dict.fromkeys(targets):
+                if target in paths and target != TRAINER:
+                    edges.append((node.lineno, target, id(node) in lazy))
+        graph[module] = edges
+    return graph
+
+
+def wing_violations(root: Path) -> list[str]:
+    """``path:line: wing -> module (wing)`` for every trainer import against the wing order,
+    every trainer module imported inside a function (the factory aside), and every cycle."""
+    graph = trainer_imports(root)
+    paths = {".".join(_module_of(root, p)): p.relative_to(root).as_posix()
+             for p in (root / "trainer").rglob("*.py")}
+    impure = {m for m, edges in graph.items() if wing_of(m) == "leaves" and edges}
+    out = []
+    for module, edges in graph.items():
+        own = wing_of(module)
+        for line, target, lazy in edges:
+            wing = wing_of(target)
+            where = f"{paths[module]}:{line}: {own} -> {target} ({wing})"
+            if WINGS.index(wing) > WINGS.index(own):
+                out.append(where + ": against the wing order " + " < ".join(WINGS))
+            elif own == "algo" and target in impure:
+                out.append(where + ": algo imports only leaves that import nothing of the trainer")
+            if lazy and module != FACTORY:
+                out.append(where + ": a trainer module imported inside a function; import it at the top "
+                           "(a cycle it dodged is still a cycle: move the code to its wing)")
+    out += [f"cycle: {' -> '.join(c)}" for c in cycles(graph)]
+    return sorted(out)
+
+
+def cycles(graph: dict[str, list[tuple[int, str, bool]]]) -> list[list[str]]:
+    """One cycle per strongly connected group of modules that import each other (lazy imports included)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for _, w, _ in graph.get(v, []):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1 or any(t == v for _, t, _ in graph.get(v, [])):
+                found.append(_loop(graph, sorted(group)))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _loop(graph: dict[str, list[tuple[int, str, bool]]], group: list[str]) -> list[str]:
+    """A closed path through ``group`` from its first module (breadth first, shortest)."""
+    start, inside = group[0], set(group)
+    prev: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for _, w, _ in graph[v]:
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(prev[path[-1]])
+                    return [start, *reversed(path[:-1]), start]
+                if w in inside and w not in prev and w != start:
+                    prev[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    return [start, start]
+
+
+def test_trainer_wings_import_one_way_without_cycles() -> None:
+    found = wing_violations(ROOT)
+    assert not found, "trainer imports against its wings (see this file's docstring):\n" + "\n".join(found)
+
+
+def test_every_trainer_module_is_in_a_wing_the_docstring_names() -> None:
+    graph = trainer_imports(ROOT)
+    assert {wing_of(m) for m in graph} == set(WINGS)
+    top = {m.split(".")[2] for m in graph if m != TRAINER}
+    assert LEAVES <= top, f"leaves named here but missing from trainer/: {sorted(LEAVES - top)}"
+
+
+def test_the_wing_check_catches_a_planted_violation_and_a_lazy_cycle(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "trainer", tmp_path / "trainer", ignore=shutil.ignore_patterns("__pycache__"))
+    assert wing_violations(tmp_path) == []
+    ppo = tmp_path / "trainer" / "algo" / "ppo.py"
+    ppo.write_text(ppo.read_text() + "\nfrom ..model import gptoss\n")
+    n = len(ppo.read_text().splitlines())
+    (tmp_path / "trainer" / "health.py").write_text(
+        (ROOT / "trainer" / "health.py").read_text() + "\n\ndef _report():\n    from . import metrics\n")
+    batch = tmp_path / "trainer" / "algo" / "batch.py"
+    batch.write_text("import importlib\nimportlib.import_module('agentgym.trainer.rollout.collector')\n"
+                     + batch.read_text())
+    metrics = tmp_path / "trainer" / "metrics.py"
+    metrics.write_text("from .health import KL_UNWATCHED\n" + metrics.read_text())
+    found = wing_violations(tmp_path)
+    assert f"trainer/algo/ppo.py:{n}: algo -> agentgym.trainer.model.gptoss (model): against the wing order " \
+           "leaves < algo < model < rollout < run" in found
+    assert any(f.startswith("trainer/health.py:") and "-> agentgym.trainer.metrics (leaves): a trainer module "
+               "imported inside a function" in f for f in found)
+    assert "cycle: agentgym.trainer.health -> agentgym.trainer.metrics -> agentgym.trainer.health" in found
+    assert ("trainer/algo/batch.py:2: algo -> agentgym.trainer.rollout.collector (rollout): against the wing order "
+            "leaves < algo < model < rollout < run") in found
+    # rollout.collector imports algo.batch: the string import closes a loop as well
+    assert any(f.startswith("cycle: ") and "agentgym.trainer.algo.batch" in f and "rollout.collector" in f
+               for f in found)
+    # metrics now imports the trainer, so algo's import of it is refused too
+    assert any(f.startswith("trainer/algo/") and "-> agentgym.trainer.metrics (leaves): algo imports only" in f
+               for f in found)

@@ -36,6 +36,26 @@ import yaml
 
 from agentgym.errors import ConfigError, Preempted, TrainerError, WarmStartFailed
 
+from .config import RECIPES_DIR, config_help, config_to_dict, load_config
+
+# The run needs torch (the [train] extra); the help and the config do not. Without it the import
+# error is kept and raised by the first command that needs the run, inside main(), which turns
+# it into the install line (agentgym.cli.guarded).
+_RUN_MISSING: ModuleNotFoundError | None = None
+try:
+    from .controls import run_with_controls
+    from .distributed import shutdown
+    from .doctor import doctor_main
+    from .evaluation import report_lines
+    from .metrics import Progress
+    from .model.files import latest_checkpoint
+    from .plan import make_plan, memory_problems
+    from .preempt import sigterm_stops
+    from .preflight import preflight, weights_problems
+    from .train import Trainer
+except ModuleNotFoundError as e:
+    _RUN_MISSING = e
+
 __all__ = ["PREEMPTED", "main", "parse_args"]
 
 PREEMPTED = 143  # exit status after SIGTERM (128 + 15), as a shell reports a process it ended
@@ -99,8 +119,6 @@ def parse_args(argv: Sequence[str]) -> tuple[str | None, str | None, str | None,
 
 
 def _usage() -> str:
-    from agentgym.trainer.config import RECIPES_DIR, config_help
-
     recipes = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")))
     from agentgym.cli import plain
 
@@ -111,8 +129,6 @@ def _interrupted(run_dir: str | None) -> str:
     """What Ctrl-C leaves behind, truthfully: where --resume would continue, or that nothing was saved."""
     if run_dir is None:
         return "interrupted"
-    from agentgym.trainer.checkpoint import latest_checkpoint
-
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         return f"interrupted; no checkpoint was written yet in {run_dir}: --resume would start over"
@@ -124,12 +140,14 @@ def _interrupted(run_dir: str | None) -> str:
     return f"interrupted; continue from {where} with: agentgym-train --resume {run_dir}"
 
 
+def _need_the_run() -> None:
+    if _RUN_MISSING is not None:
+        raise _RUN_MISSING
+
+
 def _run(argv: list[str], run_dir: list[str]) -> int:
-    from agentgym.trainer.config import config_to_dict, load_config
-
     if argv and argv[0] == "doctor":
-        from agentgym.trainer.doctor import doctor_main
-
+        _need_the_run()
         return int(doctor_main(argv[1:]) or 0)
     if argv and argv[0] == "serve":  # the model server moved: agentgym serve model
         print(f"agentgym-train: `agentgym-train {argv[0]}` is now `agentgym serve model` "
@@ -153,12 +171,9 @@ def _run(argv: list[str], run_dir: list[str]) -> int:
     if print_only == "print":
         print(yaml.safe_dump(config_to_dict(cfg), sort_keys=False), end="")
         return 0
-    from agentgym.trainer.preflight import preflight, weights_problems
-
+    _need_the_run()
     problems, missing = preflight(cfg), weights_problems(cfg)
     if print_only == "dry-run":
-        from agentgym.trainer.plan import make_plan
-
         plan = make_plan(cfg)
         plan.problems += problems
         print(plan.report())
@@ -166,17 +181,9 @@ def _run(argv: list[str], run_dir: list[str]) -> int:
             print(f"note: {m} (a run on this machine would stop here)")
         return 2 if plan.problems else 0
     if not problems and not missing:
-        from agentgym.trainer.plan import memory_problems
-
         problems = memory_problems(cfg)  # before anything is allocated
     if problems or missing:
         raise ConfigError("; ".join(problems + missing))
-    from agentgym.trainer.controls import run_with_controls
-    from agentgym.trainer.distributed import shutdown
-    from agentgym.trainer.evaluation import report_lines
-    from agentgym.trainer.metrics import Progress
-    from agentgym.trainer.preempt import sigterm_stops
-    from agentgym.trainer.train import Trainer
 
     run_dir.append(cfg.log.run_dir)
     speaks = os.environ.get("RANK", "0") == "0"

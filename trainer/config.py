@@ -30,9 +30,11 @@ import yaml
 from agentgym.env import PROMPT_STYLES
 from agentgym.errors import ConfigError
 from agentgym.registration import capabilities
-from agentgym.trainer.curriculum import CurriculumConfig
-from agentgym.trainer.health import HealthConfig
-from agentgym.trainer.receivers import OWN, check_receivers
+
+from .algo.correction_modes import CORRECTION_MODES, parse_mode
+from .curriculum import CurriculumConfig
+from .health import HealthConfig
+from .receivers import OWN, check_receivers
 
 __all__ = [
     "ALGOS", "ARMS",
@@ -539,7 +541,6 @@ class TrainConfig:
         if teachers and self.sft.teacher not in teachers:
             raise ConfigError(f"sft.teacher: {self.env.id} declares the teachers {teachers}, got "
                               f"{self.sft.teacher!r}; fix: sft.teacher={_suggest(self.sft.teacher, teachers) or 'oracle'}")
-        from agentgym.trainer.correction import CORRECTION_MODES, parse_mode
 
         try:
             parse_mode(self.correction.mode)

@@ -34,10 +34,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from agentgym.trainer.config import ARMS, TrainConfig, config_from_dict, config_to_dict
-from agentgym.trainer.evaluation import ARM_NAMES, arm_label, fmt_gain, gain
-from agentgym.trainer.metrics import read_metrics
-from agentgym.trainer.plots import write_controls_plot
+from .algo.batch import make_batch, micro_batches
+from .algo.ppo import kl_estimate
+from .config import ARMS, TrainConfig, config_from_dict, config_to_dict, load_config
+from .evaluation import arm_label, collect_fixed, fmt_gain
+from .health import health_summary
+from .metrics import episode_success, read_metrics
+from .model.files import latest_checkpoint, load_weights
+from .plots import write_controls_plot
+from .stats import ARM_NAMES, gain
+from .train import Trainer
 
 __all__ = ["FAILED_WARM_START", "arm_config", "arm_overrides", "between_seed_lines", "between_seeds",
            "comparison_lines", "final_eval", "kl_to_warm_start", "run_seeds", "run_with_controls", "seeds_table",
@@ -86,7 +92,6 @@ def run_with_controls(cfg: TrainConfig, *, resume: bool = False,
     """Run ``cfg``, then each arm of ``cfg.controls`` from its warm start (an arm whose run
     finished is kept; one with checkpoints is resumed) -> (the main run's summary, the
     comparison lines)."""
-    from agentgym.trainer.checkpoint import latest_checkpoint
 
     if cfg.controls and not cfg.log.eval_every:
         from agentgym.errors import ConfigError
@@ -95,8 +100,6 @@ def run_with_controls(cfg: TrainConfig, *, resume: bool = False,
                           "log.eval_every=0 evaluates never; fix: log.eval_every=N (e.g. ppo.steps), "
                           "or controls=[]")
     if trainer_cls is None:
-        from agentgym.trainer.train import Trainer
-
         trainer_cls = Trainer
     main = trainer_cls(cfg, resume=resume)
     if cfg.controls and main.learner.dist is not None:
@@ -191,13 +194,6 @@ def kl_to_warm_start(run_dir: str | Path, *, problems: int = 256, samples: int =
     import torch
 
     from agentgym.errors import ConfigError
-    from agentgym.trainer.batch import make_batch, micro_batches
-    from agentgym.trainer.checkpoint import latest_checkpoint, load_weights
-    from agentgym.trainer.config import load_config
-    from agentgym.trainer.evaluation import collect_fixed
-    from agentgym.trainer.metrics import episode_success
-    from agentgym.trainer.ppo import kl_estimate
-    from agentgym.trainer.train import Trainer
 
     run_dir = Path(run_dir)
     if latest_checkpoint(run_dir) is None or not (run_dir / "reference" / "model.safetensors").exists():
@@ -324,7 +320,6 @@ def _mean(xs: Sequence[float]) -> float:
 
 def arm_stats(run_dir: str) -> dict[str, Any]:
     """Means over a run's steps of the numbers the benches print (mismatch, clipping, alerts)."""
-    from agentgym.trainer.health import health_summary
 
     train = read_metrics(run_dir, "train")
 

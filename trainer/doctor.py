@@ -31,23 +31,15 @@ import torch
 from torch import nn
 
 from agentgym.errors import ConfigError
-from agentgym.trainer.attention import set_attention
-from agentgym.trainer.correction import correction_weights, mismatch_stats
-from agentgym.trainer.engines.base import Engine, make_engine
-from agentgym.trainer.logprobs import policy_forward
-from agentgym.trainer.model import (
-    SINK_DROPPING_ATTENTION,
-    check_attention,
-    load_policy,
-    resolve_tokenizer,
-)
-from agentgym.trainer.routing import (
-    capture_routing,
-    engine_routing,
-    replay_routing,
-    routers,
-    routing_agreement,
-)
+
+from .algo.correction import correction_weights, mismatch_stats
+from .metrics import Progress
+from .model.attention import set_attention
+from .model.gptoss import SINK_DROPPING_ATTENTION, check_attention, load_policy, resolve_tokenizer
+from .model.logprobs import policy_forward
+from .model.routing import capture_routing, engine_routing, replay_routing, routers, routing_agreement
+from .rollout.engines import make_engine
+from .rollout.engines.base import Engine
 
 __all__ = ["DoctorReport", "THRESHOLDS", "doctor_main", "run_doctor", "verdict"]
 
@@ -95,7 +87,6 @@ def _sample_episodes(
 
     import agentgym  # noqa: F401  (registers the env ids)
     from agentgym.harmony import HarmonyCodec
-    from agentgym.trainer.metrics import Progress
 
     stop_ids = list(HarmonyCodec(tokenizer).stop_ids)
     envs = [gym.make(env_id, tokenizer=tokenizer, **env_kwargs) for _ in range(episodes)]

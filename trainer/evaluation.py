@@ -1,6 +1,6 @@
 """Evaluation on held-out problems, paired comparisons, and the run's closing report.
 
-An evaluation plays the same held-out problems every time (``heldout.py``: distinct task ids
+An evaluation plays the same held-out problems every time (``rollout/heldout.py``: distinct task ids
 of the eval split), with fixed sampling seeds:
 
 * at the training temperature (``sampled_`` keys; the primary number: the policy as it is
@@ -24,31 +24,26 @@ evaluations scored).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from agentgym.errors import WarmStartFailed
 from agentgym.scores import wilson
-from agentgym.trainer.health import KL_UNWATCHED, LABELS, health_summary
-from agentgym.trainer.metrics import Progress, episode_stats, episode_success, read_metrics
 
-__all__ = ["ARM_NAMES", "STAGE_NAMES", "Evaluator", "arm_label", "collect_fixed", "episode_wellformed", "eval_record",
-           "gain", "pass_at_k", "per_problem", "ratio_moved", "report_lines", "update_line"]
+from .config import config_from_dict
+from .health import KL_UNWATCHED, LABELS, health_summary
+from .learner import WARM_START
+from .metrics import Progress, episode_stats, episode_success, read_metrics
+from .rollout.collector import drop_infra
+from .rollout.heldout import problems_hash
+from .rollout.ray_collector import drop_failed
+from .stats import ARM_NAMES, _chunks, _se, gain, pass_at_k, per_problem
+
+__all__ = ["STAGE_NAMES", "Evaluator", "arm_label", "collect_fixed", "episode_wellformed", "eval_record",
+           "ratio_moved", "report_lines", "update_line"]
 
 STAGE_NAMES = {"init": "untrained", "warm_start": "warm start", "ppo": "after {arm}"}
-ARM_NAMES = {"ppo": "PPO", "placebo": "placebo", "rft": "RFT", "raft": "best-of-group", "sft": "SFT"}
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k of one problem from ``n`` samples with ``c`` successes (Chen et al.,
-    2021): 1 - C(n - c, k) / C(n, k)."""
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
 def collect_fixed(collector: Any, episodes: int | None = None, *, temperature: float, sample_seed: int,
                   options: Any = None, seed_base: int = 0, seeds: Sequence[int] | None = None,
                   samples: int = 1, on_chunk: Callable[[int], None] | None = None) -> list[Any]:
@@ -92,7 +87,6 @@ def eval_record(trajs: Sequence[Any], temperature: float, prefix: str = "", *, s
     """Episode statistics of one evaluation (module doc), ``samples`` consecutive episodes per
     problem. Episodes lost to the infrastructure keep their place in ``outcomes`` (as ``-``) and
     count nowhere else."""
-    from agentgym.trainer.heldout import problems_hash
 
     kept = [t for t in trajs if not _lost(t)]
     ok = [episode_success(t) for t in kept]
@@ -120,57 +114,6 @@ def eval_record(trajs: Sequence[Any], temperature: float, prefix: str = "", *, s
     return {prefix + k: v for k, v in m.items()}
 
 
-def _chunks(outcomes: str, samples: int) -> list[str]:
-    s = max(samples, 1)
-    return [outcomes[i:i + s] for i in range(0, len(outcomes) - s + 1, s)]
-
-
-def per_problem(outcomes: str, samples: int, *, any_of: bool = False) -> list[float | None]:
-    """Per-problem success rates from a problem-major 0/1 string of ``samples`` per problem
-    (``any_of``: 1 if any of them succeeded, pass@samples); ``-`` marks a lost episode, and a
-    problem whose every episode was lost is None."""
-    rates: list[float | None] = []
-    for chunk in _chunks(outcomes, samples):
-        c = chunk.replace("-", "")
-        rates.append(None if not c else float("1" in c) if any_of else c.count("1") / len(c))
-    return rates
-
-
-def _se(xs: Sequence[float]) -> float:
-    n = len(xs)
-    if n < 2:
-        return 0.0
-    mu = sum(xs) / n
-    return math.sqrt(sum((x - mu) ** 2 for x in xs) / (n - 1) / n)
-
-
-def gain(before: dict[str, Any], after: dict[str, Any], prefix: str = "", *,
-         pass_at_k: bool = False) -> dict[str, float] | None:
-    """after - before success on the same problems, paired problem by problem: the mean of the
-    per-problem differences, its standard error (``se``), the unpaired one (``se_unpaired``, a
-    conservative bound) and ``z`` = gain / se. None when the two are not the same problems.
-    ``pass_at_k``: of pass@k instead, k the samples per problem (both must have the same k)."""
-    a, b = before.get(prefix + "outcomes"), after.get(prefix + "outcomes")
-    if not a or not b:
-        return None
-    sa, sb = int(before.get(prefix + "samples", 1)), int(after.get(prefix + "samples", 1))
-    ha, hb = before.get(prefix + "problems_hash"), after.get(prefix + "problems_hash")
-    pa, pb = per_problem(a, sa, any_of=pass_at_k), per_problem(b, sb, any_of=pass_at_k)
-    if (not pa or len(pa) != len(pb) or (ha is not None and hb is not None and ha != hb)
-            or (pass_at_k and sa != sb)):
-        return None
-    both = [(x, y) for x, y in zip(pa, pb) if x is not None and y is not None]  # paired by problem
-    if not both:
-        return None
-    d = [y - x for x, y in both]
-    n = len(d)
-    mean = sum(d) / n
-    se = _se(d)
-    se_unpaired = math.sqrt(_se([x for x, _ in both]) ** 2 + _se([y for _, y in both]) ** 2)
-    z = mean / se if se > 0 else (math.inf if mean > 0 else (-math.inf if mean < 0 else 0.0))
-    return {"gain": mean, "se": se, "se_unpaired": se_unpaired, "z": z, "problems": float(n)}
-
-
 def _stages(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Stage -> its latest evaluation row (``ppo``: the final one)."""
     return {r.get("stage", "ppo"): r for r in rows if r["phase"] == "eval"}
@@ -182,7 +125,6 @@ def _run_config(run_dir: str) -> Any:
     p = Path(run_dir) / "config.yaml"
     if not p.exists():
         return None
-    from agentgym.trainer.config import config_from_dict
 
     try:
         return config_from_dict(yaml.safe_load(p.read_text()) or {})
@@ -334,7 +276,7 @@ def warm_start_line(w: dict[str, Any]) -> str:
 
 
 class Evaluator:
-    """A run's evaluations: the held-out problems (``heldout.py``) at ``log.eval_temperature``
+    """A run's evaluations: the held-out problems (``rollout/heldout.py``) at ``log.eval_temperature``
     and, with ``log.eval_sampled``, at the rollout temperature; the warm start's stopping check
     and its verdict. Under torchrun the rollout groups split the problems."""
 
@@ -347,8 +289,6 @@ class Evaluator:
         ``init`` (before the warm start), ``warm_start`` (right after it) or ``ppo`` (any arm's
         steps). ``full``: the warm start and the end, which the report compares, use
         ``log.eval_episodes_final`` problems and ``log.eval_samples`` samples each."""
-        from agentgym.trainer.ray_rollout import drop_failed
-        from agentgym.trainer.rollout import drop_infra
 
         cfg, learner, ranks = self.cfg, self.learner, self.learner.ranks
         n = (cfg.log.eval_episodes_final or cfg.log.eval_episodes) if full else cfg.log.eval_episodes
@@ -409,7 +349,6 @@ class Evaluator:
         """The warm start's record (phase ``warm_start``; saved as warm_start/warm_start.json):
         did its tool loop learn (``sft.min_wellformed`` of its held-out episodes at the training
         temperature well formed)?"""
-        from agentgym.trainer.learner import WARM_START
 
         cfg = self.cfg
         key = "sampled_wellformed" if "sampled_wellformed" in ev else "wellformed"
@@ -425,7 +364,6 @@ class Evaluator:
 
     def check_warm_start(self, rec: dict[str, Any]) -> None:
         """Raise :class:`WarmStartFailed` when the verdict says the tool loop did not learn."""
-        from agentgym.trainer.learner import WARM_START
 
         if rec["failed"]:
             raise WarmStartFailed(

@@ -22,40 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from agentgym.trainer.batch import make_batch, micro_batches
-from agentgym.trainer.config import TrainConfig
-from agentgym.trainer.metrics import episode_success
-from agentgym.trainer.update import adam_step_rms, check_finite
+from .algo.batch import make_batch, micro_batches
+from .algo.optim import adam_step_rms, check_finite
+from .config import TrainConfig
 
 if TYPE_CHECKING:
-    from agentgym.trainer.learner import Learner
+    from .learner import Learner
 
-__all__ = ["best_of_group", "imitation_update", "informative_groups", "successful"]
-
-
-def successful(trajs: Sequence[Any]) -> list[Any]:
-    """The episodes that solved their task (``episode_success``): what RFT learns from."""
-    return [t for t in trajs if episode_success(t)]
-
-
-def best_of_group(trajs: Sequence[Any], groups: Sequence[int]) -> list[Any]:
-    """Each group's highest-reward episode (the first of a tie), where it scored above 0: what the
-    best-of-group arm (RAFT, reward-ranked fine-tuning) learns from. With a 0/1 reward it keeps one
-    success per solved task, where RFT keeps them all; with partial credit, the best attempt."""
-    best: dict[int, Any] = {}
-    for t, g in zip(trajs, groups, strict=True):
-        if t.total_reward > 0 and (g not in best or t.total_reward > best[g].total_reward):
-            best[g] = t
-    return list(best.values())
-
-
-def informative_groups(trajs: Sequence[Any], groups: Sequence[int]) -> list[int]:
-    """Indices of the episodes whose group's scores are not all equal (dynamic sampling: a
-    uniform group has zero advantage under a group baseline and only dilutes the token mean)."""
-    scores: dict[int, set[float]] = {}
-    for t, g in zip(trajs, groups, strict=True):
-        scores.setdefault(g, set()).add(round(t.total_reward, 9))
-    return [i for i, g in enumerate(groups) if len(scores[g]) > 1]
+__all__ = ["imitation_update"]
 
 
 def imitation_update(learner: Learner, cfg: TrainConfig, trajs: Sequence[Any], step: int, *,

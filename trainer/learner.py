@@ -10,9 +10,9 @@ both with its warmup schedule, the frozen KL reference, where forward passes run
 are float32 (master weights); ``model.dtype: bfloat16`` computes in bfloat16 (autocast in one
 process, FSDP2 mixed precision under torchrun, ``distributed.py``).
 
-The forward pass of a :class:`~agentgym.trainer.batch.Batch` gives per-token log-probs,
+The forward pass of a :class:`~agentgym.trainer.algo.batch.Batch` gives per-token log-probs,
 entropy and values on its policy tokens only; the prompt prefix every row shares runs once
-(:func:`shared_prefix_len`).
+(:func:`~agentgym.trainer.algo.batch.shared_prefix_len`).
 
 With ``model.lora.rank`` > 0 the policy carries PEFT's LoRA adapters (:mod:`.lora`): the base is
 frozen, :attr:`params` (and AdamW) hold the adapters only, :attr:`peft` is the PeftModel around
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -31,35 +30,37 @@ from typing import Any
 import torch
 
 from agentgym.errors import CheckpointError, ConfigError
-from agentgym.trainer import distributed as D
-from agentgym.trainer.batch import Batch
-from agentgym.trainer.checkpoint import load_weights, model_dir_problem, save_model_atomic
-from agentgym.trainer.config import TrainConfig
-from agentgym.trainer.logprobs import ForwardOut
 
-__all__ = ["REFERENCE", "WARM_START", "Learner", "shared_prefix_len"]
+from . import distributed as D
+from .algo.batch import Batch, shared_prefix_len
+from .algo.optim import load_moments, lr_factor, save_moments
+from .config import TrainConfig
+from .model import sharding
+from .model.attention import set_attention
+from .model.files import load_weights, model_dir_problem, save_model_atomic
+from .model.gptoss import (
+    ValueHead,
+    build_tiny_for,
+    build_tiny_gptoss,
+    is_tiny,
+    load_policy,
+    resolve_attention,
+    resolve_tokenizer,
+)
+from .model.logprobs import ForwardOut, policy_forward
+from .model.lora import AdaptersOff, add_adapters
+from .model.routing import replay_batch
+
+__all__ = ["REFERENCE", "WARM_START", "Learner", "batch_forward"]
 
 REFERENCE = "reference"  # RUN_DIR/reference: the KL anchor, saved once
 WARM_START = "warm_start"  # RUN_DIR/warm_start: weights, SFT AdamW state, warm_start.json
-
-
-def lr_factor(i: int, warmup_steps: int, total: int, schedule: str) -> float:
-    """Learning-rate factor at optimizer step ``i`` (0-based): linear warmup over
-    ``warmup_steps``, then ``constant`` (1) or ``cosine`` from 1 down to 0.1 at step ``total``."""
-    if i < warmup_steps:
-        return (i + 1) / warmup_steps
-    if schedule == "constant":
-        return 1.0
-    frac = (i - warmup_steps) / max(1, total - warmup_steps)
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
 
 
 class Learner:
     """Tokenizer, policy (+ value head), optimizer and schedule, KL reference, forward pass."""
 
     def __init__(self, cfg: TrainConfig) -> None:
-        from agentgym.trainer.model import ValueHead
-
         self.cfg = cfg
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
@@ -81,20 +82,19 @@ class Learner:
         self.value_head = (ValueHead(self.model.config.hidden_size).to(self.device)
                            if cfg.ppo.advantage == "gae" else None)
         if self.dist is not None:
-            D.shard_policy(self.model, compute_dtype=self.compute_dtype,
+            sharding.shard_policy(self.model, compute_dtype=self.compute_dtype,
                            reshard_after_forward=dc.reshard_after_forward)
-            D.materialize(self.model, self.device)
+            sharding.materialize(self.model, self.device)
             self._load_initial_weights()
             if self.value_head is not None:
-                D.shard_module(self.value_head, compute_dtype=self.compute_dtype)
+                sharding.shard_module(self.value_head, compute_dtype=self.compute_dtype)
         elif self._initial_weights is not None:
             load_weights(self.model, self._initial_weights)
-        self.peft: Any = None  # the PeftModel around self.model when model.lora.rank > 0 (trainer/lora.py)
+        self.peft: Any = None  # the PeftModel around self.model when model.lora.rank > 0 (trainer/model/lora.py)
         if cfg.model.lora.rank:
             if self.dist is not None:
                 raise ConfigError("model.lora.rank > 0 runs in one process only so far; run agentgym-train "
                                   "without torchrun, or set model.lora.rank=0")
-            from agentgym.trainer.lora import add_adapters
 
             self.peft = add_adapters(self.model, cfg.model.lora, seed=cfg.seed)  # base frozen, adapters in place
         self.model.train()
@@ -106,8 +106,6 @@ class Learner:
             self.optimizer, lambda i: lr_factor(i, p.warmup_steps, total, p.schedule))
         self.sft_optimizer: torch.optim.Optimizer | None = None  # the warm start's (run_sft sets it)
         if cfg.sft.load and cfg.ppo.carry_sft_optimizer:
-            from agentgym.trainer.sft import load_moments
-
             if self.dist is not None:
                 raise ConfigError("sft.load with ppo.carry_sft_optimizer=true under torchrun is not "
                                   "supported; set ppo.carry_sft_optimizer=false")
@@ -118,22 +116,13 @@ class Learner:
     def build_policy(self, *, meta: bool | None = None) -> tuple[Any, Any]:
         """(tokenizer, policy) in float32. Under torchrun the policy is built on the meta device
         (no memory; weights arrive after sharding, :meth:`_load_initial_weights`)."""
-        from agentgym.trainer.attention import set_attention
-        from agentgym.trainer.model import (
-            build_tiny_for,
-            build_tiny_gptoss,
-            is_tiny,
-            load_policy,
-            resolve_attention,
-            resolve_tokenizer,
-        )
 
         m = self.cfg.model
         meta = self.dist is not None if meta is None else meta
         tok: Any = resolve_tokenizer(m.name, m.tokenizer)
         model: Any
         if meta:
-            model = D.policy_skeleton(m.name, tok.vocab_size, m.tiny, attn_implementation=m.attn_implementation,
+            model = sharding.policy_skeleton(m.name, tok.vocab_size, m.tiny, attn_implementation=m.attn_implementation,
                                       device=self.device)
         elif is_tiny(m.name):  # tiny: the byte tokenizer; tiny:TOKENIZER: sized for it (vocabulary, pad id)
             model = (build_tiny_gptoss(tok.vocab_size, seed=self.cfg.seed, **m.tiny) if m.name == "tiny"
@@ -168,7 +157,6 @@ class Learner:
         """Log-probs, entropy (and values with ``values``) of ``b``'s tokens under ``model`` (the
         policy or the reference), in the compute context, with routing replay when ``b`` has
         routes."""
-        from agentgym.trainer.lora import AdaptersOff
 
         if isinstance(model, AdaptersOff):  # the LoRA reference: the policy with its adapters off
             with model.active() as base:
@@ -200,8 +188,6 @@ class Learner:
         Never re-taken on resume. With LoRA the reference is the base (the adapters disabled):
         nothing is saved or copied."""
         if self.peft is not None:
-            from agentgym.trainer.lora import AdaptersOff
-
             self.ref_model = AdaptersOff(self.peft) if self.cfg.keeps_reference() else None
             return
         ref_dir = Path(self.cfg.log.run_dir) / REFERENCE
@@ -219,9 +205,9 @@ class Learner:
             ref = copy.deepcopy(self.model).to(self.compute_dtype)
         else:
             ref = self.build_policy(meta=True)[1].to(self.compute_dtype)
-            D.shard_policy(ref, compute_dtype=self.compute_dtype, mixed_precision=False,
+            sharding.shard_policy(ref, compute_dtype=self.compute_dtype, mixed_precision=False,
                            reshard_after_forward=self.cfg.distributed.reshard_after_forward)
-            D.materialize(ref, self.device)
+            sharding.materialize(ref, self.device)
         load_weights(ref, ref_dir)
         ref.eval().requires_grad_(False)
         self.ref_model = ref
@@ -236,8 +222,6 @@ class Learner:
             return
         extra = None
         if self.sft_optimizer is not None and self.dist is None:
-            from agentgym.trainer.sft import save_moments
-
             opt = self.sft_optimizer
 
             def extra(tmp: Path) -> None:
@@ -255,20 +239,9 @@ class Learner:
         return model_dir_problem(Path(self.cfg.log.run_dir) / WARM_START, extra=extra)
 
 
-def shared_prefix_len(input_ids: torch.Tensor, policy_mask: torch.Tensor, lengths: torch.Tensor) -> int:
-    """Length of the token prefix every row shares and the policy never sampled (the system +
-    developer prompt of an environment, ~600 tokens for the byte tokenizer)."""
-    same = (input_ids == input_ids[:1]).all(0)  # (T,)
-    n = int(same.long().cumprod(0).sum())
-    first_policy = policy_mask.bool().any(0).nonzero()
-    if first_policy.numel():
-        n = min(n, int(first_policy[0]))
-    return max(0, min(n, int(lengths.min()) - 1))
-
-
 def batch_forward(model: Any, b: Batch, *, temperature: float = 1.0, value_head: torch.nn.Module | None = None,
                   with_entropy: bool = True, entropy_grad: bool = False, min_prefix: int = 64) -> ForwardOut:
-    """:func:`~agentgym.trainer.logprobs.policy_forward` of a :class:`Batch`: log-probs and
+    """:func:`~agentgym.trainer.model.logprobs.policy_forward` of a :class:`Batch`: log-probs and
     entropy on its policy tokens only, the prompt prefix every row shares computed once.
 
     The shared prefix (P tokens) runs once at batch size 1 and the B suffixes attend to it
@@ -277,8 +250,6 @@ def batch_forward(model: Any, b: Batch, *, temperature: float = 1.0, value_head:
     the rows run whole. Values (with ``value_head``) cover every position. With replayed
     routes (``b.routes``) the engine's experts are used, row by row (no shared prefix).
     """
-    from agentgym.trainer.logprobs import policy_forward
-    from agentgym.trainer.routing import replay_batch
 
     P = 0 if b.routes is not None else shared_prefix_len(b.input_ids, b.policy_mask, b.lengths)
     with replay_batch(model, b.routes):

@@ -29,6 +29,10 @@ from typing import Any
 
 from agentgym.errors import ConfigError
 
+from .model.gptoss import check_attention, default_attention, tiny_gptoss_config
+from .model.logprobs import HEAD_CHUNK_BYTES, head_rows
+from .model.mxfp4 import is_mxfp4
+
 __all__ = ["EPISODE_BYTES_PER_TOKEN", "KNOWN_ARCHITECTURES", "MXFP4_HUB_IDS", "Plan", "check_engine_checkpoint",
            "estimate_memory", "host_memory", "layer_activation_bytes", "machine_memory", "make_plan",
            "memory_problems"]
@@ -74,7 +78,6 @@ def _config(name: str, cfg: Any) -> Any:
     from transformers import AutoConfig, GptOssConfig
 
     from agentgym.tokenizers import ByteTokenizer
-    from agentgym.trainer.model import tiny_gptoss_config
 
     if name == "tiny":
         return tiny_gptoss_config(ByteTokenizer().vocab_size, **dict(cfg.model.tiny))
@@ -164,8 +167,6 @@ def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -
     the largest parameter with the per-tensor one on CPU); the rollout's with the learner state
     resident (gradients freed before the engine wakes). Engine: ``gpu_memory_utilization`` of
     the GPU while awake, a small residue asleep."""
-    from agentgym.trainer.logprobs import HEAD_CHUNK_BYTES, head_rows
-    from agentgym.trainer.model import default_attention
 
     P = counts["total"]
     bf16 = cfg.model.dtype == "bfloat16"
@@ -284,7 +285,6 @@ def memory_problems(cfg: Any) -> list[str]:
 
 def check_engine_checkpoint(name: str) -> None:
     """Refuse to start a weight-synced engine from an MXFP4 checkpoint (module doc)."""
-    from agentgym.trainer.mxfp4 import is_mxfp4
 
     if name in MXFP4_HUB_IDS or is_mxfp4(name):
         raise ConfigError(
@@ -328,8 +328,6 @@ def make_plan(cfg: Any) -> Plan:
     if world > 1 and on_gpu and d.backend == "gloo":
         plan.problems.append("distributed.backend=gloo on CUDA: use nccl (or auto)")
     try:
-        from agentgym.trainer.model import check_attention, default_attention
-
         attn = cfg.model.attn_implementation
         check_attention(default_attention(cfg.model.device) if attn == "auto" else attn, cfg.model.device)
     except ConfigError as e:

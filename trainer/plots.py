@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.scores import Z95
-from agentgym.trainer.evaluation import ARM_NAMES, gain
-from agentgym.trainer.metrics import read_metrics
+
+from .metrics import read_metrics
+from .stats import ARM_NAMES, gain
 
 __all__ = ["FIGURES", "Axis", "build_figures", "write_controls_plot", "write_plots"]
 

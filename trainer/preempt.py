@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from agentgym.trainer.distributed import all_gather_objects
+from .distributed import all_gather_objects
 
 __all__ = ["sigterm_stops", "stop_requested"]
 

@@ -17,6 +17,11 @@ from typing import Any
 
 from agentgym.errors import AgentGymError
 
+from .model.files import model_dir_problem
+from .model.gptoss import is_tiny
+from .rollout.demos import find_oracle
+from .rollout.engines import ENGINES, make_engine
+
 __all__ = ["preflight", "weights_problems"]
 
 
@@ -39,7 +44,6 @@ def preflight(cfg: Any) -> list[str]:
     """Problems (one sentence each, with the fix) that would stop this run right after start-up."""
     import agentgym  # noqa: F401  (registers the built-in ids)
     from agentgym.registration import check_env_id
-    from agentgym.trainer.engines.base import ENGINES, make_engine
 
     problems: list[str] = []
 
@@ -56,8 +60,6 @@ def preflight(cfg: Any) -> list[str]:
     if bad:
         problems.append(bad)
     if cfg.sft.steps > 0 and not problems:
-        from agentgym.trainer.sft import find_oracle
-
         check(f"sft.steps={cfg.sft.steps}", find_oracle, cfg.env.id)
     return problems
 
@@ -68,7 +70,6 @@ def weights_problems(cfg: Any) -> list[str]:
     a run for another machine, only notes them."""
     from agentgym.hub import pretrained_kwargs
     from agentgym.tokenizers import TOKENIZERS
-    from agentgym.trainer.model import is_tiny
 
     problems: list[str] = []
     names = [] if is_tiny(cfg.model.name) else [("model.name", cfg.model.name, "model")]
@@ -82,8 +83,6 @@ def weights_problems(cfg: Any) -> list[str]:
     if cfg.model.init_from and not os.path.exists(cfg.model.init_from):
         problems.append(f"model.init_from={cfg.model.init_from}: no such file or directory")
     if cfg.sft.load:
-        from agentgym.trainer.checkpoint import model_dir_problem
-
         bad = model_dir_problem(cfg.sft.load, extra=("sft_optimizer.pt",) if cfg.ppo.carry_sft_optimizer else ())
         if bad is not None:
             problems.append(f"sft.load={cfg.sft.load}: not a complete warm start ({bad}); load the warm_start/ "

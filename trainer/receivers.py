@@ -9,7 +9,7 @@ with a traceback. Each is checked, by name, against its receiver:
 ``env.train_options``,    the reset options the env declares (``Capabilities.reset_options``)
 ``env.eval_options``,
 ``sft.options``
-``rollout.engine_kwargs`` the engine class's constructor (``trainer/engines/base.py``)
+``rollout.engine_kwargs`` the engine class's constructor (``engine_names.py``)
 ``sft.teacher_kwargs``    the teacher factory the env declares (``Capabilities.teachers``)
 ``rollout.ray.init``      ``ray.init`` (with ``rollout.backend: ray``)
 ``model.tiny``            ``GptOssConfig``, where the tiny model's config is built (``model.py``)
@@ -23,6 +23,7 @@ wrong is refused. Modules are imported only for a mapping that is set.
 from __future__ import annotations
 
 import difflib
+import importlib
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -32,6 +33,8 @@ import gymnasium as gym
 from agentgym.errors import ConfigError
 from agentgym.oracles import load_callable
 from agentgym.registration import capabilities, constructor_kwargs
+
+from .engine_names import ENGINE_CLASSES
 
 __all__ = ["OWN", "check_receivers", "check_teacher_kwargs", "keyword_names", "unknown_key"]
 
@@ -113,13 +116,11 @@ def _engine_kwargs(cfg: Any) -> None:
     r = cfg.rollout
     if not r.engine_kwargs:
         return
-    # here, not above: the engines' module imports torch, paid only by a config that sets engine_kwargs
-    from agentgym.trainer.engines.base import ENGINE_CLASSES, ENGINES, engine_class
-
-    if r.engine not in ENGINES:  # preflight names the closest engine
+    if r.engine not in ENGINE_CLASSES:  # preflight names the closest engine
         return
-    try:
-        receiver = engine_class(r.engine) if r.engine in ENGINE_CLASSES else ENGINES[r.engine]
+    module, _, name = ENGINE_CLASSES[r.engine].partition(":")
+    try:  # the engine's entry point, resolved now: its module imports torch (hf) or vLLM
+        receiver = getattr(importlib.import_module(module), name)
     except ImportError:  # its dependency is missing here: building it says how to install it
         return
     accepted = keyword_names(receiver)

@@ -14,7 +14,7 @@ environment's perfect policy: the honest warm start. A teacher that plants a def
 and the closing report says that a gain over its warm start is the defect being undone.
 
 Demonstrations come from the train split; with ``env.exclude_held_out`` a demonstration
-whose problem is held out (``heldout.py``) is replaced by another. With ``sft.check_every``
+whose problem is held out (``rollout/heldout.py``) is replaced by another. With ``sft.check_every``
 the warm start stops at a held-out criterion (:func:`stop_reason`): pass@k high enough for
 RL to learn from, or pass@1 so high that little room would be left.
 """
@@ -30,41 +30,34 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from agentgym.errors import ConfigError, Preempted
-from agentgym.oracles import StepPolicy, get_oracle, load_callable, play_episode
-from agentgym.registration import capabilities, ids_with
-from agentgym.trainer.batch import make_batch, micro_batches
-from agentgym.trainer.learner import Learner, batch_forward, lr_factor
-from agentgym.trainer.receivers import check_teacher_kwargs
+from agentgym.oracles import StepPolicy, load_callable
+from agentgym.registration import capabilities
 from agentgym.trajectory import Trajectory
 
+from .algo.batch import make_batch, micro_batches
+from .algo.optim import carry_moments, lr_factor
+from .learner import Learner, batch_forward
+from .metrics import Progress
+from .receivers import check_teacher_kwargs
+from .rollout.demos import demonstrations, find_oracle
+
 if TYPE_CHECKING:
-    from agentgym.trainer.rollouts import Rollouts
+    from .episodes import Rollouts
 
-__all__ = ["demo_seeds", "demonstrations", "find_oracle", "load_moments", "make_teacher", "run_sft", "save_moments",
-           "sft_optimizer", "sft_step", "stop_reason"]
-
-
-def find_oracle(env_id: str) -> StepPolicy:
-    """The oracle of an env that declares warm-start teachers (the demonstrations' source)."""
-    if not capabilities(env_id).teachers:
-        raise ConfigError(f"no oracle policy known for {env_id!r}: warm start (sft.steps > 0) needs an env "
-                          f"that declares teachers, one of {ids_with('teachers')}; declare yours with "
-                          "agentgym.register(..., capabilities=agentgym.Capabilities(oracle=..., teachers=...)) "
-                          "or set sft.steps=0")
-    return get_oracle(env_id)
+__all__ = ["demo_seeds", "make_teacher", "run_sft", "sft_optimizer", "sft_step", "stop_reason"]
 
 
 def make_teacher(env_id: str, sft_config: Any) -> StepPolicy:
-    """The demonstration policy ``sft_config.teacher`` that ``env_id`` declares."""
+    """The demonstration policy ``sft_config.teacher`` that ``env_id`` declares, built on its oracle."""
     oracle = find_oracle(env_id)
     teachers = capabilities(env_id).teachers
     if sft_config.teacher not in teachers:
         raise ConfigError(f"sft.teacher={sft_config.teacher!r}: {env_id} declares the teachers "
                           f"{sorted(teachers)}; fix: sft.teacher=oracle")
-    factory = load_callable(teachers[sft_config.teacher], "teacher")
     kwargs = dict(sft_config.teacher_kwargs)
     check_teacher_kwargs(env_id, sft_config.teacher, kwargs)  # a misspelt name, with the closest one
-    try:
+    factory = load_callable(teachers[sft_config.teacher], "teacher")
+    try:  # a required option missing
         inspect.signature(factory).bind(oracle, **kwargs)
     except TypeError as e:
         raise ConfigError(f"sft.teacher_kwargs: teacher {sft_config.teacher!r} of {env_id} does not take "
@@ -74,26 +67,13 @@ def make_teacher(env_id: str, sft_config: Any) -> StepPolicy:
     return policy
 
 
-def demonstrations(env: Any, oracle: StepPolicy, seeds: list[int],
-                   options: dict[str, Any] | None = None, held: Any = None) -> list[Trajectory]:
-    """Run a teacher (e.g. the oracle) through ``env`` once per seed; the trajectories are the
-    demonstrations. ``held`` (a :class:`~agentgym.trainer.heldout.HeldOut`): replace the seeds
-    whose problems are held out (when it excludes them)."""
-    out = []
-    for seed in seeds:
-        if held is not None and held.exclude:
-            seed = held.replace(seed, options)
-        out.append(play_episode(env, oracle, seed=seed, options=options))
-    return out
-
-
 def sft_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trajs: list[Trajectory], *,
              pad_id: int, max_grad_norm: float, device: torch.device,
              max_tokens: int = 8192) -> dict[str, float]:
     """One optimizer step of NLL (mean over all policy tokens) on the policy tokens of ``trajs``.
 
     The demonstrations run in micro-batches of at most ``max_tokens`` padded tokens, bucketed
-    by length (:func:`~agentgym.trainer.batch.micro_batches`, as the PPO update does), and
+    by length (:func:`~agentgym.trainer.algo.batch.micro_batches`, as the PPO update does), and
     their gradients are summed: the same loss as one padded batch, without paying the long
     rows' width for the short ones.
     """
@@ -161,7 +141,6 @@ def run_sft(cfg: Any, learner: Learner, rollouts: Rollouts, log: Any, *, held: A
     a checkpoint is written there (if ``checkpoint`` is given and did not just write one) and
     :class:`~agentgym.errors.Preempted` is raised.
     """
-    from agentgym.trainer.metrics import Progress
 
     sc = cfg.sft
     teacher, oracle = make_teacher(cfg.env.id, sc), find_oracle(cfg.env.id)
@@ -215,44 +194,7 @@ def run_sft(cfg: Any, learner: Learner, rollouts: Rollouts, log: Any, *, held: A
         # PPO continues with the warm start's AdamW moments: a fresh Adam's first steps move
         # every weight by ~lr whatever its gradient (m/sqrt(v) = sign(g)), which on a tiny
         # model turns PPO's small, noisy gradients into large random steps.
-        _carry_moments(opt, learner.optimizer)
+        carry_moments(opt, learner.optimizer)
     return {**stats, "steps": done, "stop_reason": reason}
 
 
-def _carry_moments(src: torch.optim.Optimizer, dst: torch.optim.Optimizer) -> None:
-    by_param = {id(p): src.state[p] for g in src.param_groups for p in g["params"] if p in src.state}
-    for g in dst.param_groups:
-        for p in g["params"]:
-            st = by_param.get(id(p))
-            if st is not None:
-                dst.state[p] = {k: v.clone() if torch.is_tensor(v) else v for k, v in st.items()}
-
-
-def save_moments(opt: torch.optim.Optimizer, model: torch.nn.Module, path: Any) -> None:
-    """The warm start's AdamW state (moments and step count) by parameter name, to ``path``."""
-    names = {id(p): n for n, p in model.named_parameters()}
-    state = {names[id(p)]: {k: v.detach().cpu() if torch.is_tensor(v) else v for k, v in opt.state[p].items()}
-             for g in opt.param_groups for p in g["params"] if p in opt.state and id(p) in names}
-    torch.save(state, path)
-
-
-def load_moments(path: Any, model: torch.nn.Module, dst: torch.optim.Optimizer) -> None:
-    """Start ``dst`` (the run's AdamW) from a saved warm start's moments, as if the warm start
-    had run in this process (``ppo.carry_sft_optimizer``). Parameters must match by name."""
-    from pathlib import Path
-
-    from agentgym.errors import CheckpointError
-
-    if not Path(path).exists():
-        raise CheckpointError(f"{path} is missing: a warm start saved by agentgym-train holds its AdamW "
-                              "state there; load one saved by a run with sft.steps > 0, or set "
-                              "ppo.carry_sft_optimizer=false")
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    params = dict(model.named_parameters())
-    unknown = sorted(set(state) - set(params))
-    if unknown:
-        raise CheckpointError(f"{path}: optimizer state for parameters this model lacks: {unknown[:3]}")
-    for name, st in state.items():
-        p = params[name]
-        # "step" stays where AdamW keeps it (a CPU tensor unless fused / capturable)
-        dst.state[p] = {k: v.to(p.device) if torch.is_tensor(v) and k != "step" else v for k, v in st.items()}

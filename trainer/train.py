@@ -3,11 +3,11 @@
     trainer = Trainer(load_config("cpu-quickstart"))
     trainer.run()          # warm start (SFT on oracle demos), then PPO, evals, checkpoints, plots
 
-The pieces, in the order a step calls them: :class:`~agentgym.trainer.rollouts.Rollouts`
+The pieces, in the order a step calls them: :class:`~agentgym.trainer.episodes.Rollouts`
 (engine, envs, one step's episodes), :func:`~agentgym.trainer.update.score`,
 :func:`~agentgym.trainer.update.compute_advantages`, :func:`~agentgym.trainer.update.ppo_update`
 on the :class:`~agentgym.trainer.learner.Learner` (policy, optimizer, reference, forward), and
-:meth:`Rollouts.sync <agentgym.trainer.rollouts.Rollouts.sync>`. Around the loop: the warm start
+:meth:`Rollouts.sync <agentgym.trainer.episodes.Rollouts.sync>`. Around the loop: the warm start
 (``sft.py``), evaluations on held-out problems (``evaluation.py``), checkpoints (``checkpoint.py``).
 
 The KL reference is the policy as PPO starts (after the warm start if there is one), saved
@@ -17,7 +17,7 @@ Everything random is derived from ``(seed, step)``: task seeds, sampling seeds, 
 order. So a run resumed from a checkpoint replays the remaining steps bit for bit (CPU).
 
 Evidence (docs/controls.md): training draws from ``env.train_split`` and every evaluation runs
-on the same held-out problems of ``env.eval_split`` (``heldout.py``); the warm start is saved
+on the same held-out problems of ``env.eval_split`` (``rollout/heldout.py``); the warm start is saved
 with its AdamW state and its evaluation (``RUN_DIR/warm_start``) so that the arms of a
 comparison (``algo``, ``ppo.placebo``, ``controls``) all start from it (``sft.load``).
 """
@@ -32,23 +32,22 @@ from typing import Any
 import yaml
 
 from agentgym.errors import CheckpointError, ConfigError, Preempted
-from agentgym.trainer.checkpoint import (
-    check_resume_identity,
-    clean_stray,
-    latest_checkpoint,
-    resume_learner,
-    save_learner,
-    write_text_atomic,
-)
-from agentgym.trainer.config import TrainConfig, config_to_dict
-from agentgym.trainer.evaluation import Evaluator
-from agentgym.trainer.health import KL_UNWATCHED, HealthMonitor
-from agentgym.trainer.learner import Learner
-from agentgym.trainer.metrics import MetricsLogger, Progress, read_metrics, truncate_metrics
-from agentgym.trainer.ppo import AdaptiveKL, RewardNorm
-from agentgym.trainer.preempt import stop_requested
-from agentgym.trainer.rollouts import Rollouts
-from agentgym.trainer.update import compute_advantages, ppo_update, score
+
+from .algo.imitation import best_of_group, successful
+from .algo.ppo import AdaptiveKL, RewardNorm
+from .checkpoint import check_resume_identity, clean_stray, resume_learner, save_learner
+from .config import TrainConfig, config_to_dict
+from .episodes import Rollouts
+from .evaluation import Evaluator
+from .health import KL_UNWATCHED, HealthMonitor
+from .imitation import imitation_update
+from .learner import Learner
+from .metrics import MetricsLogger, Progress, read_metrics, truncate_metrics
+from .model.files import latest_checkpoint, write_text_atomic
+from .plots import write_plots
+from .preempt import stop_requested
+from .sft import run_sft
+from .update import compute_advantages, ppo_update, score
 
 __all__ = ["Trainer"]
 
@@ -154,8 +153,7 @@ class Trainer:
     def _imitate(self, trajs: list[Any], groups: list[int], step: int) -> dict[str, Any]:
         """The control arms' update: NLL of the policy's own successes (``rft``), of each group's
         best episode (``raft``) or of oracle demonstrations (``sft``), with PPO's optimizer and
-        budget (``imitation.py``). Own episodes are scored at the temperature they were sampled at."""
-        from agentgym.trainer.imitation import best_of_group, imitation_update, successful
+        budget (``imitation.py``, ``algo/imitation.py``). Own episodes are scored at the temperature they were sampled at."""
 
         algo = self.cfg.algo
         if algo == "sft":
@@ -206,15 +204,12 @@ class Trainer:
             bar.close()
             self.log.close()
         if cfg.log.plots and self.ranks.main:
-            from agentgym.trainer.plots import write_plots
-
             write_plots(cfg.log.run_dir)
         return self.summary()
 
     def _warm_start(self) -> None:
         """SFT on demonstrations (``sft.py``), stopped by its held-out check; saved, evaluated
         by :meth:`run`, and the KL reference from then on."""
-        from agentgym.trainer.sft import run_sft
 
         cfg, learner = self.cfg, self.learner
         start, opt, sched = self.sft_resume or (0, None, None)

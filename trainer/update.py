@@ -5,9 +5,9 @@
     metrics |= ppo_update(learner, batch, cfg, step)
 
 :func:`score` sets each episode's return: the outcome scores of all ranks are gathered;
-``ppo.placebo`` permutes them (:func:`placebo_permutation`, seeded by (seed, step)) and the
+``ppo.placebo`` permutes them (:func:`~agentgym.trainer.algo.ppo.placebo_permutation`, seeded by (seed, step)) and the
 permuted return sits on each episode's last policy token; ``ppo.normalize_rewards`` divides
-them by the running std of every score seen (:class:`~agentgym.trainer.ppo.RewardNorm`).
+them by the running std of every score seen (:class:`~agentgym.trainer.algo.ppo.RewardNorm`).
 
 :func:`compute_advantages` is the one place advantages are made, before any gradient:
 ``ppo.advantage: group`` normalises each episode's score within its task's group (all ranks'
@@ -15,7 +15,7 @@ scores); ``gae`` runs GAE over the policy tokens with the value head's values be
 update (a no-grad pass before the epochs, as CleanRL does), the same advantages for every
 epoch and minibatch. ``kl_in: reward`` first subtracts the KL penalty (per token for GAE; after the
 normalisation of the outcome for the group baseline,
-:func:`~agentgym.trainer.ppo.group_advantages_with_kl`).
+:func:`~agentgym.trainer.algo.ppo.group_advantages_with_kl`).
 
 Old log-probs. With one epoch and one minibatch every micro-batch's old log-probs are the
 detached log-probs of its own differentiated pass (ratio exactly 1). Otherwise, and when the
@@ -26,7 +26,7 @@ minibatch's ratio is still exactly 1 (and GAE's values are those of that pass).
 :func:`ppo_update`: ``ppo.epochs`` passes over ``ppo.minibatches`` shuffled minibatches, one
 optimizer step each. Memory is bounded by ``ppo.micro_batch_tokens``, not by the batch: a
 minibatch's rows are cut into micro-batches of at most that many padded tokens
-(:func:`~agentgym.trainer.batch.micro_batches`), each does its forward and backward, and the
+(:func:`~agentgym.trainer.algo.batch.micro_batches`), each does its forward and backward, and the
 gradients accumulate. Every loss term is a sum over the micro-batch's policy tokens divided by
 the policy-token count of the whole minibatch on all ranks, so the accumulated gradient is the
 full minibatch's token mean whatever the split (tested against one single-batch pass).
@@ -41,12 +41,10 @@ from typing import TYPE_CHECKING, Literal, cast
 
 import torch
 
-from agentgym.errors import NonFiniteError
-from agentgym.trainer.batch import Batch, micro_batches
-from agentgym.trainer.config import TrainConfig
-from agentgym.trainer.correction import correction_weights, mismatch_stats
-from agentgym.trainer.distributed import Ranks, all_reduce_sum
-from agentgym.trainer.ppo import (
+from .algo.batch import Batch, micro_batches
+from .algo.correction import correction_weights, mismatch_by_staleness, mismatch_stats
+from .algo.optim import adam_step_rms, check_finite
+from .algo.ppo import (
     RewardNorm,
     gae,
     group_advantages,
@@ -54,23 +52,18 @@ from agentgym.trainer.ppo import (
     kl_estimate,
     kl_reward_penalty,
     masked_mean,
+    on_last_policy_token,
+    placebo_permutation,
     ppo_policy_loss,
     value_loss,
 )
+from .config import TrainConfig
+from .distributed import Ranks
 
 if TYPE_CHECKING:
-    from agentgym.trainer.learner import Learner
+    from .learner import Learner
 
-__all__ = ["adam_step_rms", "check_finite", "compute_advantages", "mismatch_by_staleness", "placebo_permutation",
-           "ppo_update", "score"]
-
-
-def check_finite(name: str, x: torch.Tensor, step: int, hint: str) -> None:
-    """Raise :class:`NonFiniteError` if ``x`` holds NaN or inf (before anything is written)."""
-    if not bool(torch.isfinite(x).all()):
-        bad = int((~torch.isfinite(x)).sum())
-        raise NonFiniteError(f"step {step}: {bad} non-finite value(s) in {name}; expected finite "
-                             f"numbers. {hint} No checkpoint was written for this step.")
+__all__ = ["compute_advantages", "ppo_update", "score"]
 
 
 class _Stats:
@@ -110,7 +103,7 @@ def score(b: Batch, cfg: TrainConfig, step: int, ranks: Ranks, norm: RewardNorm 
         offset = ranks.rows_before(B)
         all_scores = outcome[placebo_permutation(len(outcome), cfg.seed, step)]
         b.scores = all_scores[offset:offset + B]
-        b.rewards = _on_last_policy_token(b.scores, b.policy_mask)
+        b.rewards = on_last_policy_token(b.scores, b.policy_mask)
     if norm is not None:
         std = norm.update(outcome)
         b.rewards, b.scores, all_scores = b.rewards / std, b.scores / std, all_scores / std
@@ -275,56 +268,3 @@ def _optimizer_step(learner: Learner, max_grad_norm: float, step: int, st: _Stat
     return r
 
 
-def placebo_permutation(n: int, seed: int, step: int) -> torch.Tensor:
-    """The placebo arm's shuffle of one step's ``n`` episodes (all ranks'): a pure function of
-    (seed, step), the same on every rank."""
-    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 15485863 + step * 7 + 3))
-
-
-def _on_last_policy_token(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """(B,) returns -> (B, T) rewards: each row's return on its last policy token."""
-    out = torch.zeros_like(mask, dtype=torch.float32)
-    cols = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
-    last = torch.where(mask.bool(), cols, torch.full_like(cols, -1)).max(-1).values  # (B,)
-    has = last >= 0
-    out[has.nonzero().flatten(), last[has]] = scores[has].float()
-    return out
-
-
-def adam_step_rms(optimizer: torch.optim.Optimizer) -> float:
-    """RMS of AdamW's step direction ``m_hat / (sqrt(v_hat) + eps)`` (in units of lr) over the
-    elements that had a gradient in the step just taken; all ranks together."""
-    total, count = 0.0, 0.0
-    for g in optimizer.param_groups:
-        b1, b2 = g["betas"]
-        for p in g["params"]:
-            st = optimizer.state.get(p)
-            if p.grad is None or not st or "exp_avg" not in st:
-                continue
-            local = (lambda t: t.to_local() if hasattr(t, "to_local") else t)  # noqa: E731
-            t = float(st["step"])
-            m, v, grad = local(st["exp_avg"]), local(st["exp_avg_sq"]), local(p.grad)
-            u = (m / (1 - b1**t)) / ((v / (1 - b2**t)).sqrt() + g["eps"])
-            hit = grad != 0
-            total += float(u[hit].double().pow(2).sum())
-            count += float(hit.sum())
-    total, count = all_reduce_sum(total), all_reduce_sum(count)
-    return math.sqrt(total / count) if count else 0.0
-
-
-BY_STALENESS = ("k3", "abs_dlogp_mean", "ess", "capped_frac", "n_tokens")
-
-
-def mismatch_by_staleness(old: torch.Tensor, behaviour: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor,
-                          versions: torch.Tensor, step: int, max_staleness: int, *, threshold: float,
-                          mode: str) -> dict[str, float]:
-    """``mismatch_<key>_s<j>`` for the policy tokens sampled ``j`` versions before ``step``
-    (j = 0..max_staleness; keys in ``BY_STALENESS``): how far engine and learner drift apart,
-    and how hard correction works, as a function of the tokens' age."""
-    out: dict[str, float] = {}
-    age = step - versions.to(mask.device)
-    for j in range(max_staleness + 1):
-        mj = mask * ((age == j) & (versions >= 0)).to(mask.dtype)
-        stats = mismatch_stats(old, behaviour, mj, weights, threshold=threshold, mode=mode)
-        out.update({f"mismatch_{k}_s{j}": stats[k] for k in BY_STALENESS if k in stats})
-    return out

@@ -14,7 +14,7 @@
 * ``chat_server``: chat completions with tool calling over any token engine (the format is
   :mod:`agentgym.chat.chat_wire`, shared with the client, :class:`agentgym.chat.OpenAIChatPolicy`);
 * ``model_server``: token-id completions, chat completions and weight reload, backed by the
-  trainer's ``hf`` engine (the format is :mod:`agentgym.trainer.engines.model_wire`, shared
+  trainer's ``hf`` engine (the format is :mod:`agentgym.trainer.rollout.engines.model_wire`, shared
   with the trainer's ``openai-http`` engine). The only module here that imports the trainer.
 
 Layering: the core never imports this package (``gym.make`` reaches the client through the

@@ -1,7 +1,7 @@
 """agentgym's OpenAI-compatible server, backed by the ``hf`` engine.
 
 Serves token-id completions with processed log-probs (the wire format in
-``agentgym.trainer.engines.model_wire``), chat completions with tool calling
+``agentgym.trainer.rollout.engines.model_wire``), chat completions with tool calling
 (``/v1/chat/completions``: the messages rendered in Harmony exactly as the environments render
 them, the sampled action parsed back into an assistant message with ``tool_calls``;
 ``stream: true`` sends the finished completion as server-sent events;
@@ -47,8 +47,8 @@ from agentgym.serving.chat_server import chat_completion, stream_events
 from agentgym.serving.guard import Access, Guard
 from agentgym.serving.transport import BodyError, listen, read_body, uvicorn_config
 from agentgym.tokenizers import Tokenizer, as_tokenizer
-from agentgym.trainer.engines.hf import HFEngine
-from agentgym.trainer.engines.model_wire import COMPLETIONS_PATH, RELOAD_PATH, completion_response
+from agentgym.trainer.rollout.engines.hf import HFEngine
+from agentgym.trainer.rollout.engines.model_wire import COMPLETIONS_PATH, RELOAD_PATH, completion_response
 
 __all__ = ["CompletionServer", "ModelLimits", "build_app", "load_safetensors_into", "run"]
 
@@ -377,7 +377,7 @@ def run(model: str, *, host: str = "127.0.0.1", port: int = 8000, device: str | 
     """
     import uvicorn
 
-    from agentgym.trainer.model import load_policy
+    from agentgym.trainer.model.gptoss import load_policy
 
     limits = limits or ModelLimits()
     _weights_dirs(weights_dirs)  # a mistyped directory fails before the model loads, too

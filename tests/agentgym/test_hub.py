@@ -64,7 +64,7 @@ def test_a_cached_hub_id_loads_from_the_cache_when_the_hub_is_off(empty_cache: P
 
 def test_the_trainer_reports_a_missing_model_folder_at_once() -> None:
     pytest.importorskip("torch")
-    from agentgym.trainer.model import load_policy
+    from agentgym.trainer.model.gptoss import load_policy
 
     with pytest.raises(ConfigError, match="model '/nonexist/model': no such directory"):
         _fast(load_policy, "/nonexist/model")

@@ -40,7 +40,7 @@ def memorized() -> Any:
     given is the env's: the chat server's rendering is under test, not assumed."""
     torch = pytest.importorskip("torch", reason="the chat server needs the [train] extra")
     from agentgym.oracles import run_oracle
-    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
     from agentgym.trainer.sft import sft_step
 
     threads = torch.get_num_threads()

@@ -19,8 +19,8 @@ torch = pytest.importorskip("torch", reason="the server needs the [train] extra"
 
 from agentgym.chat.policy import OpenAIChatPolicy  # noqa: E402
 from agentgym.serving.model_server import CompletionServer  # noqa: E402
-from agentgym.trainer.engines.hf import HFEngine  # noqa: E402
-from agentgym.trainer.logprobs import policy_forward  # noqa: E402
+from agentgym.trainer.model.logprobs import policy_forward  # noqa: E402
+from agentgym.trainer.rollout.engines.hf import HFEngine  # noqa: E402
 from agentgym.trajectory import Trajectory  # noqa: E402
 from tests.chat.conftest import ENV_IDS  # noqa: E402
 from tests.chat.test_wrapper import replay  # noqa: E402

@@ -17,7 +17,7 @@ from agentgym.leaderboards.cli import eval_main  # noqa: E402
 from agentgym.leaderboards.suite import load_suite, suite_hash  # noqa: E402
 from agentgym.leaderboards.verify import verify_submission  # noqa: E402
 from agentgym.serving.model_server import CompletionServer  # noqa: E402
-from agentgym.trainer.engines.hf import HFEngine  # noqa: E402
+from agentgym.trainer.rollout.engines.hf import HFEngine  # noqa: E402
 
 
 def _suite(tmp_path: Path) -> Path:

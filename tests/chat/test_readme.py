@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="the server needs the [train] extra")
 
 from agentgym.serving.model_server import CompletionServer  # noqa: E402
-from agentgym.trainer.engines.hf import HFEngine  # noqa: E402
-from agentgym.trainer.model import load_policy  # noqa: E402
+from agentgym.trainer.model.gptoss import load_policy  # noqa: E402
+from agentgym.trainer.rollout.engines.hf import HFEngine  # noqa: E402
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "chat.md"
 

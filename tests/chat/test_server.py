@@ -22,9 +22,9 @@ from agentgym.harmony import HarmonyCodec, Message  # noqa: E402
 from agentgym.serving.chat_server import render_conversation  # noqa: E402
 from agentgym.serving.model_server import CompletionServer, build_app  # noqa: E402
 from agentgym.tokenizers import ByteTokenizer  # noqa: E402
-from agentgym.trainer.engines.hf import HFEngine  # noqa: E402
-from agentgym.trainer.logprobs import policy_forward  # noqa: E402
-from agentgym.trainer.model import build_tiny_gptoss  # noqa: E402
+from agentgym.trainer.model.gptoss import build_tiny_gptoss  # noqa: E402
+from agentgym.trainer.model.logprobs import policy_forward  # noqa: E402
+from agentgym.trainer.rollout.engines.hf import HFEngine  # noqa: E402
 
 CODEC = HarmonyCodec(ByteTokenizer())
 TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "Evaluates arithmetic.",

@@ -40,8 +40,8 @@ def math_suite(tmp_path_factory: pytest.TempPathFactory) -> Suite:
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A checkpointed tiny GPT-OSS (random weights) as agentgym-train writes it: config + safetensors."""
     from agentgym.tokenizers import ByteTokenizer
-    from agentgym.trainer.checkpoint import save_model
-    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.model.files import save_model
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
 
     d = tmp_path_factory.mktemp("model")
     save_model(build_tiny_gptoss(ByteTokenizer().vocab_size, seed=3, num_hidden_layers=2), d)
@@ -130,8 +130,8 @@ def test_partial_line_is_dropped_and_settings_are_checked(tmp_path: Path, math_s
 def test_openai_http_policy_against_a_served_model(tmp_path: Path, math_suite: Suite, model_dir: Path) -> None:
     """agentgym's own OpenAI-compatible server (loopback) stands in for a remote vLLM/SGLang."""
     from agentgym.serving.model_server import CompletionServer
-    from agentgym.trainer.engines.hf import HFEngine
-    from agentgym.trainer.model import load_policy
+    from agentgym.trainer.model.gptoss import load_policy
+    from agentgym.trainer.rollout.engines.hf import HFEngine
 
     engine = HFEngine(load_policy(str(model_dir)), pad_id=263)
     with CompletionServer(engine, model_name="tiny") as server:

@@ -34,7 +34,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Two tiny GPT-OSS models for the byte tokenizer that differ only in their initial seed
     (initializer_range 0.3: peaked distributions, so each model's samples are its own)."""
     from agentgym.tokenizers import ByteTokenizer
-    from agentgym.trainer.model import build_tiny_for
+    from agentgym.trainer.model.gptoss import build_tiny_for
 
     root = tmp_path_factory.mktemp("models")
     out = {}

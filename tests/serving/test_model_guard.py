@@ -27,10 +27,10 @@ from agentgym.serving import env_wire  # noqa: E402
 from agentgym.serving.guard import Access  # noqa: E402
 from agentgym.serving.model_server import CompletionServer, ModelLimits  # noqa: E402
 from agentgym.tokenizers import ByteTokenizer  # noqa: E402
-from agentgym.trainer.engines import model_wire  # noqa: E402
-from agentgym.trainer.engines.hf import HFEngine  # noqa: E402
-from agentgym.trainer.engines.openai_http import OpenAIHTTPEngine, write_checkpoint  # noqa: E402
-from agentgym.trainer.model import build_tiny_gptoss  # noqa: E402
+from agentgym.trainer.model.gptoss import build_tiny_gptoss  # noqa: E402
+from agentgym.trainer.rollout.engines import model_wire  # noqa: E402
+from agentgym.trainer.rollout.engines.hf import HFEngine  # noqa: E402
+from agentgym.trainer.rollout.engines.openai_http import OpenAIHTTPEngine, write_checkpoint  # noqa: E402
 
 TOK = ByteTokenizer()
 TOKEN = "t0ken-for-the-tests-0123456789"

@@ -21,7 +21,7 @@ import torch
 
 def main(episodes: str, out: str, overrides: list[str]) -> None:
     from agentgym.trainer import distributed as D
-    from agentgym.trainer.batch import make_batch
+    from agentgym.trainer.algo.batch import make_batch
     from agentgym.trainer.config import load_config
     from agentgym.trainer.train import Trainer
     from agentgym.trainer.update import compute_advantages, ppo_update, score

@@ -15,15 +15,16 @@ import torch
 
 def main(out: str) -> None:
     from agentgym.trainer import distributed as D
-    from agentgym.trainer.engines.openai_http import write_checkpoint
-    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.model import sharding
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
+    from agentgym.trainer.rollout.engines.openai_http import write_checkpoint
 
     torch.set_num_threads(1)
     info = D.init_distributed(backend="gloo", device="cpu", rollout_tp=1)
     assert info is not None
-    model = D.policy_skeleton("tiny", 264, {}, attn_implementation="eager", device="cpu")
-    D.shard_policy(model, compute_dtype=torch.float32)
-    D.materialize(model, "cpu")
+    model = sharding.policy_skeleton("tiny", 264, {}, attn_implementation="eager", device="cpu")
+    sharding.shard_policy(model, compute_dtype=torch.float32)
+    sharding.materialize(model, "cpu")
     D.load_full_state(model, build_tiny_gptoss(264, seed=3).state_dict() if info.is_main else {})
     target = write_checkpoint(D.GatheredWeights(model, torch.bfloat16), Path(out) / "v000001")
     assert target.is_dir()

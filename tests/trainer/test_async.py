@@ -16,7 +16,10 @@ import pytest
 
 import agentgym  # noqa: F401
 from agentgym.errors import ConfigError
-from agentgym.trainer.async_rollout import (
+from agentgym.trainer.config import load_config
+from agentgym.trainer.rollout.collector import Collector
+from agentgym.trainer.rollout.engines.replay import ReplayEngine
+from agentgym.trainer.rollout.staleness import (
     NO_VERSION,
     Producer,
     VersionedEngine,
@@ -24,9 +27,6 @@ from agentgym.trainer.async_rollout import (
     staleness_metrics,
     token_staleness,
 )
-from agentgym.trainer.config import load_config
-from agentgym.trainer.engines.replay import ReplayEngine
-from agentgym.trainer.rollout import Collector
 from agentgym.trajectory import Trajectory
 
 ENV = "agentgym/MathCalc-v1"
@@ -117,7 +117,7 @@ def test_a_sync_never_lands_inside_a_batched_generate_call() -> None:
 
     class Slow:
         def generate(self, prompts: list[list[int]], **kw: Any) -> list[Any]:
-            from agentgym.trainer.engines.base import Sample
+            from agentgym.trainer.rollout.engines.base import Sample
 
             before = engine.version
             time.sleep(0.2)
@@ -295,8 +295,8 @@ def test_async_with_a_served_engine_in_its_own_server(tmp_path: Path) -> None:
     comes from the learner's own weights (pushed when the producer starts)."""
     from agentgym.serving.model_server import CompletionServer
     from agentgym.tokenizers import ByteTokenizer
-    from agentgym.trainer.engines.hf import HFEngine
-    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
+    from agentgym.trainer.rollout.engines.hf import HFEngine
     from agentgym.trainer.train import Trainer
 
     served = HFEngine(build_tiny_gptoss(ByteTokenizer().vocab_size, seed=1), share=False)  # other weights
@@ -329,8 +329,8 @@ def test_async_with_vllm_cpu_and_in_memory_sync(tmp_path: Path) -> None:
     import torch
 
     from agentgym.tokenizers import ByteTokenizer
-    from agentgym.trainer.engines.base import make_engine
-    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
+    from agentgym.trainer.rollout.engines import make_engine
     from agentgym.trainer.train import Trainer
     from tests.trainer.test_vllm import max_gap
 

@@ -10,8 +10,13 @@ import torch
 from torch import nn
 from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 
-from agentgym.trainer.attention import apply_sinks, dense_sink_attention, flex_sink_attention, set_attention
-from agentgym.trainer.model import build_tiny_gptoss
+from agentgym.trainer.model.attention import (
+    apply_sinks,
+    dense_sink_attention,
+    flex_sink_attention,
+    set_attention,
+)
+from agentgym.trainer.model.gptoss import build_tiny_gptoss
 
 B, HQ, HKV, T, D, WINDOW = 2, 4, 2, 24, 16, 6  # flex's CUDA kernel needs D >= 16 (D=8 failed on an H100)
 
@@ -122,7 +127,7 @@ def test_sink_block_mask_is_transformers_mask_from_one_mask_function(
         sliding_window_causal_mask_function,
     )
 
-    from agentgym.trainer.attention import sink_mask_mod
+    from agentgym.trainer.model.attention import sink_mask_mod
 
     b, kv = 3, 40 - kv_offset
     q = kv + kv_offset - q_offset
@@ -147,7 +152,7 @@ def test_sink_block_mask_hands_masks_it_does_not_know_to_transformers(monkeypatc
     builder with the arguments as they came."""
     import transformers.masking_utils as mu
 
-    from agentgym.trainer.attention import sink_block_mask, sink_mask_mod
+    from agentgym.trainer.model.attention import sink_block_mask, sink_mask_mod
 
     packed = torch.tensor([[0] * 7 + [1] * 9])
     mask_function = mu.and_masks(mu.causal_mask_function, mu.packed_sequence_mask_function(packed))
@@ -160,7 +165,7 @@ def test_sink_block_mask_hands_masks_it_does_not_know_to_transformers(monkeypatc
 
 def test_kernel_without_mask_is_causal_with_window() -> None:
     """Called with attention_mask=None the kernel must not fall back to full attention."""
-    from agentgym.trainer.attention import sink_attention_forward
+    from agentgym.trainer.model.attention import sink_attention_forward
 
     q, k, v, s = (x.detach() for x in _inputs(3))
     heads = _Heads(s)
@@ -173,7 +178,7 @@ def test_kernel_without_mask_is_causal_with_window() -> None:
 
 def test_flex_with_a_head_dim_under_16_on_cuda_is_a_clear_error() -> None:
     from agentgym.errors import ConfigError
-    from agentgym.trainer.model import check_attention, resolve_attention
+    from agentgym.trainer.model.gptoss import check_attention, resolve_attention
 
     with pytest.raises(ConfigError, match="head_dim >= 16.*head_dim=8"):
         check_attention("agentgym_flex", "cuda", head_dim=8)
@@ -263,7 +268,7 @@ def test_training_on_gpu_compiles_flex_a_bounded_number_of_times() -> None:
     and flex then fell back to its unfused kernel)."""
     import torch._dynamo
 
-    from agentgym.trainer.logprobs import policy_forward
+    from agentgym.trainer.model.logprobs import policy_forward
 
     flag = next(f for f in ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit") if hasattr(torch._dynamo.config, f))
     torch._dynamo.reset()  # other tests' masks count towards the same limit

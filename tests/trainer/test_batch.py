@@ -9,11 +9,11 @@ import torch
 import agentgym  # noqa: F401
 from agentgym.environments.math.oracle import oracle_actions
 from agentgym.errors import NonFiniteError
-from agentgym.trainer.batch import make_batch
-from agentgym.trainer.learner import batch_forward, shared_prefix_len
-from agentgym.trainer.logprobs import policy_forward
-from agentgym.trainer.model import ValueHead, build_tiny_gptoss
-from agentgym.trainer.sft import demonstrations
+from agentgym.trainer.algo.batch import make_batch, shared_prefix_len
+from agentgym.trainer.learner import batch_forward
+from agentgym.trainer.model.gptoss import ValueHead, build_tiny_gptoss
+from agentgym.trainer.model.logprobs import policy_forward
+from agentgym.trainer.rollout.demos import demonstrations
 from agentgym.trajectory import Trajectory, Turn
 
 PAD = 263
@@ -95,7 +95,7 @@ def test_prefix_forward_matches_full_forward_values_and_gradients() -> None:
 
 
 def test_micro_batches_cover_every_row_once_within_the_budget() -> None:
-    from agentgym.trainer.batch import micro_batches
+    from agentgym.trainer.algo.batch import micro_batches
 
     g = torch.Generator().manual_seed(0)
     lengths = torch.randint(5, 200, (37,), generator=g)

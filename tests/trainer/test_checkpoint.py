@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agentgym.trainer.checkpoint import latest_checkpoint
 from agentgym.trainer.config import load_config
 from agentgym.trainer.metrics import read_metrics
+from agentgym.trainer.model.files import latest_checkpoint
 from agentgym.trainer.train import Trainer
 
 BASE = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false",

@@ -16,10 +16,17 @@ import torch
 import yaml
 
 from agentgym.errors import ConfigError, WarmStartFailed
+from agentgym.trainer.algo.imitation import informative_groups, successful
 from agentgym.trainer.cli import main
 from agentgym.trainer.config import load_config
-from agentgym.trainer.controls import arm_config, comparison_lines, run_seeds, run_with_controls, seeds_table
-from agentgym.trainer.imitation import imitation_update, informative_groups, successful
+from agentgym.trainer.controls import (
+    arm_config,
+    comparison_lines,
+    run_seeds,
+    run_with_controls,
+    seeds_table,
+)
+from agentgym.trainer.imitation import imitation_update
 from agentgym.trainer.metrics import read_metrics
 from agentgym.trainer.sft import stop_reason
 from agentgym.trainer.train import Trainer
@@ -98,8 +105,8 @@ def test_rft_learns_only_from_successes_and_dynamic_sampling_keeps_informative_g
 def test_imitation_update_raises_the_likelihood_of_what_it_imitates(tmp_path: Path) -> None:
     import gymnasium as gym
 
-    from agentgym.trainer.batch import make_batch
-    from agentgym.trainer.sft import demonstrations, find_oracle
+    from agentgym.trainer.algo.batch import make_batch
+    from agentgym.trainer.rollout.demos import demonstrations, find_oracle
 
     cfg = load_config("cpu-quickstart", [*TINY, f"log.run_dir={tmp_path}", "sft.steps=0", "algo=sft",
                                          "ppo.minibatches=2", "ppo.epochs=2", "ppo.lr=3e-3"])
@@ -137,7 +144,7 @@ def test_between_seed_intervals_use_students_t() -> None:
 def test_best_of_group_keeps_each_groups_best_scoring_episode(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from agentgym.trainer.imitation import best_of_group
+    from agentgym.trainer.algo.imitation import best_of_group
 
     ep = [SimpleNamespace(total_reward=r, name=n) for n, r in
           [("a0", 0.2), ("a1", 0.7), ("a2", 0.7), ("b0", 0.0), ("b1", 0.0), ("c0", 1.0), ("c1", 1.0)]]
@@ -155,7 +162,7 @@ def test_two_seeds_train_on_different_tasks_and_demonstrations(tmp_path: Path) -
     stopping-check problems); the evaluation block is the same (``log.eval_seed_start`` names it)."""
     import gymnasium as gym
 
-    from agentgym.trainer.heldout import HeldOut
+    from agentgym.trainer.rollout.heldout import HeldOut
     from agentgym.trainer.sft import demo_seeds
 
     env = gym.make("agentgym/MathCalc-v1", prompt="compact")
@@ -187,8 +194,8 @@ def test_rft_scores_its_loss_at_the_rollout_temperature(tmp_path: Path) -> None:
     they came from (one epoch, one minibatch: the loss is the NLL before the step)."""
     import gymnasium as gym
 
-    from agentgym.trainer.batch import make_batch
-    from agentgym.trainer.sft import demonstrations, find_oracle
+    from agentgym.trainer.algo.batch import make_batch
+    from agentgym.trainer.rollout.demos import demonstrations, find_oracle
 
     cfg = load_config("cpu-quickstart", [*TINY, f"log.run_dir={tmp_path}", "sft.steps=0", "algo=rft",
                                          "rollout.temperature=0.6", "ppo.minibatches=1", "ppo.epochs=1"])
@@ -234,8 +241,8 @@ def test_kl_to_warm_start_measures_how_far_an_arm_moved(tmp_path: Path) -> None:
     import shutil
 
     from agentgym.errors import ConfigError
-    from agentgym.trainer.checkpoint import latest_checkpoint
     from agentgym.trainer.controls import kl_to_warm_start
+    from agentgym.trainer.model.files import latest_checkpoint
 
     run = tmp_path / "run"
     Trainer(load_config("cpu-quickstart", [*TINY, f"log.run_dir={run}", "sft.steps=2", "log.checkpoint_every=1"])).run()
@@ -349,7 +356,8 @@ def test_the_warm_start_and_the_sft_arm_demonstrate_the_kind_sft_options_name(tm
     tasks are longer (``env.train_options``); the SFT control continues the warm start's kind."""
     import gymnasium as gym
 
-    from agentgym.trainer.sft import demo_seeds, demonstrations, find_oracle
+    from agentgym.trainer.rollout.demos import demonstrations, find_oracle
+    from agentgym.trainer.sft import demo_seeds
 
     cfg = load_config("cpu-lookup", ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false",
                                      f"log.run_dir={tmp_path}", "sft.steps=0", "algo=sft", "controls=[]",

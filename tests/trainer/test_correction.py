@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agentgym.errors import ConfigError
-from agentgym.trainer.correction import CORRECTION_MODES, correction_weights, mismatch_stats
+from agentgym.trainer.algo.correction import CORRECTION_MODES, correction_weights, mismatch_stats
 
 # Two sequences; the last column of row 0 and the last two of row 1 are not policy tokens.
 RHO = torch.tensor([[0.5, 1.0, 3.0, 1.0], [1.2, 1.5, 9.0, 9.0]])

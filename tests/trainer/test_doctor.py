@@ -9,7 +9,7 @@ import torch
 
 from agentgym.errors import ConfigError
 from agentgym.trainer.doctor import doctor_main, run_doctor, verdict
-from agentgym.trainer.model import build_tiny_gptoss
+from agentgym.trainer.model.gptoss import build_tiny_gptoss
 
 
 def _sinky_model() -> torch.nn.Module:

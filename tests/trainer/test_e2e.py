@@ -25,7 +25,7 @@ def test_ppo_beats_its_placebo_on_held_out_problems_when_the_reward_has_somethin
     This is the mechanism, not the CPU quickstart: on cpu-quickstart the placebo gap is what
     bench/RESULTS.md reports for fresh seeds."""
     from agentgym.trainer.controls import CONTROLS_DIR, final_eval, run_with_controls, warm_eval
-    from agentgym.trainer.evaluation import gain
+    from agentgym.trainer.stats import gain
 
     data = tmp_path / "say7.jsonl"
     data.write_text("".join(json.dumps({"id": f"say-{i}", "question": f"Request {i}: reply with the number 7.",

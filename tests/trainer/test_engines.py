@@ -13,11 +13,12 @@ from agentgym.errors import ConfigError, ServiceError
 from agentgym.harmony import HarmonyCodec
 from agentgym.serving.model_server import CompletionServer
 from agentgym.tokenizers import ByteTokenizer
-from agentgym.trainer.engines.base import Engine, Sample, make_engine
-from agentgym.trainer.engines.hf import HFEngine
-from agentgym.trainer.engines.openai_http import OpenAIHTTPEngine
-from agentgym.trainer.logprobs import policy_forward
-from agentgym.trainer.model import build_tiny_gptoss
+from agentgym.trainer.model.gptoss import build_tiny_gptoss
+from agentgym.trainer.model.logprobs import policy_forward
+from agentgym.trainer.rollout.engines import make_engine
+from agentgym.trainer.rollout.engines.base import Engine, Sample
+from agentgym.trainer.rollout.engines.hf import HFEngine
+from agentgym.trainer.rollout.engines.openai_http import OpenAIHTTPEngine
 
 TOK = ByteTokenizer()
 STOPS = list(HarmonyCodec(TOK).stop_ids)

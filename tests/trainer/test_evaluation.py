@@ -12,14 +12,8 @@ from typing import Any
 import pytest
 
 from agentgym.scores import wilson
-from agentgym.trainer.evaluation import (
-    episode_wellformed,
-    eval_record,
-    gain,
-    pass_at_k,
-    per_problem,
-    report_lines,
-)
+from agentgym.trainer.evaluation import episode_wellformed, eval_record, report_lines
+from agentgym.trainer.stats import gain, pass_at_k, per_problem
 
 
 def test_the_trainer_and_the_leaderboards_share_one_success_rule_and_interval() -> None:

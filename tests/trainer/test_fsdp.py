@@ -67,8 +67,8 @@ def test_two_processes_make_the_single_process_update(tmp_path: Path) -> None:
     reads it and broadcasts the shards): 1 plain process vs 2 FSDP2 ranks (each with one
     task's episodes). Two optimizer steps (epochs=2: the no-grad old pass too), KL to a
     sharded reference, entropy bonus, micro-batches: same losses, gradients and weights."""
-    from agentgym.trainer.model import build_tiny_gptoss, load_policy
-    from agentgym.trainer.mxfp4 import save_mxfp4
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss, load_policy
+    from agentgym.trainer.model.mxfp4 import save_mxfp4
 
     eps = _episodes(tmp_path)
     save_mxfp4(build_tiny_gptoss(264, seed=7), tmp_path / "mxfp4")  # loaded dequantized by both
@@ -125,8 +125,8 @@ def test_sharded_checkpoint_resumes_on_another_process_count(tmp_path: Path) -> 
     import json
     import shutil
 
-    from agentgym.trainer.checkpoint import latest_checkpoint
     from agentgym.trainer.metrics import read_metrics
+    from agentgym.trainer.model.files import latest_checkpoint
 
     run = tmp_path / "run"
     train = ["--config", "cpu-quickstart", *BASE, "log.checkpoint_every=1", "ppo.kl_coef=0.1",
@@ -189,7 +189,7 @@ def test_a_separate_servers_checkpoint_is_streamed_and_written_once_per_node(tmp
     from safetensors.torch import load_file
     from transformers import AutoConfig
 
-    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
 
     torchrun(2, str(Path(__file__).parent / "_sync_worker.py"), str(tmp_path))
     written = sorted(p.name for p in (tmp_path / "v000001").iterdir())

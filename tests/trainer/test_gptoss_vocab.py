@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agentgym.errors import ConfigError
-from agentgym.trainer.model import load_policy, tiny_tokenizer
+from agentgym.trainer.model.gptoss import load_policy, tiny_tokenizer
 
 pytestmark = pytest.mark.harmony
 

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.vllm, pytest.mark.distributed, pytest
                     reason=f"needs 2 CUDA GPUs, this machine has {torch.cuda.device_count()}")
 def test_one_ppo_step_with_tp2_vllm_on_two_gpus(tmp_path: Path) -> None:
     pytest.importorskip("vllm", reason="pip install 'agentgym-suite[gpu]'")
-    from agentgym.trainer.engines.vllm import vllm_platform
+    from agentgym.trainer.rollout.engines.vllm import vllm_platform
 
     if vllm_platform() != "cuda":
         pytest.skip(f"the installed vLLM is built for {vllm_platform()}, not CUDA")

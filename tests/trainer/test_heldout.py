@@ -14,8 +14,8 @@ import agentgym  # noqa: F401  (registers the environments)
 from agentgym.environments.math.calc import MathCalcEnv
 from agentgym.errors import TrainerError
 from agentgym.trainer.config import load_config
-from agentgym.trainer.heldout import HeldOut, distinct_problems, task_id_at
-from agentgym.trainer.sft import demonstrations, find_oracle
+from agentgym.trainer.rollout.demos import demonstrations, find_oracle
+from agentgym.trainer.rollout.heldout import HeldOut, distinct_problems, task_id_at
 from agentgym.trainer.train import Trainer
 
 SMALL = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false", "controls=[]",
@@ -141,8 +141,8 @@ def test_math_envs_train_on_train_and_evaluate_on_eval(env_id: str, tmp_path: Pa
 def test_held_out_sets_are_a_pure_function_of_the_config(tmp_path: Path) -> None:
     cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "sft.steps=10", "sft.check_every=5", "sft.check_from=0",
                                          "sft.check_problems=16"])
+    from agentgym.trainer.episodes import Rollouts
     from agentgym.trainer.learner import Learner
-    from agentgym.trainer.rollouts import Rollouts
 
     s = Rollouts(cfg, Learner(cfg))
     a, b = HeldOut.build(cfg, s.make_env), HeldOut.build(cfg, s.make_env)
@@ -154,8 +154,8 @@ def test_held_out_sets_are_a_pure_function_of_the_config(tmp_path: Path) -> None
 def test_a_measurement_from_another_seed_start_never_scores_a_tuning_problem(tmp_path: Path) -> None:
     # MathCalc-v1's eval split repeats problems across seeds: from 1,000,000 up alone, ~1 in 6 of
     # the first 256 would be problems a run from 0 (where the recipe was tuned) evaluated on
+    from agentgym.trainer.episodes import Rollouts
     from agentgym.trainer.learner import Learner
-    from agentgym.trainer.rollouts import Rollouts
 
     base = [*SMALL, f"log.run_dir={tmp_path}", "log.eval_episodes=256"]
     cfg = load_config("cpu-quickstart", base)

@@ -16,10 +16,10 @@ import pytest
 
 from agentgym.environments.math.calc import MathCalcEnv
 from agentgym.errors import InfraError, SandboxLost, SandboxStartFailed
-from agentgym.trainer import rollouts as batching_module  # where the step builds its batch
+from agentgym.trainer import episodes as batching_module  # where the step builds its batch
 from agentgym.trainer.config import load_config
-from agentgym.trainer.rollout import drop_infra
-from agentgym.trainer.rollouts import TRAIN_SEED_BASE
+from agentgym.trainer.episodes import TRAIN_SEED_BASE
+from agentgym.trainer.rollout.collector import drop_infra
 from agentgym.trainer.train import Trainer
 
 ENV_ID = "agentgym-test/FlakyCalc-v0"
@@ -97,8 +97,8 @@ def test_an_engine_that_times_out_loses_the_episodes_in_flight_as_infra_faults()
     import socket
     import threading
 
-    from agentgym.trainer.engines.openai_http import OpenAIHTTPEngine
-    from agentgym.trainer.rollout import Collector
+    from agentgym.trainer.rollout.collector import Collector
+    from agentgym.trainer.rollout.engines.openai_http import OpenAIHTTPEngine
 
     deaf = socket.socket()
     deaf.bind(("127.0.0.1", 0))

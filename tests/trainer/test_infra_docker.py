@@ -19,8 +19,8 @@ import gymnasium as gym
 import pytest
 
 from agentgym.errors import SandboxUnavailable
-from agentgym.trainer.engines.replay import ReplayEngine
-from agentgym.trainer.rollout import Collector, drop_infra
+from agentgym.trainer.rollout.collector import Collector, drop_infra
+from agentgym.trainer.rollout.engines.replay import ReplayEngine
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

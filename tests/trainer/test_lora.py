@@ -12,7 +12,7 @@ import torch
 
 from agentgym.errors import ConfigError
 from agentgym.trainer.config import load_config
-from agentgym.trainer.model import build_tiny_gptoss
+from agentgym.trainer.model.gptoss import build_tiny_gptoss
 from agentgym.trainer.train import Trainer
 from tests.trainer.test_train import SMALL
 
@@ -72,7 +72,7 @@ def test_merged_weights_are_peft_merge_under_the_base_names_and_leave_the_learne
     import copy
 
     from agentgym.trainer.config import LoRAConfig
-    from agentgym.trainer.lora import MergedWeights, add_adapters
+    from agentgym.trainer.model.lora import MergedWeights, add_adapters
 
     model = build_tiny_gptoss(300, seed=0, num_hidden_layers=2)
     base = {k: v.clone() for k, v in model.state_dict().items()}

@@ -9,14 +9,14 @@ import torch
 
 from agentgym.errors import ConfigError
 from agentgym.tokenizers import ByteTokenizer
-from agentgym.trainer.logprobs import policy_forward
-from agentgym.trainer.model import (
+from agentgym.trainer.model.gptoss import (
     ValueHead,
     build_tiny_gptoss,
     check_attention,
     load_policy,
     tiny_gptoss_config,
 )
+from agentgym.trainer.model.logprobs import policy_forward
 
 VOCAB = ByteTokenizer().vocab_size
 
@@ -222,7 +222,7 @@ def test_entropy_has_no_gradient_unless_it_is_in_the_loss(tiny: torch.nn.Module)
 
 
 def test_mxfp4_format_round_trips_exactly() -> None:
-    from agentgym.trainer.mxfp4 import FP4_VALUES, dequantize, quantize
+    from agentgym.trainer.model.mxfp4 import FP4_VALUES, dequantize, quantize
 
     w = torch.randn(3, 5, 64, generator=torch.Generator().manual_seed(0)) * 0.02
     blocks, scales = quantize(w)
@@ -241,7 +241,7 @@ def test_mxfp4_checkpoint_loads_dequantized_for_training(tmp_path: Path) -> None
     experts holding exactly the dequantized values, and trains."""
     from safetensors.torch import load_file
 
-    from agentgym.trainer.mxfp4 import dequantize, is_mxfp4, quantize, save_mxfp4
+    from agentgym.trainer.model.mxfp4 import dequantize, is_mxfp4, quantize, save_mxfp4
 
     model = build_tiny_gptoss(VOCAB, seed=3)
     save_mxfp4(model, tmp_path / "mx")
@@ -263,7 +263,7 @@ def test_mxfp4_checkpoint_loads_dequantized_for_training(tmp_path: Path) -> None
     out.logprobs.sum().backward()
     assert loaded.model.layers[0].mlp.experts.gate_up_proj.grad is not None
     # saving it writes what is trained (bf16 experts), not a re-quantized copy
-    from agentgym.trainer.checkpoint import save_model
+    from agentgym.trainer.model.files import save_model
 
     save_model(loaded, tmp_path / "again")
     assert not is_mxfp4(tmp_path / "again")
@@ -278,7 +278,7 @@ def test_grouped_experts_run_in_the_autocast_dtype(tiny: torch.nn.Module) -> Non
 
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from agentgym.trainer.model import register_experts
+    from agentgym.trainer.model.gptoss import register_experts
 
     class GroupedDtypes(TorchDispatchMode):
         def __init__(self) -> None:

@@ -50,8 +50,8 @@ def test_inconsistent_layouts_are_named(override: str, problem: str | None,
 
 
 def test_a_local_mxfp4_checkpoint_is_refused_as_engine_weights(tmp_path: Path) -> None:
-    from agentgym.trainer.model import build_tiny_gptoss
-    from agentgym.trainer.mxfp4 import save_mxfp4
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
+    from agentgym.trainer.model.mxfp4 import save_mxfp4
 
     save_mxfp4(build_tiny_gptoss(264, seed=0), tmp_path / "mx")
     with pytest.raises(ConfigError, match="bf16 weights"):

@@ -102,7 +102,7 @@ def test_the_controls_plot_puts_every_arm_beside_its_controls_with_intervals(tmp
     mine = final([1, 1, 0, 1, 1, 0, 1, 1])
     warm = {**final([0, 1, 0, 1, 0, 0, 1, 0]), "stage": "warm_start", "step": 0}
     controls = {"placebo": final([0, 1, 0, 1, 0, 0, 1, 1]), "rft": final([1, 1, 0, 1, 0, 0, 1, 1]), "sft": None}
-    from agentgym.trainer.evaluation import gain
+    from agentgym.trainer.stats import gain
 
     assert gain(controls["placebo"], mine, "sampled_")["gain"] == 0.25  # type: ignore[index]  # what it draws
     path = write_controls_plot(tmp_path, warm, mine, controls)

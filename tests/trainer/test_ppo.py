@@ -8,10 +8,7 @@ import pytest
 import torch
 
 from agentgym.errors import ConfigError
-from agentgym.trainer.config import load_config
-from agentgym.trainer.logprobs import policy_forward
-from agentgym.trainer.model import build_tiny_gptoss
-from agentgym.trainer.ppo import (
+from agentgym.trainer.algo.ppo import (
     AdaptiveKL,
     gae,
     group_advantages,
@@ -20,6 +17,9 @@ from agentgym.trainer.ppo import (
     ppo_policy_loss,
     value_loss,
 )
+from agentgym.trainer.config import load_config
+from agentgym.trainer.model.gptoss import build_tiny_gptoss
+from agentgym.trainer.model.logprobs import policy_forward
 
 # Row layout: prompt, policy, policy (end of turn 1), env token, policy (end of turn 2), pad.
 MASK = torch.tensor([[0, 1, 1, 0, 1, 0]])

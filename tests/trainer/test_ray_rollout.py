@@ -20,9 +20,9 @@ import pytest
 
 import agentgym  # noqa: F401
 from agentgym.errors import TrainerError
-from agentgym.trainer.engines.replay import ReplayEngine
-from agentgym.trainer.ray_rollout import RayCollector, WorkerSpec, drop_failed, replayable
-from agentgym.trainer.rollout import Collector
+from agentgym.trainer.rollout.collector import Collector
+from agentgym.trainer.rollout.engines.replay import ReplayEngine
+from agentgym.trainer.rollout.ray_collector import RayCollector, WorkerSpec, drop_failed, replayable
 
 ray = pytest.importorskip("ray", reason="Ray collection needs the [scale] extra")
 # One Ray at a time: ray.init() with no address may join another worker's local cluster.

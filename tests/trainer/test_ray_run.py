@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.scale, pytest.mark.slow, pytest.mark.xdist_group("ray"
 def test_a_ray_run_warm_starts_evaluates_and_logs_its_worker_faults(tmp_path: Path) -> None:
     from agentgym.trainer.config import load_config
     from agentgym.trainer.metrics import read_metrics
-    from agentgym.trainer.ray_rollout import FAULT_COUNTS
+    from agentgym.trainer.rollout.ray_collector import FAULT_COUNTS
     from agentgym.trainer.train import Trainer
 
     assert not ray.is_initialized()

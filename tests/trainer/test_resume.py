@@ -64,7 +64,7 @@ def _comparable(run_dir: Path) -> list[dict[str, object]]:
 
 
 def _weights(run_dir: Path) -> bytes:
-    from agentgym.trainer.checkpoint import latest_checkpoint
+    from agentgym.trainer.model.files import latest_checkpoint
 
     ckpt = latest_checkpoint(run_dir)
     assert ckpt is not None

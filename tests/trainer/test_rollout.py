@@ -8,10 +8,10 @@ import gymnasium as gym
 import torch
 
 import agentgym  # noqa: F401
-from agentgym.trainer.engines.hf import HFEngine
-from agentgym.trainer.logprobs import policy_forward
-from agentgym.trainer.model import build_tiny_gptoss
-from agentgym.trainer.rollout import Collector, group_seeds, make_prefix_engine
+from agentgym.trainer.model.gptoss import build_tiny_gptoss
+from agentgym.trainer.model.logprobs import policy_forward
+from agentgym.trainer.rollout.collector import Collector, group_seeds, make_prefix_engine
+from agentgym.trainer.rollout.engines.hf import HFEngine
 
 PAD = 263
 
@@ -101,7 +101,7 @@ def test_decoding_attention_equals_the_models_eager_attention() -> None:
     GPT-OSS's eager sink attention's, with padding, the sliding window and the cache."""
     from transformers import DynamicCache
 
-    from agentgym.trainer.engines.hf import decoding_attention
+    from agentgym.trainer.rollout.engines.hf import decoding_attention
 
     model = build_tiny_gptoss(264, seed=4, sliding_window=8).eval()
     ids = torch.randint(0, 256, (3, 21))

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from agentgym.errors import ConfigError
-from agentgym.trainer.logprobs import policy_forward
-from agentgym.trainer.model import build_tiny_gptoss
-from agentgym.trainer.routing import capture_routing, replay_routing, routing_agreement
+from agentgym.trainer.model.gptoss import build_tiny_gptoss
+from agentgym.trainer.model.logprobs import policy_forward
+from agentgym.trainer.model.routing import capture_routing, replay_routing, routing_agreement
 
 IDS = torch.randint(0, 264, (2, 40), generator=torch.Generator().manual_seed(0))
 
@@ -51,9 +51,9 @@ def test_replay_imposes_the_other_models_experts() -> None:
 def test_engine_routing_batch_layout_and_replay_of_a_batch() -> None:
     """The hf engine's routing (hooks on its model), laid out like a right-padded batch and
     replayed: the same as replaying the flat (L, B*T, k) routing."""
-    from agentgym.trainer.batch import Batch
-    from agentgym.trainer.engines.hf import HFEngine
-    from agentgym.trainer.routing import batch_routes, engine_routing, replay_batch
+    from agentgym.trainer.algo.batch import Batch
+    from agentgym.trainer.model.routing import batch_routes, engine_routing, replay_batch
+    from agentgym.trainer.rollout.engines.hf import HFEngine
 
     model = build_tiny_gptoss(264, seed=0)
     seqs = [IDS[0, :40].tolist(), IDS[1, :25].tolist()]
@@ -86,7 +86,7 @@ def test_engine_routing_batch_layout_and_replay_of_a_batch() -> None:
 def _route_to_the_least_likely_experts(model: torch.nn.Module) -> None:
     """Make ``model`` route every token to its k *lowest*-scoring experts (weights: the softmax of
     their logits, as GPT-OSS weighs its chosen experts): a different routing, same weights."""
-    from agentgym.trainer.routing import routers
+    from agentgym.trainer.model.routing import routers
 
     def hook(_m, _inp, out):  # type: ignore[no-untyped-def]
         logits, k = out[0], out[2].shape[-1]
@@ -104,7 +104,7 @@ def test_routing_replay_in_training_brings_the_learner_onto_the_engines_experts(
     reference (kl_coef) and training passes and computes the engine's very log-probs; without, it
     does not."""
     from agentgym.trainer.config import load_config
-    from agentgym.trainer.engines.hf import HFEngine
+    from agentgym.trainer.rollout.engines.hf import HFEngine
     from agentgym.trainer.train import Trainer
 
     stats = {}

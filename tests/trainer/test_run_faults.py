@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from agentgym.errors import CheckpointError
-from agentgym.trainer.checkpoint import latest_checkpoint, model_dir_problem
 from agentgym.trainer.cli import PREEMPTED, main
 from agentgym.trainer.metrics import read_metrics
+from agentgym.trainer.model.files import latest_checkpoint, model_dir_problem
 
 pytestmark = pytest.mark.slow
 
@@ -41,14 +41,14 @@ WARM = ["sft.steps=6", "sft.oracle_steps=6", "sft.batch_size=2", "sft.checkpoint
 # A real process that is SIGKILLed half-way through writing the warm start's AdamW moments.
 KILLED_IN_WARM_START_SAVE = """
 import os, signal, sys
-import agentgym.trainer.sft as sft
-real = sft.save_moments
+import agentgym.trainer.learner as learner  # where the warm start's save looks save_moments up
+real = learner.save_moments
 def dying(opt, model, path):
     real(opt, model, path)
     with open(path, "r+b") as f:
         f.truncate(10)  # half written
     os.kill(os.getpid(), signal.SIGKILL)
-sft.save_moments = dying
+learner.save_moments = dying
 from agentgym.trainer.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -191,8 +191,8 @@ def test_a_full_disk_is_one_line_and_leaves_no_partial_checkpoint(small_disk: Pa
 
 
 def test_a_failed_write_raises_one_line_and_removes_its_folder(tmp_path: Path) -> None:
-    from agentgym.trainer.checkpoint import save_model_atomic
-    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.model.files import save_model_atomic
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
 
     def no_space(tmp: Path) -> None:
         raise OSError(28, "No space left on device", str(tmp / "sft_optimizer.pt"))

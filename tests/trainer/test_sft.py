@@ -10,10 +10,11 @@ import torch
 
 import agentgym
 from agentgym.errors import ConfigError
-from agentgym.trainer.batch import make_batch, micro_batches
+from agentgym.trainer.algo.batch import make_batch, micro_batches
 from agentgym.trainer.config import SFTConfig
-from agentgym.trainer.model import build_tiny_gptoss
-from agentgym.trainer.sft import demonstrations, find_oracle, make_teacher, sft_step
+from agentgym.trainer.model.gptoss import build_tiny_gptoss
+from agentgym.trainer.rollout.demos import demonstrations, find_oracle
+from agentgym.trainer.sft import make_teacher, sft_step
 from tests.trainer.defect_teachers import flip_sign, guess_answer
 
 PAD = 263

@@ -14,12 +14,12 @@ import torch
 
 from agentgym.env import DEFAULT_SHAPING
 from agentgym.errors import NonFiniteError
-from agentgym.trainer.checkpoint import latest_checkpoint
+from agentgym.trainer.algo.optim import check_finite
 from agentgym.trainer.cli import main
 from agentgym.trainer.config import load_config
 from agentgym.trainer.metrics import read_metrics
+from agentgym.trainer.model.files import latest_checkpoint
 from agentgym.trainer.train import Trainer
-from agentgym.trainer.update import check_finite
 
 SMALL = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false",
          "log.eval_every=0", "sft.steps=0", "env.max_turns=2", "env.max_action_tokens=16",
@@ -214,13 +214,13 @@ def test_a_cosine_schedule_decays_the_lr_to_a_tenth_at_the_last_step(tmp_path: P
 
 
 def test_placebo_permutes_the_scores_of_the_batch(tmp_path: Path) -> None:
-    from agentgym.trainer.update import _on_last_policy_token, placebo_permutation
+    from agentgym.trainer.algo.ppo import on_last_policy_token, placebo_permutation
 
     p = placebo_permutation(16, 0, 3)
     assert sorted(p.tolist()) == list(range(16)) and torch.equal(p, placebo_permutation(16, 0, 3))
     assert not torch.equal(p, placebo_permutation(16, 0, 4))
     mask = torch.tensor([[0, 1, 1, 0, 1, 0], [0, 0, 1, 1, 0, 0]])
-    torch.testing.assert_close(_on_last_policy_token(torch.tensor([2.0, 3.0]), mask),
+    torch.testing.assert_close(on_last_policy_token(torch.tensor([2.0, 3.0]), mask),
                                torch.tensor([[0, 0, 0, 0, 2.0, 0], [0, 0, 0, 3.0, 0, 0]]))
     stats = {}
     for placebo in (False, True):
@@ -270,7 +270,7 @@ def test_batch_advantage_has_one_baseline_for_the_whole_step(tmp_path: Path, std
 def test_a_partial_baseline_reaches_the_update(tmp_path: Path, placebo: bool) -> None:
     """``ppo.baseline_scale=0.5``: each episode's advantage is its score less half its group's
     mean (the placebo's: of the permuted scores), so a task every sample solved is reinforced."""
-    from agentgym.trainer.update import placebo_permutation
+    from agentgym.trainer.algo.ppo import placebo_permutation
 
     cfg, s, groups, got = _first_step_advantages(tmp_path, ["ppo.group_std_normalize=false",
                                                             "ppo.baseline_scale=0.5",
@@ -331,8 +331,8 @@ def test_kl_reference_is_the_initial_policy_without_warm_start_and_after_resume(
 
 def test_init_from_a_checkpoint_of_another_model_names_the_keys(tmp_path: Path) -> None:
     from agentgym.errors import CheckpointError
-    from agentgym.trainer.checkpoint import save_model
-    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.model.files import save_model
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
 
     save_model(build_tiny_gptoss(264, seed=0, num_hidden_layers=2), tmp_path / "two")
     save_model(build_tiny_gptoss(264, seed=0, num_hidden_layers=6), tmp_path / "six")
@@ -437,8 +437,8 @@ def test_bf16_compute_update_tracks_the_fp32_update(tmp_path: Path) -> None:
     """model.dtype=bfloat16 keeps float32 master weights and AdamW state and computes in bf16:
     on the same episodes its update follows the float32 run's, and at the 20B recipe's lr of
     1e-6 it moves the weights, which bf16 parameters would mostly not (round-off)."""
-    from agentgym.trainer.batch import make_batch
-    from agentgym.trainer.rollout import group_seeds
+    from agentgym.trainer.algo.batch import make_batch
+    from agentgym.trainer.rollout.collector import group_seeds
     from agentgym.trainer.update import compute_advantages, ppo_update, score
 
     runs = {}

@@ -20,9 +20,10 @@ import torch
 from agentgym.errors import ConfigError
 from agentgym.harmony import HarmonyCodec
 from agentgym.tokenizers import ByteTokenizer
-from agentgym.trainer.engines.base import Engine, Sample, make_engine
-from agentgym.trainer.logprobs import policy_forward
-from agentgym.trainer.model import build_tiny_gptoss
+from agentgym.trainer.model.gptoss import build_tiny_gptoss
+from agentgym.trainer.model.logprobs import policy_forward
+from agentgym.trainer.rollout.engines import make_engine
+from agentgym.trainer.rollout.engines.base import Engine, Sample
 
 pytestmark = pytest.mark.vllm
 TOK = ByteTokenizer()
@@ -179,7 +180,7 @@ def test_the_engines_processes_run_uncompiled_and_keep_their_sockets_in_a_folder
     loose in the system temp folder."""
     import tempfile
 
-    from agentgym.trainer.engines.vllm import vllm_env
+    from agentgym.trainer.rollout.engines.vllm import vllm_env
 
     pids = engine.child_pids()  # type: ignore[attr-defined]
     assert pids
@@ -197,7 +198,7 @@ def test_the_socket_folder_is_removed_at_exit() -> None:
     import subprocess
     import sys
 
-    code = "from agentgym.trainer.engines.vllm import vllm_env; print(vllm_env()['VLLM_RPC_BASE_PATH'])"
+    code = "from agentgym.trainer.rollout.engines.vllm import vllm_env; print(vllm_env()['VLLM_RPC_BASE_PATH'])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     folder = Path(out.stdout.strip())
     assert folder.name.startswith("agentgym-vllm-rpc-") and not folder.exists()
@@ -237,7 +238,7 @@ def test_lora_with_vllm_samples_what_the_learner_scores(engine: Engine, tmp_path
     model.eval()
     samples = engine.generate(PROMPTS, max_new_tokens=12, temperature=1.0, stop_ids=STOPS, seed=3)
     assert max_gap(model, PROMPTS, samples, 1.0) < 1e-5  # vLLM holds the policy after update 2
-    from agentgym.trainer.lora import AdaptersOff
+    from agentgym.trainer.model.lora import AdaptersOff
 
     with AdaptersOff(trainer.learner.peft).active() as plain:
         assert max_gap(plain, PROMPTS, samples, 1.0) > 1e-4  # and that is not the base

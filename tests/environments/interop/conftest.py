@@ -64,8 +64,8 @@ def tiny_server() -> Iterator[tuple[str, Any]]:
     torch = pytest.importorskip("torch", reason="the chat server needs the [train] extra")
     from agentgym.serving.model_server import CompletionServer
     from agentgym.tokenizers import ByteTokenizer
-    from agentgym.trainer.engines.hf import HFEngine
-    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
+    from agentgym.trainer.rollout.engines.hf import HFEngine
 
     tok = ByteTokenizer()
     model = build_tiny_gptoss(tok.vocab_size, seed=0, num_hidden_layers=2)
@@ -82,7 +82,7 @@ def memorized_server(memorized: Any) -> Iterator[str]:
     prompt it is served is token for token the env's."""
     pytest.importorskip("torch", reason="the chat server needs the [train] extra")
     from agentgym.serving.model_server import CompletionServer
-    from agentgym.trainer.engines.hf import HFEngine
+    from agentgym.trainer.rollout.engines.hf import HFEngine
 
     model, _ = memorized
     with CompletionServer(HFEngine(model), max_tokens=256) as server:

@@ -46,8 +46,8 @@ def graded() -> Iterator[tuple[str, dict[str, Any]]]:
     from agentgym.harmony import HarmonyCodec
     from agentgym.serving.model_server import CompletionServer
     from agentgym.tokenizers import ByteTokenizer
-    from agentgym.trainer.engines.hf import HFEngine
-    from agentgym.trainer.model import build_tiny_gptoss
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
+    from agentgym.trainer.rollout.engines.hf import HFEngine
     from agentgym.trainer.sft import sft_step
 
     env = gym.make(RG, **KW)

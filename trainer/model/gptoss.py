@@ -32,7 +32,9 @@ import torch
 from torch import nn
 
 from agentgym.errors import ConfigError
-from agentgym.trainer.attention import set_attention
+
+from .attention import set_attention
+from .mxfp4 import forget_quantization, load_kwargs
 
 __all__ = [
     "SINK_AWARE_ATTENTION",
@@ -333,7 +335,6 @@ def load_policy(
     if is_gptoss:
         check_attention(attn, device, head_dim=getattr(config, "head_dim", None))
     load_attn = "eager" if attn == "agentgym_flex" else attn
-    from agentgym.trainer.mxfp4 import forget_quantization, load_kwargs  # MXFP4 experts: dequantized
 
     want = dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32)
     model = forget_quantization(AutoModelForCausalLM.from_pretrained(

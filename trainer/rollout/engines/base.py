@@ -13,17 +13,13 @@ own model server, ``agentgym serve model``), ``vllm`` (in-process vLLM, GPU, opt
 
 from __future__ import annotations
 
-import functools
-import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 
-from agentgym.errors import ConfigError
-
-__all__ = ["ENGINES", "ENGINE_CLASSES", "Engine", "Sample", "engine_class", "make_engine"]
+__all__ = ["Engine", "Sample"]
 
 
 @dataclass
@@ -61,31 +57,3 @@ class Engine(Protocol):
         ...
 
 
-# name -> "module:Class", imported when used (hf needs torch, vllm vLLM).
-ENGINE_CLASSES: dict[str, str] = {"hf": "agentgym.trainer.engines.hf:HFEngine",
-                                  "openai-http": "agentgym.trainer.engines.openai_http:OpenAIHTTPEngine",
-                                  "vllm": "agentgym.trainer.engines.vllm:VLLMEngine"}
-
-
-def engine_class(name: str) -> Callable[..., Engine]:
-    """The class of the engine ``name`` (its module imported now)."""
-    module, _, cls = ENGINE_CLASSES[name].partition(":")
-    return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
-
-
-def _build(name: str, **kw: Any) -> Engine:
-    return engine_class(name)(**kw)
-
-
-ENGINES: dict[str, Callable[..., Engine]] = {name: functools.partial(_build, name) for name in ENGINE_CLASSES}
-
-
-def make_engine(name: str, **kwargs: Any) -> Engine:
-    """Build an engine by name: ``"hf"`` | ``"openai-http"`` | ``"vllm"``; kwargs go to its class."""
-    if name not in ENGINES:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(ENGINES), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"unknown engine {name!r}; expected one of {sorted(ENGINES)}.{hint}")
-    return ENGINES[name](**kwargs)

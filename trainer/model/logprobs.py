@@ -35,9 +35,9 @@ Two implementations, the same function (checked against each other, values and g
 the chunked head's log-softmax and gather) and ``chunked`` on CPU (where it is what the CPU
 results were measured with). Entropy is computed without gradient unless ``entropy_grad``
 (an entropy bonus in the loss). The MoE layers are switched to a path that loops over (or
-groups by) the experts actually hit (see ``model.py``).
+groups by) the experts actually hit (see ``gptoss.py``).
 
-Sharded models (FSDP2): :func:`agentgym.trainer.distributed.shard_policy` registers this
+Sharded models (FSDP2): :func:`agentgym.trainer.model.sharding.shard_policy` registers this
 function as a forward method of the root module, so its parameters (embeddings, final norm,
 output head) are gathered around the whole pass, head included.
 """
@@ -53,7 +53,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from agentgym.errors import ConfigError
-from agentgym.trainer.model import use_memory_efficient_experts
+
+from .gptoss import use_memory_efficient_experts
 
 __all__ = ["HEAD_CHUNK_BYTES", "HEAD_IMPLEMENTATIONS", "ForwardOut", "FusedLinearLogprob", "forward_tuple",
            "head_rows", "policy_forward"]

@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentgym.errors import ServiceError
-from agentgym.trainer.engines.base import Sample
+
+from .base import Sample
 
 __all__ = ["COMPLETIONS_PATH", "RELOAD_PATH", "TOKEN_ENV", "completion_request", "completion_response",
            "parse_completion"]

@@ -312,7 +312,7 @@ def set_attention(model: nn.Module, name: str) -> nn.Module:
 
     Writes the config field directly: GPT-OSS declares ``_supports_sdpa = False`` and custom
     registered names are not in transformers' validation list. No sink check here; use
-    ``agentgym.trainer.model.check_attention`` (``load_policy`` does) before training.
+    ``agentgym.trainer.model.gptoss.check_attention`` (``load_policy`` does) before training.
     """
     if name == ATTN_NAME:
         register_sink_attention(name)

@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from .files import save_model
+
 __all__ = ["FP4_VALUES", "dequantize", "forget_quantization", "is_mxfp4", "load_kwargs", "quantize",
            "save_mxfp4"]
 
@@ -106,8 +108,6 @@ def save_mxfp4(model: torch.nn.Module, path: str | Path) -> None:
     """Write ``model`` (a GPT-OSS) as an MXFP4 checkpoint laid out like ``openai/gpt-oss-20b``:
     expert weights as blocks + scales, everything else as is (bf16)."""
     from safetensors.torch import save_file
-
-    from agentgym.trainer.checkpoint import save_model
 
     path = Path(path)
     save_model(model, path, dtype=torch.bfloat16)

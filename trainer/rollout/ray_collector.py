@@ -52,8 +52,11 @@ from typing import Any
 
 from agentgym.errors import ConfigError, PoolStepError, ServiceError, TrainerError
 from agentgym.registration import capabilities
-from agentgym.trainer.rollout import RolloutStats
 from agentgym.trajectory import Trajectory
+
+from .collector import Collector, RolloutStats, make_prefix_engine
+from .engines import make_engine
+from .staleness import VersionedEngine
 
 __all__ = ["FAULT_COUNTS", "SEED_STRIDE", "FaultStats", "RayCollector", "WorkerSpec", "drop_failed",
            "replayable"]
@@ -90,8 +93,6 @@ class WorkerSpec:
 
 def _hf_engine(model: Any, *, prefix_cache: bool, pad_id: int, kwargs: dict[str, Any]) -> Any:
     """The worker's ``hf`` engine over its own model copy (as ``Rollouts`` builds the local one)."""
-    from agentgym.trainer.engines.base import make_engine
-    from agentgym.trainer.rollout import make_prefix_engine
 
     if prefix_cache:
         return make_prefix_engine(model, pad_id=pad_id, **kwargs)
@@ -100,7 +101,6 @@ def _hf_engine(model: Any, *, prefix_cache: bool, pad_id: int, kwargs: dict[str,
 
 def _named_engine(model: Any, *, name: str, kwargs: dict[str, Any]) -> Any:
     """A server engine client (``openai-http``): the server holds the weights."""
-    from agentgym.trainer.engines.base import make_engine
 
     return make_engine(name, **kwargs)
 
@@ -110,7 +110,6 @@ class _Worker:
 
     def __init__(self, spec: WorkerSpec, episodes_per_call: int) -> None:
         import agentgym  # noqa: F401  (registers the environments in this process)
-        from agentgym.trainer.rollout import Collector
 
         if spec.threads:
             import torch
@@ -132,8 +131,6 @@ class _Worker:
         # Ray does not fetch it on every call: only when a new push arrived).
         if weights and weights[0][0] != self.version:
             import ray
-
-            from agentgym.trainer.async_rollout import VersionedEngine
 
             push, version, ref = weights[0]
             self.model.load_state_dict(ray.get(ref))

@@ -10,13 +10,13 @@ server, synced with the learner every ``rollout.sync_every`` steps; every traini
 records the policy version that sampled it (``meta["policy_version"]``; per token:
 ``meta["token_versions"]``). With ``rollout.mode: async`` a producer thread collects the next
 steps while the learner updates, at most ``rollout.max_staleness`` versions behind
-(``async_rollout.py``); with ``rollout.backend: ray`` the envs and engines are Ray actors
-(``ray_rollout.py``); under torchrun each rollout group collects its share of the tasks
-(``tp_rollout.py``).
+(``rollout/staleness.py``); with ``rollout.backend: ray`` the envs and engines are Ray actors
+(``rollout/ray_collector.py``); under torchrun each rollout group collects its share of the tasks
+(``rollout/tp_collector.py``).
 
 Task seeds are a function of ``(seed, step, task)``: step ``s`` plays ``TRAIN_SEED_BASE + seed x
 10^8 + s * tasks_per_step + i`` (``TrainConfig.stream``; held-out problems replaced with ``env.exclude_held_out``,
-:class:`~agentgym.trainer.heldout.HeldOut`), ``samples_per_task`` times each.
+:class:`~agentgym.trainer.rollout.heldout.HeldOut`), ``samples_per_task`` times each.
 """
 
 from __future__ import annotations
@@ -27,16 +27,27 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from agentgym.errors import ConfigError
-from agentgym.trainer.batch import Batch, make_batch
-from agentgym.trainer.config import TrainConfig
-from agentgym.trainer.curriculum import CurriculumSampler
-from agentgym.trainer.heldout import HeldOut
-from agentgym.trainer.metrics import episode_stats, episode_success
-from agentgym.trainer.ray_rollout import FAULT_COUNTS, RayCollector, drop_failed
-from agentgym.trainer.rollout import Collector, cut_actions, drop_infra, group_seeds
+
+from .algo.batch import Batch, make_batch
+from .algo.imitation import informative_groups
+from .config import TrainConfig
+from .curriculum import CurriculumSampler
+from .distributed import GatheredWeights
+from .metrics import episode_stats, episode_success
+from .model import sharding
+from .model.lora import MergedWeights
+from .model.routing import batch_routes, engine_routing
+from .plan import check_engine_checkpoint
+from .rollout.collector import Collector, cut_actions, drop_infra, group_seeds, make_prefix_engine
+from .rollout.demos import demonstrations, find_oracle
+from .rollout.engines import make_engine
+from .rollout.heldout import HeldOut
+from .rollout.ray_collector import FAULT_COUNTS, RayCollector, drop_failed
+from .rollout.staleness import Producer, VersionedEngine, stale_episodes, staleness_metrics, stamp_versions
+from .rollout.tp_collector import GroupCollector, GroupEngine
 
 if TYPE_CHECKING:
-    from agentgym.trainer.learner import Learner
+    from .learner import Learner
 
 __all__ = ["SFT_ARM_SEED_BASE", "TRAIN_SEED_BASE", "Rollouts"]
 
@@ -63,11 +74,9 @@ class Rollouts:
                               "engine cannot sleep (no sleep/wake_up); set rollout.sleep_level=0")
         dist = learner.dist
         if dist is not None and cfg.distributed.rollout_tp > 1:  # envs on the group's first rank
-            from agentgym.trainer.tp_rollout import GroupEngine
 
             engine = GroupEngine(engine, dist, mirror=bool(getattr(engine, "in_process", False)))
-        if cfg.rollout.mode == "async":  # every sample says which weights made it (async_rollout.py)
-            from agentgym.trainer.async_rollout import VersionedEngine
+        if cfg.rollout.mode == "async":  # every sample says which weights made it (rollout/staleness.py)
 
             if dist is not None:
                 raise ConfigError("rollout.mode=async under torchrun is not supported: expected one process; "
@@ -91,7 +100,7 @@ class Rollouts:
         self.make_env = make_env
         self.collector: Any
         self.eval_collector: Any
-        if cfg.rollout.backend == "ray":  # rollout workers as Ray actors (ray_rollout.py)
+        if cfg.rollout.backend == "ray":  # rollout workers as Ray actors (rollout/ray_collector.py)
             if dist is not None:
                 raise ConfigError("rollout.backend=ray under torchrun is not supported: each rank "
                                   "collects with its own engine; use rollout.backend=local")
@@ -110,8 +119,6 @@ class Rollouts:
 
     # ------------------------------------------------------------------ building
     def _collector(self, factory: Any, n: int) -> Any:
-        from agentgym.trainer.tp_rollout import GroupCollector, GroupEngine
-
         kw = dict(max_new_tokens=self.cfg.env.max_action_tokens, max_workers=self.cfg.rollout.max_workers)
         if not isinstance(self.engine, GroupEngine):
             return Collector.from_factory(factory, n, self.engine, **kw)
@@ -126,29 +133,22 @@ class Rollouts:
         if learner.dist is not None:
             if r.engine != "hf":
                 return learner.model
-            from agentgym.trainer import distributed as D
 
-            return D.materialize(learner.build_policy(meta=True)[1], learner.device).to(learner.compute_dtype)
+            return sharding.materialize(learner.build_policy(meta=True)[1], learner.device).to(learner.compute_dtype)
         if r.engine == "hf" and r.engine_weights == "copy":
             dtype = learner.compute_dtype if r.engine_dtype == "auto" else getattr(torch, r.engine_dtype)
             return copy.deepcopy(learner.model).to(dtype).requires_grad_(False)
         return learner.model
 
     def _make_engine(self, model: torch.nn.Module) -> Any:
-        from agentgym.trainer.engines.base import make_engine
-
         cfg, learner = self.cfg, self.learner
         kw = dict(cfg.rollout.engine_kwargs)
         if cfg.rollout.engine == "hf":
             kw.setdefault("model", model)
             kw.setdefault("pad_id", learner.pad_id)
             if cfg.rollout.prefix_cache:
-                from agentgym.trainer.rollout import make_prefix_engine
-
                 return make_prefix_engine(**kw)
         if cfg.rollout.engine == "vllm":
-            from agentgym.trainer.plan import check_engine_checkpoint
-
             if learner.dist is not None:  # inside this torchrun job, one engine per rollout group
                 kw.setdefault("distributed_executor_backend", "external_launcher")
                 kw.setdefault("tensor_parallel_size", cfg.distributed.rollout_tp)
@@ -156,7 +156,6 @@ class Rollouts:
             if "model" in kw:
                 check_engine_checkpoint(str(kw["model"]))
             else:  # built from our config, filled from our weights in memory: names and dtypes match
-                from agentgym.trainer.distributed import GatheredWeights
 
                 kw["model"] = (GatheredWeights(learner.model, learner.compute_dtype) if learner.dist is not None
                                else self._weights(model))
@@ -170,8 +169,6 @@ class Rollouts:
         the hf engine sharing the learner's module applies the adapters itself."""
         if self.learner.peft is None or self.cfg.rollout.engine == "hf":
             return model
-        from agentgym.trainer.lora import MergedWeights
-
         return MergedWeights(model)
 
     def sleep(self) -> None:
@@ -197,8 +194,6 @@ class Rollouts:
         elif learner.dist is None:
             self.engine.sync_weights(self._weights(learner.model))
         else:
-            from agentgym.trainer.distributed import GatheredWeights
-
             self.engine.sync_weights(GatheredWeights(learner.model, learner.compute_dtype))
 
     def sync(self, version: int) -> dict[str, float]:
@@ -246,8 +241,6 @@ class Rollouts:
     def _producer(self, step: int) -> Any:
         """``rollout.mode: async``: the producer thread, started at ``step`` on first use."""
         if self.producer is None:
-            from agentgym.trainer.async_rollout import Producer
-
             self._push(version=step)  # the learner's weights are version `step` (Ray workers too)
             self.version = step
             self.producer = Producer(self._gather, version=lambda: self.version, start=step,
@@ -278,7 +271,6 @@ class Rollouts:
                 options: Any) -> tuple[list[Any], list[int], dict[str, Any]]:
         """The usable episodes of a collection (lost ones dropped and counted), each with its
         policy version(s), saved; the step's rollout metrics."""
-        from agentgym.trainer.async_rollout import stale_episodes, staleness_metrics, stamp_versions
 
         cfg, ranks = self.cfg, self.learner.ranks
         mine = ranks.tasks(cfg.rollout.tasks_per_step)
@@ -290,7 +282,7 @@ class Rollouts:
         trajs, groups, infra = drop_infra(trajs, groups)  # lost to a dead sandbox / server / engine: no outcome
         k = cfg.rollout.max_staleness
         stale: list[int] = []
-        if cfg.rollout.mode == "async":  # versions recorded per token at sampling (async_rollout.py)
+        if cfg.rollout.mode == "async":  # versions recorded per token at sampling (rollout/staleness.py)
             stale = stale_episodes(trajs, step, k)  # never produced by construction: the guard
             trajs = [t for i, t in enumerate(trajs) if i not in stale]
             groups = [g for i, g in enumerate(groups) if i not in stale]
@@ -329,8 +321,6 @@ class Rollouts:
         the baseline). Adds the dropping's metrics to ``metrics``."""
         cfg = self.cfg
         if cfg.ppo.drop_uniform_groups:
-            from agentgym.trainer.imitation import informative_groups
-
             keep = informative_groups(trajs, groups)
             metrics["groups_dropped_frac"] = 1 - len({groups[i] for i in keep}) / max(len(set(groups)), 1)
             if not keep:
@@ -339,7 +329,6 @@ class Rollouts:
             trajs, groups = [trajs[i] for i in keep], [groups[i] for i in keep]
         batch = make_batch(trajs, groups, pad_id=self.learner.pad_id)
         if self.step_routes is not None:  # R3: the engine's experts, aligned with the batch
-            from agentgym.trainer.routing import batch_routes
 
             batch.routes = batch_routes([self.step_routes[id(t)] for t in trajs], batch.input_ids.shape[1])
         if cfg.ppo.mask_overlong:
@@ -353,7 +342,6 @@ class Rollouts:
     def _demos(self, step: int) -> list[Any]:
         """``algo: sft``: oracle demonstrations of as many new train problems as PPO's episodes, of
         the warm start's kind (``sft.options``): continued SFT, the control for "more imitation"."""
-        from agentgym.trainer.sft import demonstrations, find_oracle
 
         cfg = self.cfg
         if self._demo_env is None:
@@ -368,7 +356,6 @@ class Rollouts:
     def _routes(self, trajs: list[Any]) -> dict[int, Any]:
         """The engine's experts for every token of ``trajs`` (all of this rollout group's episodes:
         a tensor-parallel engine needs the same call on each of its ranks), by episode."""
-        from agentgym.trainer.routing import engine_routing
 
         engine = getattr(self.engine, "inner", self.engine)  # every rank of a group calls it alike
         with self.learner.compute():

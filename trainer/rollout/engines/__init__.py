@@ -4,6 +4,7 @@ Only the protocol and the factory are imported here; each engine module is impor
 ``make_engine`` when first asked for, so optional dependencies (vLLM) stay optional.
 """
 
-from agentgym.trainer.engines.base import ENGINES, Engine, Sample, make_engine
+from .base import Engine, Sample
+from .factory import ENGINES, make_engine
 
 __all__ = ["ENGINES", "Engine", "Sample", "make_engine"]

@@ -31,6 +31,8 @@ __all__ = [
     "kl_reward_penalty",
     "RewardNorm",
     "masked_mean",
+    "on_last_policy_token",
+    "placebo_permutation",
     "ppo_policy_loss",
     "value_loss",
 ]
@@ -308,3 +310,21 @@ def kl_reward_penalty(
     ref_logp, estimator)`` on policy tokens, 0 elsewhere. Subtract it from the token rewards
     (GAE) or its row sums from the scores (group baseline)."""
     return coef * kl_estimate(logp, ref_logp, estimator) * mask.to(logp.dtype)
+
+
+def placebo_permutation(n: int, seed: int, step: int) -> torch.Tensor:
+    """The placebo arm's shuffle of one step's ``n`` episodes (all ranks'): a pure function of
+    (seed, step), the same on every rank."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 15485863 + step * 7 + 3))
+
+
+def on_last_policy_token(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B,) returns -> (B, T) rewards: each row's return on its last policy token."""
+    out = torch.zeros_like(mask, dtype=torch.float32)
+    cols = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
+    last = torch.where(mask.bool(), cols, torch.full_like(cols, -1)).max(-1).values  # (B,)
+    has = last >= 0
+    out[has.nonzero().flatten(), last[has]] = scores[has].float()
+    return out
+
+

@@ -5,7 +5,7 @@ one vLLM engine (``external_launcher``): each rank holds a slice of it, and ever
 (generate, routing) must be made by all of them at once with identical inputs, or the engine
 hangs or diverges. So the environments live on the group's first rank only (the *leader*):
 
-* the leader runs the ordinary :class:`~agentgym.trainer.rollout.Collector` with a
+* the leader runs the ordinary :class:`~agentgym.trainer.rollout.collector.Collector` with a
   :class:`GroupEngine`, which broadcasts each call (method, prompts, seeds) to the group's other
   ranks before making it itself;
 * the others (*followers*) run :meth:`GroupEngine.follow`: receive a call, make it on their
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentgym.trainer.distributed import DistInfo
+from ..distributed import DistInfo
 
 __all__ = ["GroupCollector", "GroupEngine", "tp_group"]
 

@@ -35,10 +35,11 @@ from typing import Any
 import torch
 
 from agentgym.errors import NonFiniteError
-from agentgym.trainer.async_rollout import batch_versions
 from agentgym.trajectory import Trajectory
 
-__all__ = ["Batch", "make_batch", "micro_batches"]
+__all__ = ["NO_VERSION", "Batch", "batch_versions", "make_batch", "micro_batches", "shared_prefix_len"]
+
+NO_VERSION = -1  # token_versions of tokens the env wrote (prompt, tool results)
 
 
 @dataclass
@@ -166,3 +167,28 @@ def micro_batches(lengths: torch.Tensor, rows: torch.Tensor, max_tokens: int) ->
     if cur:
         out.append(rows[cur])
     return out
+
+
+def batch_versions(trajs: Sequence[Trajectory], width: int) -> torch.Tensor | None:
+    """(B, width) long: each token's policy version (``NO_VERSION`` elsewhere), or None when an
+    episode has no record of its versions."""
+    if not trajs or any("token_versions" not in t.meta for t in trajs):
+        return None
+    out = torch.full((len(trajs), width), NO_VERSION, dtype=torch.long)
+    for b, t in enumerate(trajs):
+        v = t.meta["token_versions"]
+        out[b, :len(v)] = torch.tensor(v, dtype=torch.long)
+    return out
+
+
+def shared_prefix_len(input_ids: torch.Tensor, policy_mask: torch.Tensor, lengths: torch.Tensor) -> int:
+    """Length of the token prefix every row shares and the policy never sampled (the system +
+    developer prompt of an environment, ~600 tokens for the byte tokenizer)."""
+    same = (input_ids == input_ids[:1]).all(0)  # (T,)
+    n = int(same.long().cumprod(0).sum())
+    first_policy = policy_mask.bool().any(0).nonzero()
+    if first_policy.numel():
+        n = min(n, int(first_policy[0]))
+    return max(0, min(n, int(lengths.min()) - 1))
+
+

