@@ -86,8 +86,11 @@ def _config(name: str, cfg: Any) -> Any:
                       f"use a local model dir or one of {sorted(KNOWN_ARCHITECTURES)}")
 
 
-def _count(config: Any) -> dict[str, int]:
-    """Parameter counts from the model built on the meta device."""
+def _count(config: Any, lora: Any = None) -> dict[str, int]:
+    """Parameter counts from the model built on the meta device; with ``lora`` (a rank > 0
+    ``LoRAConfig``) PEFT's adapters are injected there too: ``adapters`` is their exact count,
+    ``largest adapter`` the largest one, ``expert weights`` the largest layer's fused expert
+    weights (what PEFT materialises as W + BA when the experts are adapted)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -96,10 +99,21 @@ def _count(config: Any) -> dict[str, int]:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     layers = model.model.layers
-    return {"total": sum(p.numel() for p in model.parameters()),
-            "layer": max(sum(p.numel() for p in layer.parameters()) for layer in layers),
-            "root": sum(p.numel() for n, p in model.named_parameters() if ".layers." not in n),
-            "largest": max(p.numel() for p in model.parameters())}
+    counts = {"total": sum(p.numel() for p in model.parameters()),
+              "layer": max(sum(p.numel() for p in layer.parameters()) for layer in layers),
+              "root": sum(p.numel() for n, p in model.named_parameters() if ".layers." not in n),
+              "largest": max(p.numel() for p in model.parameters()),
+              "adapters": 0, "largest adapter": 0, "expert weights": 0}
+    if lora is not None and lora.rank:
+        from agentgym.trainer.lora import add_adapters
+
+        with torch.device("meta"):
+            add_adapters(model, lora)
+        adapters = [p.numel() for p in model.parameters() if p.requires_grad]
+        counts |= {"adapters": sum(adapters), "largest adapter": max(adapters),
+                   "expert weights": max(sum(getattr(layer.mlp.experts, n).numel() for n in ("gate_up_proj", "down_proj"))
+                                         for layer in layers) if lora.experts else 0}
+    return counts
 
 
 def layer_activation_bytes(config: Any, *, precision: str, attention: str, experts: str, seq: int) -> float:
@@ -171,7 +185,9 @@ def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -
     bf16 = cfg.model.dtype == "bfloat16"
     c = 2 if bf16 else 4
     on_gpu = cfg.model.device == "cuda"
-    precision = "float32" if not bf16 else ("bf16" if world > 1 else "autocast")
+    lora = cfg.model.lora.rank > 0
+    # LoRA holds the frozen base in the compute dtype: bf16 weights under autocast compute like FSDP2's
+    precision = "float32" if not bf16 else ("bf16" if world > 1 or lora else "autocast")
     attn = cfg.model.attn_implementation
     attn = default_attention(cfg.model.device) if attn == "auto" else attn
     attention = "eager" if attn == "eager" else "flex"
@@ -195,6 +211,8 @@ def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -
     else:
         weights_in_use = c * P if bf16 else 0.0  # autocast's bf16 copies (cached until the backward)
     adam_temp = 4 * (P / world if on_gpu else counts["largest"])
+    if lora:
+        return _lora_memory(counts, config, cfg, c=c, per_layer=per_layer, root=root, head=head, tokens=tokens)
     mem = {
         "master weights fp32": 4 * P / world,
         "AdamW state fp32": 8 * P / world,
@@ -223,6 +241,57 @@ def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -
     backward = mem["weights in compute dtype"] + mem["activations"] + head_grad
     step = mem["gradients fp32"] + mem["AdamW step temporary"]
     mem["peak during update"] = resident + max(backward, step) + mem["engine asleep"]
+    return mem
+
+
+def hf_kv_bytes(config: Any, cfg: Any) -> float:
+    """The hf engine's KV cache at its largest: ``max_batch_size`` rows (engine_kwargs, default 64)
+    of ``env.max_tokens`` tokens in the compute dtype; sliding-window layers keep their window."""
+    c = 2 if cfg.model.dtype == "bfloat16" else 4
+    rows = min(int(cfg.rollout.engine_kwargs.get("max_batch_size", 64)),
+               cfg.rollout.tasks_per_step * cfg.rollout.samples_per_task)
+    T = cfg.env.max_tokens
+    kinds = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
+    window = getattr(config, "sliding_window", None) or T
+    slots = sum(min(T, window) if k == "sliding_attention" else T for k in kinds)
+    return float(rows * slots * 2 * config.num_key_value_heads * config.head_dim * c)
+
+
+def _lora_memory(counts: dict[str, int], config: Any, cfg: Any, *, c: int, per_layer: float, root: float,
+                 head: float, tokens: int) -> dict[str, float]:
+    """:func:`estimate_memory` with ``model.lora.rank`` > 0 (one process): the base is frozen and
+    held in the compute dtype (no gradients, no AdamW state); the adapters (``counts["adapters"]``,
+    counted on the meta device with PEFT) have float32 weights, gradients and AdamW m, v. The KL
+    reference is the base with the adapters off: nothing extra. Activations as for full training
+    in that precision (a frozen linear no longer saves its input, but the adapter beside it saves
+    the same input, and every elementwise op after the first adapter still saves its operands:
+    an upper bound within a few percent, bench/trainer_memory.py --mode plan). Adapted experts:
+    PEFT materialises W + BA of a layer's fused expert weights in the forward and the expert
+    matmuls save it for the backward, per layer (one layer with gradient checkpointing). The hf
+    engine shares these weights; its KV cache (:func:`hf_kv_bytes`) lives during the rollout."""
+    A, L = counts["adapters"], config.num_hidden_layers
+    on_gpu, bf16, ckpt = cfg.model.device == "cuda", c == 2, cfg.model.gradient_checkpointing
+    layers_act = L * tokens * config.hidden_size * c if ckpt else L * per_layer
+    merged = c * counts["expert weights"] * (1 if ckpt else L)  # W + BA kept for the backward
+    mem = {
+        "frozen base (compute dtype)": float(c * counts["total"]),
+        "adapters fp32": 4.0 * A,
+        "AdamW state fp32": 8.0 * A,
+        "gradients fp32": 4.0 * A,
+        "AdamW step temporary": 4.0 * (A if on_gpu else counts["largest adapter"]),
+        "KL reference": 0.0,  # the base, adapters off
+        "weights in compute dtype": (2.0 * A if bf16 else 0.0) + merged,  # autocast's adapter copies, W + BA
+        "activations": layers_act + root + (max(head, per_layer) if ckpt else head),
+        "engine awake": 0.0, "engine asleep": 0.0, "weight sync buffers": 0.0,
+    }
+    if cfg.rollout.engine == "hf":
+        mem["engine KV cache (hf)"] = hf_kv_bytes(config, cfg)
+    context = CUDA_CONTEXT if on_gpu else 0.0
+    resident = mem["frozen base (compute dtype)"] + mem["adapters fp32"] + mem["AdamW state fp32"] + context
+    mem["peak during rollout"] = resident + mem.get("engine KV cache (hf)", 0.0)
+    backward = mem["weights in compute dtype"] + mem["activations"]
+    step = mem["gradients fp32"] + mem["AdamW step temporary"]
+    mem["peak during update"] = resident + max(backward, step)
     return mem
 
 
@@ -275,7 +344,7 @@ def memory_problems(cfg: Any) -> list[str]:
         except ConfigError:
             config = None
         if config is not None:
-            est = estimate_memory(_count(config), config, cfg, cfg.distributed.nproc or 1)
+            est = estimate_memory(_count(config, cfg.model.lora), config, cfg, cfg.distributed.nproc or 1)
             # the learner's own share: the engine's is planned for a GPU (a CPU engine holds its own
             # kv_cache_gib, outside this plan)
             learner = est["peak during update"] - est["engine asleep"]
@@ -313,7 +382,20 @@ def make_plan(cfg: Any) -> Plan:
         "weight sync": f"{cfg.model.dtype}, in memory (gathered one parameter at a time)"
                        if r.engine == "vllm" else f"{cfg.model.dtype} (gathered one parameter at a time)",
         "engine sleep level": r.sleep_level,
+        "GPU memory": f"{d.gpu_memory_gib:g} GiB per GPU (distributed.gpu_memory_gib)",
     }
+    lora = cfg.model.lora
+    if lora.rank:
+        plan.layout["learner"] = (f"one process, LoRA rank {lora.rank} on {', '.join(lora.targets)}"
+                                  f"{' + experts' if lora.experts else ''}: frozen {cfg.model.dtype} base, "
+                                  "float32 adapters + AdamW")
+        plan.layout["weight sync"] = "none: the hf engine runs the learner's own model (adapters active)"
+        if world > 1:
+            plan.problems.append(f"model.lora.rank={lora.rank} runs in one process; set distributed.nproc=1")
+        if r.engine != "hf":
+            plan.problems.append(f"model.lora.rank={lora.rank} with rollout.engine={r.engine}: only the hf engine "
+                                 "(which shares the learner's weights) samples from the adapted policy; "
+                                 "set rollout.engine=hf")
     if world % d.rollout_tp:
         plan.problems.append(f"distributed.rollout_tp={d.rollout_tp} does not divide {world} processes")
     elif r.tasks_per_step % groups:
@@ -359,12 +441,14 @@ def make_plan(cfg: Any) -> Plan:
                                f"ppo.micro_batch_tokens={p.micro_batch_tokens}: such an episode forms a "
                                "micro-batch of its own (the estimate uses the longer)")
     config = _config(cfg.model.name, cfg)
-    counts = _count(config)
+    counts = _count(config, cfg.model.lora)
     plan.model = {"name": cfg.model.name, "parameters": f"{counts['total'] / 1e9:.2f} B",
                   "largest decoder layer": f"{counts['layer'] / 1e6:.0f} M",
                   "embeddings + head + norm": f"{counts['root'] / 1e6:.0f} M",
                   "layers x hidden x vocab": f"{config.num_hidden_layers} x {config.hidden_size} x "
                                              f"{config.vocab_size}"}
+    if lora.rank:
+        plan.model["adapters (trained)"] = f"{counts['adapters'] / 1e6:.1f} M"
     plan.memory = estimate_memory(counts, config, cfg, world)
     if r.engine == "vllm":
         c = 2 if cfg.model.dtype == "bfloat16" else 4
@@ -383,6 +467,8 @@ def make_plan(cfg: Any) -> Plan:
     limit = 0.95 * d.gpu_memory_gib * GIB
     for phase in ("peak during rollout", "peak during update"):
         if on_gpu and plan.memory[phase] > limit:
+            big = max((k for k in plan.memory if not k.startswith("peak")), key=plan.memory.__getitem__)
             plan.problems.append(f"{phase}: {plan.memory[phase] / GIB:.1f} GiB > 95% of "
-                                 f"{d.gpu_memory_gib:g} GiB per GPU")
+                                 f"{d.gpu_memory_gib:g} GiB per GPU (largest part: {big}, "
+                                 f"{plan.memory[big] / GIB:.1f} GiB)")
     return plan
