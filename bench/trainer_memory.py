@@ -156,8 +156,11 @@ PLAN_SHAPES = [  # model.tiny overrides, rows length T, micro-batch tokens N
 ]
 
 
-def measure_plan(tiny: dict[str, Any], seq: int, tokens: int, dtype: str, ckpt: bool) -> dict[str, Any]:
-    """(plan bytes, measured bytes) of one learner update on ``tokens // seq`` rows of ``seq`` tokens."""
+def measure_plan(tiny: dict[str, Any], seq: int, tokens: int, dtype: str, ckpt: bool,
+                 lora: dict[str, Any] | None = None) -> dict[str, Any]:
+    """(plan bytes, measured bytes) of one learner update on ``tokens // seq`` rows of ``seq`` tokens;
+    ``lora`` ({"rank": r, "experts": bool}): PEFT adapters on a frozen base in the compute dtype,
+    as the learner holds them."""
 
     import torch
 
@@ -174,18 +177,30 @@ def measure_plan(tiny: dict[str, Any], seq: int, tokens: int, dtype: str, ckpt: 
             f"model.gradient_checkpointing={str(ckpt).lower()}", f"env.max_tokens={seq - 1}",
             f"ppo.micro_batch_tokens={tokens}", "rollout.tasks_per_step=1", f"rollout.samples_per_task={rows}",
             "ppo.kl_coef=0", "ppo.advantage=group"]
+    if lora:
+        over += ["controls=[]", f"model.lora.rank={lora['rank']}", f"model.lora.experts={str(lora['experts']).lower()}"]
     cfg = load_config("cpu-quickstart", over)
     config = _config("tiny", cfg)
-    plan = estimate_memory(_count(config), config, cfg, world=1)
+    plan = estimate_memory(_count(config, cfg.model.lora), config, cfg, world=1)
     vocab = config.vocab_size
     model = build_tiny_gptoss(vocab, seed=0, **tiny)
     if ckpt:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
-    params = list(model.parameters())
+    weights = list(model.parameters())
+    if lora:
+        from agentgym.trainer.lora import add_adapters
+
+        add_adapters(model, cfg.model.lora)
+        for q in model.parameters():  # the frozen base in the compute dtype, as the learner holds it
+            if not q.requires_grad:
+                q.data = q.data.to(torch.bfloat16 if dtype == "bfloat16" else torch.float32)
+        weights = list(model.parameters())
+    params = [q for q in model.parameters() if q.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-4)
     bf16 = dtype == "bfloat16"
     s = _learner(cfg, model, opt, bf16=bf16)
+    s.params = params
     g = torch.Generator().manual_seed(0)
     trajs = []
     for i in range(rows):  # seq - 1 tokens (the batch adds a pad column): one prompt token, then
@@ -202,11 +217,12 @@ def measure_plan(tiny: dict[str, Any], seq: int, tokens: int, dtype: str, ckpt: 
     _update(s, cfg, batch, 0)  # the first step allocates AdamW's state
     opt.zero_grad(set_to_none=True)
     with LiveBytes() as live:
-        live.track(params)
+        live.track(weights)
         live.track(v for st in opt.state.values() for v in st.values() if torch.is_tensor(v))
         m = _update(s, cfg, batch, 1)
     return {"plan": plan["peak during update"], "measured": live.peak, "micro_batches": int(m["micro_batches"]),
-            "params": sum(p.numel() for p in params), "activations_plan": plan["activations"]}
+            "params": sum(p.numel() for p in params), "activations_plan": plan["activations"],
+            "parts": {k: v for k, v in plan.items() if not k.startswith("peak")}}
 
 
 def plan_table() -> None:

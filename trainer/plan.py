@@ -30,7 +30,8 @@ from typing import Any
 from agentgym.errors import ConfigError
 
 __all__ = ["EPISODE_BYTES_PER_TOKEN", "KNOWN_ARCHITECTURES", "MXFP4_HUB_IDS", "Plan", "check_engine_checkpoint",
-           "estimate_memory", "host_memory", "layer_activation_bytes", "machine_memory", "make_plan",
+           "estimate_memory", "host_memory", "frozen_base_saving", "layer_activation_bytes",
+           "machine_memory", "make_plan",
            "memory_problems"]
 
 GIB = 1 << 30
@@ -163,6 +164,18 @@ def layer_activation_bytes(config: Any, *, precision: str, attention: str, exper
     return float(norms + attn + mlp + extra)
 
 
+def frozen_base_saving(config: Any, *, precision: str, experts: bool) -> float:
+    """Bytes per token and layer that a frozen base (LoRA) does not save for the backward, against
+    :func:`layer_activation_bytes`: a frozen weight needs no copy of its input. Each norm's
+    normalised float32 input to its weight's product (two norms); the router's input; without
+    expert adapters, the experts' inputs to gate_up (H) and to down (I), k per token (with them,
+    the matmuls against W + BA save their inputs again). The attention projections' inputs stay:
+    their adapters save the same tensors."""
+    H, Im, k = config.hidden_size, config.intermediate_size, getattr(config, "num_experts_per_tok", 1)
+    b = 4 if precision == "float32" else 2
+    return float(2 * 4 * H + b * H + (0 if experts else k * b * (H + Im)))
+
+
 def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -> dict[str, float]:
     """Bytes per device (see the module doc). Learner (FSDP2 over ``world`` ranks): float32
     master weights, AdamW m and v, float32 gradients, the reference in the compute dtype (when
@@ -196,6 +209,8 @@ def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -
     tokens = max(cfg.ppo.micro_batch_tokens or seq, seq)
     per_layer = tokens * layer_activation_bytes(config, precision=precision, attention=attention,
                                                 experts="grouped" if on_gpu else "eager", seq=seq)
+    if lora:
+        per_layer -= tokens * frozen_base_saving(config, precision=precision, experts=cfg.model.lora.experts)
     residual = 2 if precision == "bf16" else 4  # bytes per value of the residual stream
     ckpt = cfg.model.gradient_checkpointing
     layers_act = L * tokens * H * residual if ckpt else L * per_layer  # kept through the backward
