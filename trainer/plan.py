@@ -108,12 +108,12 @@ def _count(config: Any, lora: Any = None) -> dict[str, int]:
     if lora is not None and lora.rank:
         from agentgym.trainer.lora import add_adapters
 
+        experts = max(sum(p.numel() for n, p in layer.mlp.experts.named_parameters()
+                          if n in ("gate_up_proj", "down_proj")) for layer in layers) if lora.experts else 0
         with torch.device("meta"):
             add_adapters(model, lora)
         adapters = [p.numel() for p in model.parameters() if p.requires_grad]
-        counts |= {"adapters": sum(adapters), "largest adapter": max(adapters),
-                   "expert weights": max(sum(getattr(layer.mlp.experts, n).numel() for n in ("gate_up_proj", "down_proj"))
-                                         for layer in layers) if lora.experts else 0}
+        counts |= {"adapters": sum(adapters), "largest adapter": max(adapters), "expert weights": experts}
     return counts
 
 
@@ -407,10 +407,6 @@ def make_plan(cfg: Any) -> Plan:
         plan.layout["weight sync"] = "none: the hf engine runs the learner's own model (adapters active)"
         if world > 1:
             plan.problems.append(f"model.lora.rank={lora.rank} runs in one process; set distributed.nproc=1")
-        if r.engine != "hf":
-            plan.problems.append(f"model.lora.rank={lora.rank} with rollout.engine={r.engine}: only the hf engine "
-                                 "(which shares the learner's weights) samples from the adapted policy; "
-                                 "set rollout.engine=hf")
     if world % d.rollout_tp:
         plan.problems.append(f"distributed.rollout_tp={d.rollout_tp} does not divide {world} processes")
     elif r.tasks_per_step % groups:
