@@ -190,7 +190,8 @@ def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -
     the second moment of every parameter at once with the foreach implementation CUDA uses, of
     the largest parameter with the per-tensor one on CPU); the rollout's with the learner state
     resident (gradients freed before the engine wakes). Engine: ``gpu_memory_utilization`` of
-    the GPU while awake, a small residue asleep."""
+    the GPU while awake, a small residue asleep; the hf engine's KV cache (:func:`hf_kv_bytes`)
+    during the rollout. With ``model.lora.rank`` > 0: :func:`_lora_memory`."""
     from agentgym.trainer.logprobs import HEAD_CHUNK_BYTES, head_rows
     from agentgym.trainer.model import default_attention
 
@@ -251,7 +252,10 @@ def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -
         mem["weight sync buffers"] = c * counts["largest"] + bucket
     else:
         mem["weight sync buffers"] = 0.0
-    mem["peak during rollout"] = resident + mem["engine awake"] + mem["weight sync buffers"]
+    if cfg.rollout.engine == "hf":
+        mem["engine KV cache (hf)"] = hf_kv_bytes(config, cfg)
+    mem["peak during rollout"] = (resident + mem["engine awake"] + mem["weight sync buffers"]
+                                  + mem.get("engine KV cache (hf)", 0.0))
     head_grad = 4 * counts["root"] / world  # the first gradients, before any activation is freed
     backward = mem["weights in compute dtype"] + mem["activations"] + head_grad
     step = mem["gradients fp32"] + mem["AdamW step temporary"]
