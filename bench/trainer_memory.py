@@ -4,6 +4,7 @@ the dry run's memory plan against a measured learner step.
     python bench/trainer_memory.py                            # both reports below, one subprocess each
     python bench/trainer_memory.py --mode step --episodes 16 64 --budget 0    # the single-batch "before"
     python bench/trainer_memory.py --mode plan                # plan vs measured, shapes x precisions
+    python bench/trainer_memory.py --mode plan-lora           # the same with LoRA adapters (frozen base)
 
 * ``--mode plan``: for each shape (GPT-OSS layers of several widths, float32 and bf16 autocast, with
   and without gradient checkpointing) a real ``ppo_update`` on one micro-batch of rows of the
@@ -156,8 +157,11 @@ PLAN_SHAPES = [  # model.tiny overrides, rows length T, micro-batch tokens N
 ]
 
 
-def measure_plan(tiny: dict[str, Any], seq: int, tokens: int, dtype: str, ckpt: bool) -> dict[str, Any]:
-    """(plan bytes, measured bytes) of one learner update on ``tokens // seq`` rows of ``seq`` tokens."""
+def measure_plan(tiny: dict[str, Any], seq: int, tokens: int, dtype: str, ckpt: bool,
+                 lora: dict[str, Any] | None = None) -> dict[str, Any]:
+    """(plan bytes, measured bytes) of one learner update on ``tokens // seq`` rows of ``seq`` tokens;
+    ``lora`` ({"rank": r, "experts": bool}): PEFT adapters on a frozen base in the compute dtype,
+    as the learner holds them."""
 
     import torch
 
@@ -174,18 +178,30 @@ def measure_plan(tiny: dict[str, Any], seq: int, tokens: int, dtype: str, ckpt: 
             f"model.gradient_checkpointing={str(ckpt).lower()}", f"env.max_tokens={seq - 1}",
             f"ppo.micro_batch_tokens={tokens}", "rollout.tasks_per_step=1", f"rollout.samples_per_task={rows}",
             "ppo.kl_coef=0", "ppo.advantage=group"]
+    if lora:
+        over += ["controls=[]", f"model.lora.rank={lora['rank']}", f"model.lora.experts={str(lora['experts']).lower()}"]
     cfg = load_config("cpu-quickstart", over)
     config = _config("tiny", cfg)
-    plan = estimate_memory(_count(config), config, cfg, world=1)
+    plan = estimate_memory(_count(config, cfg.model.lora), config, cfg, world=1)
     vocab = config.vocab_size
     model = build_tiny_gptoss(vocab, seed=0, **tiny)
     if ckpt:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
-    params = list(model.parameters())
+    weights = list(model.parameters())
+    if lora:
+        from agentgym.trainer.model.lora import add_adapters
+
+        add_adapters(model, cfg.model.lora)
+        for q in model.parameters():  # the frozen base in the compute dtype, as the learner holds it
+            if not q.requires_grad:
+                q.data = q.data.to(torch.bfloat16 if dtype == "bfloat16" else torch.float32)
+        weights = list(model.parameters())
+    params = [q for q in model.parameters() if q.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-4)
     bf16 = dtype == "bfloat16"
     s = _learner(cfg, model, opt, bf16=bf16)
+    s.params = params
     g = torch.Generator().manual_seed(0)
     trajs = []
     for i in range(rows):  # seq - 1 tokens (the batch adds a pad column): one prompt token, then
@@ -202,11 +218,12 @@ def measure_plan(tiny: dict[str, Any], seq: int, tokens: int, dtype: str, ckpt: 
     _update(s, cfg, batch, 0)  # the first step allocates AdamW's state
     opt.zero_grad(set_to_none=True)
     with LiveBytes() as live:
-        live.track(params)
+        live.track(weights)
         live.track(v for st in opt.state.values() for v in st.values() if torch.is_tensor(v))
         m = _update(s, cfg, batch, 1)
     return {"plan": plan["peak during update"], "measured": live.peak, "micro_batches": int(m["micro_batches"]),
-            "params": sum(p.numel() for p in params), "activations_plan": plan["activations"]}
+            "params": sum(p.numel() for p in params), "activations_plan": plan["activations"],
+            "parts": {k: v for k, v in plan.items() if not k.startswith("peak")}}
 
 
 def plan_table() -> None:
@@ -232,6 +249,37 @@ def plan_table() -> None:
     print(f"\nlargest |plan / measured - 1|: {worst:.3f}")
 
 
+LORA_SHAPES = [  # model.tiny overrides, rows length T, micro-batch tokens N
+    ({"num_hidden_layers": 2, "hidden_size": 256, "intermediate_size": 384, "num_local_experts": 4}, 256, 1024),
+    ({"num_hidden_layers": 4, "hidden_size": 512, "intermediate_size": 512, "num_attention_heads": 8,
+      "num_key_value_heads": 2, "head_dim": 64, "num_local_experts": 8, "num_experts_per_tok": 2}, 512, 2048),
+]
+
+
+def lora_plan_table() -> None:
+    """The plan against a measured LoRA update (rank 8; attention adapters, then with the experts')."""
+    print("| shape | T x rows | precision (base) | adapters | grad ckpt | plan MiB | measured MiB | plan / measured |")
+    print("|---|---|---|---|---|---|---|---|")
+    worst = 0.0
+    for tiny, seq, tokens in LORA_SHAPES:
+        for dtype, ckpt in (("float32", False), ("bfloat16", False), ("bfloat16", True)):
+            for experts in (False, True):
+                cmd = [sys.executable, __file__, "--child", "--mode", "plan", "--plan-case",
+                       json.dumps([tiny, seq, tokens, dtype, ckpt, {"rank": 8, "experts": experts}])]
+                out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                if out.returncode:
+                    print(f"| {tiny} | failed: {out.stderr.strip().splitlines()[-1:]} |", flush=True)
+                    continue
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                ratio = r["plan"] / r["measured"]
+                worst = max(worst, abs(ratio - 1))
+                shape = ", ".join(f"{k.replace('num_', '').replace('_size', '')}={v}" for k, v in tiny.items())
+                print(f"| {shape} | {seq} x {tokens // seq} | {'bf16' if dtype == 'bfloat16' else 'fp32'} | "
+                      f"{'attention + experts' if experts else 'attention'} | {'yes' if ckpt else 'no'} | "
+                      f"{r['plan'] / 2**20:.1f} | {r['measured'] / 2**20:.1f} | {ratio:.3f} |", flush=True)
+    print(f"\nlargest |plan / measured - 1|: {worst:.3f}")
+
+
 def child(args: argparse.Namespace) -> None:
     if args.mode == "plan":
         print(json.dumps(measure_plan(*json.loads(args.plan_case))))
@@ -244,7 +292,7 @@ def child(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", choices=["step", "update", "both", "plan"], default="both")
+    ap.add_argument("--mode", choices=["step", "update", "both", "plan", "plan-lora"], default="both")
     ap.add_argument("--plan-case", help=argparse.SUPPRESS)
     ap.add_argument("--episodes", type=int, nargs="+", default=[16, 64, 256, 1024])
     ap.add_argument("--vocab", type=int, default=201088, help="vocabulary of --mode update")
@@ -255,8 +303,8 @@ def main() -> None:
         child(args)
         return
     print(f"load average {os.getloadavg()}", flush=True)
-    if args.mode == "plan":
-        plan_table()
+    if args.mode in ("plan", "plan-lora"):
+        plan_table() if args.mode == "plan" else lora_plan_table()
         print(f"\nload average {os.getloadavg()}")
         return
     modes = ["step", "update"] if args.mode == "both" else [args.mode]

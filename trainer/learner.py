@@ -97,6 +97,9 @@ class Learner:
                                   "without torchrun, or set model.lora.rank=0")
 
             self.peft = add_adapters(self.model, cfg.model.lora, seed=cfg.seed)  # base frozen, adapters in place
+            for q in self.model.parameters():  # the frozen base in the compute dtype (plan.py counts it so)
+                if not q.requires_grad:
+                    q.data = q.data.to(self.compute_dtype)
         self.model.train()
         self.params = [q for q in self.model.parameters() if q.requires_grad] + (
             list(self.value_head.parameters()) if self.value_head is not None else [])
@@ -129,7 +132,8 @@ class Learner:
                      else build_tiny_for(tok, seed=self.cfg.seed, **m.tiny)).to(self.device)
             set_attention(model, resolve_attention(m.attn_implementation, self.device, model.config.head_dim))
         else:
-            model = load_policy(m.name, device=self.device, dtype=torch.float32,
+            # a LoRA base is frozen in the compute dtype: never hold it in float32
+            model = load_policy(m.name, device=self.device, dtype=self.compute_dtype if m.lora.rank else torch.float32,
                                 attn_implementation=m.attn_implementation)
         if m.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -31,7 +31,9 @@ from agentgym.errors import ConfigError
 
 from .model.gptoss import check_attention, default_attention, tiny_gptoss_config
 from .model.logprobs import HEAD_CHUNK_BYTES, head_rows
+from .model.lora import add_adapters
 from .model.mxfp4 import is_mxfp4
+from .plan_lora import frozen_base_saving, hf_kv_bytes, lora_memory
 
 __all__ = ["EPISODE_BYTES_PER_TOKEN", "KNOWN_ARCHITECTURES", "MXFP4_HUB_IDS", "Plan", "check_engine_checkpoint",
            "estimate_memory", "host_memory", "layer_activation_bytes", "machine_memory", "make_plan",
@@ -89,8 +91,11 @@ def _config(name: str, cfg: Any) -> Any:
                       f"use a local model dir or one of {sorted(KNOWN_ARCHITECTURES)}")
 
 
-def _count(config: Any) -> dict[str, int]:
-    """Parameter counts from the model built on the meta device."""
+def _count(config: Any, lora: Any = None) -> dict[str, int]:
+    """Parameter counts from the model built on the meta device; with ``lora`` (a rank > 0
+    ``LoRAConfig``) PEFT's adapters are injected there too: ``adapters`` is their exact count,
+    ``largest adapter`` the largest one, ``expert weights`` the largest layer's fused expert
+    weights (what PEFT materialises as W + BA when the experts are adapted)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -99,10 +104,19 @@ def _count(config: Any) -> dict[str, int]:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     layers = model.model.layers
-    return {"total": sum(p.numel() for p in model.parameters()),
-            "layer": max(sum(p.numel() for p in layer.parameters()) for layer in layers),
-            "root": sum(p.numel() for n, p in model.named_parameters() if ".layers." not in n),
-            "largest": max(p.numel() for p in model.parameters())}
+    counts = {"total": sum(p.numel() for p in model.parameters()),
+              "layer": max(sum(p.numel() for p in layer.parameters()) for layer in layers),
+              "root": sum(p.numel() for n, p in model.named_parameters() if ".layers." not in n),
+              "largest": max(p.numel() for p in model.parameters()),
+              "adapters": 0, "largest adapter": 0, "expert weights": 0}
+    if lora is not None and lora.rank:
+        experts = max(sum(p.numel() for n, p in layer.mlp.experts.named_parameters()
+                          if n in ("gate_up_proj", "down_proj")) for layer in layers) if lora.experts else 0
+        with torch.device("meta"):
+            add_adapters(model, lora)
+        adapters = [p.numel() for p in model.parameters() if p.requires_grad]
+        counts |= {"adapters": sum(adapters), "largest adapter": max(adapters), "expert weights": experts}
+    return counts
 
 
 def layer_activation_bytes(config: Any, *, precision: str, attention: str, experts: str, seq: int) -> float:
@@ -152,6 +166,18 @@ def layer_activation_bytes(config: Any, *, precision: str, attention: str, exper
     return float(norms + attn + mlp + extra)
 
 
+def engine_memory(cfg: Any, largest: int, sync_bytes: int) -> dict[str, float]:
+    """A vLLM engine's share of the GPU (``gpu_memory_utilization``, its weights and KV cache), awake
+    and asleep, and the in-memory weight sync's buffers: one parameter of ``largest`` values at
+    ``sync_bytes`` each, gathered or (LoRA) merged, and one bucket. Zero for the hf engine."""
+    if cfg.rollout.engine != "vllm":
+        return {"engine awake": 0.0, "engine asleep": 0.0, "weight sync buffers": 0.0}
+    awake = float(cfg.rollout.engine_kwargs.get("gpu_memory_utilization", 0.3)) * cfg.distributed.gpu_memory_gib * GIB
+    bucket = float(cfg.rollout.engine_kwargs.get("sync_bucket_mb", 256)) * (1 << 20)
+    return {"engine awake": awake, "engine asleep": SLEEP_RESIDUE if cfg.rollout.sleep_level else awake,
+            "weight sync buffers": sync_bytes * largest + bucket}
+
+
 def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -> dict[str, float]:
     """Bytes per device (see the module doc). Learner (FSDP2 over ``world`` ranks): float32
     master weights, AdamW m and v, float32 gradients, the reference in the compute dtype (when
@@ -166,13 +192,16 @@ def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -
     the second moment of every parameter at once with the foreach implementation CUDA uses, of
     the largest parameter with the per-tensor one on CPU); the rollout's with the learner state
     resident (gradients freed before the engine wakes). Engine: ``gpu_memory_utilization`` of
-    the GPU while awake, a small residue asleep."""
+    the GPU while awake, a small residue asleep; the hf engine's KV cache (``plan_lora.hf_kv_bytes``)
+    during the rollout. With ``model.lora.rank`` > 0: ``plan_lora.lora_memory``."""
 
     P = counts["total"]
     bf16 = cfg.model.dtype == "bfloat16"
     c = 2 if bf16 else 4
     on_gpu = cfg.model.device == "cuda"
-    precision = "float32" if not bf16 else ("bf16" if world > 1 else "autocast")
+    lora = cfg.model.lora.rank > 0
+    # LoRA holds the frozen base in the compute dtype: bf16 weights under autocast compute like FSDP2's
+    precision = "float32" if not bf16 else ("bf16" if world > 1 or lora else "autocast")
     attn = cfg.model.attn_implementation
     attn = default_attention(cfg.model.device) if attn == "auto" else attn
     attention = "eager" if attn == "eager" else "flex"
@@ -181,6 +210,8 @@ def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -
     tokens = max(cfg.ppo.micro_batch_tokens or seq, seq)
     per_layer = tokens * layer_activation_bytes(config, precision=precision, attention=attention,
                                                 experts="grouped" if on_gpu else "eager", seq=seq)
+    if lora:
+        per_layer -= tokens * frozen_base_saving(config, precision=precision, experts=cfg.model.lora.experts)
     residual = 2 if precision == "bf16" else 4  # bytes per value of the residual stream
     ckpt = cfg.model.gradient_checkpointing
     layers_act = L * tokens * H * residual if ckpt else L * per_layer  # kept through the backward
@@ -196,6 +227,10 @@ def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -
     else:
         weights_in_use = c * P if bf16 else 0.0  # autocast's bf16 copies (cached until the backward)
     adam_temp = 4 * (P / world if on_gpu else counts["largest"])
+    if lora:
+        return lora_memory(counts, config, cfg, c=c, per_layer=per_layer, root=root, head=head, tokens=tokens,
+                           context=CUDA_CONTEXT if on_gpu else 0.0,
+                           engine=engine_memory(cfg, counts["largest"], 4))  # merged in float32
     mem = {
         "master weights fp32": 4 * P / world,
         "AdamW state fp32": 8 * P / world,
@@ -206,20 +241,13 @@ def estimate_memory(counts: dict[str, int], config: Any, cfg: Any, world: int) -
         # with checkpointing the head's backward and a layer's recomputation come one after the other
         "activations": layers_act + root + (max(head, per_layer) if ckpt else head),
     }
-    if cfg.rollout.engine == "vllm":
-        util = float(cfg.rollout.engine_kwargs.get("gpu_memory_utilization", 0.3))
-        mem["engine awake"] = util * cfg.distributed.gpu_memory_gib * GIB
-        mem["engine asleep"] = SLEEP_RESIDUE if cfg.rollout.sleep_level else mem["engine awake"]
-    else:
-        mem["engine awake"] = mem["engine asleep"] = 0.0
+    mem |= engine_memory(cfg, counts["largest"], c)
     context = CUDA_CONTEXT if on_gpu else 0.0
     resident = mem["master weights fp32"] + mem["AdamW state fp32"] + mem["KL reference"] + context
-    if cfg.rollout.engine == "vllm":  # the in-memory sync: one gathered parameter and one bucket
-        bucket = float(cfg.rollout.engine_kwargs.get("sync_bucket_mb", 256)) * (1 << 20)
-        mem["weight sync buffers"] = c * counts["largest"] + bucket
-    else:
-        mem["weight sync buffers"] = 0.0
-    mem["peak during rollout"] = resident + mem["engine awake"] + mem["weight sync buffers"]
+    if cfg.rollout.engine == "hf":
+        mem["engine KV cache (hf)"] = hf_kv_bytes(config, cfg)
+    mem["peak during rollout"] = (resident + mem["engine awake"] + mem["weight sync buffers"]
+                                  + mem.get("engine KV cache (hf)", 0.0))
     head_grad = 4 * counts["root"] / world  # the first gradients, before any activation is freed
     backward = mem["weights in compute dtype"] + mem["activations"] + head_grad
     step = mem["gradients fp32"] + mem["AdamW step temporary"]
@@ -276,7 +304,7 @@ def memory_problems(cfg: Any) -> list[str]:
         except ConfigError:
             config = None
         if config is not None:
-            est = estimate_memory(_count(config), config, cfg, cfg.distributed.nproc or 1)
+            est = estimate_memory(_count(config, cfg.model.lora), config, cfg, cfg.distributed.nproc or 1)
             # the learner's own share: the engine's is planned for a GPU (a CPU engine holds its own
             # kv_cache_gib, outside this plan)
             learner = est["peak during update"] - est["engine asleep"]
@@ -313,7 +341,18 @@ def make_plan(cfg: Any) -> Plan:
         "weight sync": f"{cfg.model.dtype}, in memory (gathered one parameter at a time)"
                        if r.engine == "vllm" else f"{cfg.model.dtype} (gathered one parameter at a time)",
         "engine sleep level": r.sleep_level,
+        "GPU memory": f"{d.gpu_memory_gib:g} GiB per GPU (distributed.gpu_memory_gib)",
     }
+    lora = cfg.model.lora
+    if lora.rank:
+        plan.layout["learner"] = (f"one process, LoRA rank {lora.rank} on {', '.join(lora.targets)}"
+                                  f"{' + experts' if lora.experts else ''}: frozen {cfg.model.dtype} base, "
+                                  "float32 adapters + AdamW")
+        plan.layout["weight sync"] = ("none: the hf engine runs the learner's own model (adapters active)"
+                                      if r.engine == "hf" else "the base with the adapters merged in, "
+                                      "one tensor at a time in float32, into the engine's own copy")
+        if world > 1:
+            plan.problems.append(f"model.lora.rank={lora.rank} runs in one process; set distributed.nproc=1")
     if world % d.rollout_tp:
         plan.problems.append(f"distributed.rollout_tp={d.rollout_tp} does not divide {world} processes")
     elif r.tasks_per_step % groups:
@@ -357,12 +396,14 @@ def make_plan(cfg: Any) -> Plan:
                                f"ppo.micro_batch_tokens={p.micro_batch_tokens}: such an episode forms a "
                                "micro-batch of its own (the estimate uses the longer)")
     config = _config(cfg.model.name, cfg)
-    counts = _count(config)
+    counts = _count(config, cfg.model.lora)
     plan.model = {"name": cfg.model.name, "parameters": f"{counts['total'] / 1e9:.2f} B",
                   "largest decoder layer": f"{counts['layer'] / 1e6:.0f} M",
                   "embeddings + head + norm": f"{counts['root'] / 1e6:.0f} M",
                   "layers x hidden x vocab": f"{config.num_hidden_layers} x {config.hidden_size} x "
                                              f"{config.vocab_size}"}
+    if lora.rank:
+        plan.model["adapters (trained)"] = f"{counts['adapters'] / 1e6:.1f} M"
     plan.memory = estimate_memory(counts, config, cfg, world)
     if r.engine == "vllm":
         c = 2 if cfg.model.dtype == "bfloat16" else 4
@@ -381,6 +422,8 @@ def make_plan(cfg: Any) -> Plan:
     limit = 0.95 * d.gpu_memory_gib * GIB
     for phase in ("peak during rollout", "peak during update"):
         if on_gpu and plan.memory[phase] > limit:
+            big = max((k for k in plan.memory if not k.startswith("peak")), key=plan.memory.__getitem__)
             plan.problems.append(f"{phase}: {plan.memory[phase] / GIB:.1f} GiB > 95% of "
-                                 f"{d.gpu_memory_gib:g} GiB per GPU")
+                                 f"{d.gpu_memory_gib:g} GiB per GPU (largest part: {big}, "
+                                 f"{plan.memory[big] / GIB:.1f} GiB)")
     return plan

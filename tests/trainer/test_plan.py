@@ -80,3 +80,85 @@ def test_the_memory_plan_is_within_10_percent_of_a_measured_step(dtype: str, ckp
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert 0.9 < r["plan"] / r["measured"] < 1.1, r
+
+
+LORA_RECIPE = "gptoss-20b-1gpu-lora"
+
+
+@pytest.mark.parametrize("gib", [80, 141])
+def test_the_1gpu_lora_recipe_fits_an_h100_and_an_h200(gib: int, capsys: pytest.CaptureFixture[str]) -> None:
+    override = f"distributed.gpu_memory_gib={gib}"
+    assert main(["--dry-run", "--config", LORA_RECIPE, override]) == 0
+    out = capsys.readouterr().out
+    assert "consistent, fits" in out and f"{gib} GiB per GPU" in out and "adapters (trained): 8.0 M" in out
+    m = make_plan(load_config(LORA_RECIPE, [override])).memory
+    assert m["frozen base (compute dtype)"] == pytest.approx(2 * 20.91e9, rel=0.01)  # bf16, no master copy
+    assert m["AdamW state fp32"] == 8 * 7_962_624  # the rank-16 attention adapters only
+    assert m["KL reference"] == 0 and m["engine awake"] == 0  # adapters off; the hf engine shares the weights
+    assert max(m["peak during rollout"], m["peak during update"]) < 0.95 * gib * GIB
+
+
+@pytest.mark.parametrize("overrides, problem", [
+    (["model.lora.rank=0"], "> 95% of 80 GiB per GPU (largest part: AdamW state fp32"),
+    (["env.max_tokens=65535", "ppo.micro_batch_tokens=65536"], "> 95% of 80 GiB per GPU"),
+])
+def test_the_1gpu_recipe_refuses_what_does_not_fit(overrides: list[str], problem: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    plan = make_plan(load_config(LORA_RECIPE, overrides))
+    assert any(problem in p and "\n" not in p for p in plan.problems), plan.problems
+    assert main(["--dry-run", "--config", LORA_RECIPE, *overrides]) == 2
+    assert "NOT consistent" in capsys.readouterr().out
+
+
+def test_the_1gpu_recipe_with_vllm_counts_the_engines_merged_copy() -> None:
+    """LoRA reaches a vLLM engine merged into its own weights: the plan adds the engine's share of
+    the GPU and the float32 merge buffer to what the hf layout needs."""
+    hf = make_plan(load_config(LORA_RECIPE))
+    vllm = make_plan(load_config(LORA_RECIPE, ["rollout.engine=vllm", "rollout.sleep_level=0"]))
+    share = 0.3 * 80 * 2**30  # gpu_memory_utilization's default share of an 80 GiB GPU
+    assert vllm.memory["engine awake"] == pytest.approx(share)
+    assert vllm.memory["weight sync buffers"] > 256 * 2**20  # a merged float32 tensor and one bucket
+    assert vllm.memory["peak during update"] - hf.memory["peak during update"] == pytest.approx(share, rel=0.01)
+    assert "merged" in vllm.layout["weight sync"]
+
+
+@pytest.mark.parametrize("experts", [False, True])
+def test_the_plan_counts_the_adapters_of_a_real_peft_model(experts: bool) -> None:
+    from agentgym.trainer.config import LoRAConfig
+    from agentgym.trainer.model.lora import add_adapters
+    from agentgym.trainer.model.gptoss import build_tiny_gptoss
+    from agentgym.trainer.plan import _count
+
+    tiny = {"num_hidden_layers": 2, "hidden_size": 96, "intermediate_size": 160, "num_local_experts": 3}
+    lora = LoRAConfig(rank=4, experts=experts)
+    model = build_tiny_gptoss(264, seed=0, **tiny)
+    add_adapters(model, lora)
+    real = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert _count(model.config, lora)["adapters"] == real
+    H, q, kv, E, Im = 96, model.config.num_attention_heads * model.config.head_dim, \
+        model.config.num_key_value_heads * model.config.head_dim, 3, 160
+    per_layer = 4 * ((H + q) * 2 + (H + kv) * 2) + (E * 4 * ((H + 2 * Im) + (Im + H)) if experts else 0)
+    assert real == 2 * per_layer  # r * (in + out) per target, one adapter per expert
+
+
+@pytest.mark.parametrize("dtype, ckpt, experts", [("float32", False, False), ("bfloat16", True, True)])
+def test_the_lora_plan_is_within_10_percent_of_a_measured_update(dtype: str, ckpt: bool, experts: bool) -> None:
+    """One real LoRA PPO update on CPU (PEFT adapters, the base frozen in the compute dtype), its
+    peak of live tensor bytes against the plan's "peak during update" (bench/RESULTS.md)."""
+    import json
+    import subprocess
+    import sys
+
+    bench = Path(__file__).parents[2] / "bench" / "trainer_memory.py"
+    case = [{"num_hidden_layers": 2, "hidden_size": 256, "intermediate_size": 384, "num_local_experts": 4}, 256, 1024,
+            dtype, ckpt, {"rank": 8, "experts": experts}]
+    out = subprocess.run([sys.executable, str(bench), "--child", "--mode", "plan", "--plan-case", json.dumps(case)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert 0.9 < r["plan"] / r["measured"] < 1.1, r
+
+
+@pytest.mark.parametrize("recipe", sorted(p.stem for p in (Path(__file__).parents[2] / "trainer" / "recipes").glob("*.yaml")))
+def test_every_shipped_recipe_passes_its_dry_run(recipe: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--dry-run", "--config", recipe]) == 0, capsys.readouterr().out
