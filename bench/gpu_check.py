@@ -14,8 +14,8 @@ Steps, in the order they run (an error in one is recorded and the next still run
   FLOP count stated in the output (:data:`FLOPS_FORMULA`);
 * ``lora_ppo``: one LoRA PPO step (old and reference log-probs, clipped surrogate + k3 KL, AdamW on
   the adapters) on the real GPT-OSS-20B shape with random weights, with as many of its 24 layers
-  as the memory estimate (trainer/plan.py's per-layer activation bytes) fits on the device;
-  peak memory against the estimate, tokens/s;
+  as the trainer's memory plan fits on the device (trainer/plan.py's ``estimate_memory`` for the
+  step's own TrainConfig, :func:`train_config`); the measured peak against the plan's, tokens/s;
 * ``engine_logprobs``: the hf engine's sampled log-probs against the learner's, both bf16, through
   the mismatch doctor (trainer/doctor.py): k3, mean and max |dlogp|, routing agreement;
 * ``gpu_tests``: ``pytest -m gpu`` over the test files that carry the ``gpu`` mark.
@@ -102,7 +102,7 @@ def gptoss_20b_config(layers: int, vocab: int) -> Any:
 
 
 def tiny_config(layers: int, vocab: int) -> Any:
-    from agentgym.trainer.model import tiny_gptoss_config
+    from agentgym.trainer.model.gptoss import tiny_gptoss_config
 
     return tiny_gptoss_config(vocab, num_hidden_layers=layers, head_dim=16, sliding_window=8)
 
@@ -162,8 +162,8 @@ def build_model(s: Setup, config: Any, seed: int = 0) -> torch.nn.Module:
     attention and expert implementations."""
     from transformers import GptOssForCausalLM
 
-    from agentgym.trainer.model import use_memory_efficient_experts
     from agentgym.trainer.model.attention import set_attention
+    from agentgym.trainer.model.gptoss import use_memory_efficient_experts
 
     torch.manual_seed(seed)
     with torch.device(s.device):
@@ -174,9 +174,8 @@ def build_model(s: Setup, config: Any, seed: int = 0) -> torch.nn.Module:
 
 
 def _lora(s: Setup) -> Any:
-    from agentgym.trainer.config import LoRAConfig
-
-    return LoRAConfig(rank=s.lora_rank)
+    """The adapters the MFU and PPO steps add: :func:`train_config`'s."""
+    return train_config(s).model.lora
 
 
 # -- (d) attention -------------------------------------------------------------------------------
@@ -298,33 +297,31 @@ def step_mfu(s: Setup, out: Path) -> dict[str, Any]:
 # -- (c) LoRA PPO step on the real shape ---------------------------------------------------------
 
 
-def lora_memory(s: Setup, layers: int, budget: float) -> dict[str, float]:
-    """Bytes of a one-process LoRA PPO step with ``layers`` decoder layers: the bf16 base, the
-    float32 adapters with their gradients and AdamW moments, one micro-batch's activations
-    (trainer/plan.py's :func:`layer_activation_bytes`), the output head's chunk, CUDA context."""
-    from agentgym.trainer.model.logprobs import HEAD_CHUNK_BYTES, head_rows
-    from agentgym.trainer.plan import CUDA_CONTEXT, layer_activation_bytes
+def train_config(s: Setup) -> Any:
+    """The TrainConfig of the LoRA PPO step as it runs: one process on ``s.device``, the base in
+    bf16 with ``s.lora_rank`` adapters on the default targets (the step's :func:`_lora`), the step's
+    attention, no gradient checkpointing, one micro-batch of ``ppo_batch`` rows of ``ppo_seq``
+    tokens (``env.max_tokens + 1`` each), the hf engine (it shares the learner's weights)."""
+    from agentgym.trainer.config import load_config
 
-    one, two = (s.config(n, s.vocab) for n in (1, 2))
-    with torch.device("meta"):
-        from transformers import GptOssForCausalLM
+    B, T = s.ppo_batch, s.ppo_seq
+    return load_config(None, [
+        f"model.device={s.device}", "model.dtype=bfloat16", f"model.attn_implementation={s.attn}",
+        "model.gradient_checkpointing=false", f"model.lora.rank={s.lora_rank}",
+        f"env.max_tokens={T - 1}", f"ppo.micro_batch_tokens={B * T}", "rollout.engine=hf",
+        "rollout.tasks_per_step=1", f"rollout.samples_per_task={B}", "ppo.minibatches=1", "sft.steps=0",
+        "controls=[]"])
 
-        p1, p2 = (sum(p.numel() for p in GptOssForCausalLM(c).parameters()) for c in (one, two))
-    per_layer, root = p2 - p1, 2 * p1 - p2
-    H, D, V = one.hidden_size, one.head_dim, one.vocab_size
-    q, kv = one.num_attention_heads * D, one.num_key_value_heads * D
-    r = s.lora_rank
-    adapters = layers * r * ((H + q) * 2 + (H + kv) * 2)  # q, o and k, v: A (r, in) + B (out, r)
-    tokens = s.ppo_batch * s.ppo_seq
-    attention = "eager" if s.attn == "eager" else "flex"
-    experts = "grouped" if s.device == "cuda" else "eager"
-    act = layers * tokens * layer_activation_bytes(one, precision="bf16", attention=attention, experts=experts,
-                                                   seq=s.ppo_seq)
-    head = min(tokens, head_rows(HEAD_CHUNK_BYTES, V)) * V * 12 + tokens * H * 14
-    mem = {"base weights bf16": 2.0 * (root + layers * per_layer), "adapters + grads + AdamW fp32": 16.0 * adapters,
-           "activations": act, "output head + embeddings": float(head),
-           "CUDA context": CUDA_CONTEXT if s.device == "cuda" else 0.0}
-    mem["total"] = sum(mem.values())
+
+def plan_memory(s: Setup, layers: int, budget: float) -> dict[str, float]:
+    """trainer/plan.py's estimate (:func:`estimate_memory`, bytes by part) of the LoRA PPO step
+    with ``layers`` decoder layers of the real model; the step compares its measured peak with the
+    plan's ``peak during update``."""
+    from agentgym.trainer.plan import count_parameters, estimate_memory
+
+    cfg = train_config(s)
+    config = s.config(layers, s.vocab)
+    mem = estimate_memory(count_parameters(config, cfg.model.lora), config, cfg, 1)
     mem["budget"] = budget
     return mem
 
@@ -338,23 +335,24 @@ def device_budget(s: Setup) -> float:
 
 
 def plan_layers(s: Setup) -> tuple[int, dict[str, float]]:
-    """The most of the real model's layers whose estimate fits the budget (0 when none does)."""
+    """The most of the real model's layers whose planned update peak fits the budget (0 when none does)."""
     budget = device_budget(s)
     for layers in range(s.max_layers, 0, -1):
-        mem = lora_memory(s, layers, budget)
-        if mem["total"] <= budget:
+        mem = plan_memory(s, layers, budget)
+        if mem["peak during update"] <= budget:
             return layers, mem
-    return 0, lora_memory(s, 1, budget)
+    return 0, plan_memory(s, 1, budget)
 
 
 def step_lora_ppo(s: Setup, out: Path) -> dict[str, Any]:
     from agentgym.trainer.algo.ppo import kl_estimate, masked_mean, ppo_policy_loss
     from agentgym.trainer.model.logprobs import policy_forward
     from agentgym.trainer.model.lora import AdaptersOff, add_adapters
+    from agentgym.trainer.plan import CUDA_CONTEXT
 
     layers, mem = plan_layers(s)
     if s.ppo_layers:  # the command line's choice (--ppo-layers), the estimate kept for comparison
-        layers, mem = s.ppo_layers, lora_memory(s, s.ppo_layers, device_budget(s))
+        layers, mem = s.ppo_layers, plan_memory(s, s.ppo_layers, device_budget(s))
     gib = {k: round(v / 2**30, 2) for k, v in mem.items()}
     if not layers:
         raise MemoryError(f"not even one layer fits: estimate {gib}")
@@ -388,14 +386,22 @@ def step_lora_ppo(s: Setup, out: Path) -> dict[str, Any]:
 
     dt = _timed(s, step, max(1, s.steps // 2), 1)
     peak = _peak_gib(s)
+    # the allocator's peak leaves out the CUDA context the plan adds to every GPU process
+    planned = (mem["peak during update"] - (CUDA_CONTEXT if s.device == "cuda" else 0.0)) / 2**30
     return {"layers": layers, "of_layers": s.max_layers, "batch": B, "seq": T, "lora_rank": s.lora_rank,
             "params": sum(p.numel() for p in model.parameters()), "trainable": sum(p.numel() for p in params),
             "step_s": round(dt, 3), "tokens_per_s": round(B * T / dt, 1), "peak_mem_gib": peak,
-            "estimate_gib": gib, "last_step": stats,
+            "estimate_gib": gib, "planned_peak_gib": round(planned, 3),
+            "peak_over_plan": round(peak / planned, 3),
+            "compared": "torch.cuda.max_memory_allocated against trainer/plan.py's peak during update less "
+                        "its CUDA context" if s.device == "cuda" else
+                        "the process's peak RSS (every step so far, Python and torch included) against "
+                        "trainer/plan.py's peak during update: the wiring only, not a memory check",
+            "last_step": stats,
             "step": "old + reference log-probs (no grad), policy forward/backward (clipped surrogate + "
                     "0.01 x k3 KL to the adapters-off base), AdamW on the adapters",
             "summary": f"{layers}/{s.max_layers} layers, {B * T / dt:.0f} tok/s, peak {peak} GiB "
-                       f"(estimate {gib['total']})"}
+                       f"(plan {planned:.3g}, ratio {peak / planned:.2f})"}
 
 
 # -- (e) hf engine vs learner log-probs ----------------------------------------------------------
@@ -407,7 +413,7 @@ def _tokenizer(s: Setup) -> tuple[Any, str]:
     if s.tokenizer == "byte":
         return ByteTokenizer(), "byte"
     try:
-        from agentgym.trainer.model import tiny_tokenizer
+        from agentgym.trainer.model.gptoss import tiny_tokenizer
 
         return tiny_tokenizer(f"tiny:{s.tokenizer}"), s.tokenizer
     except Exception as e:  # openai_harmony missing: still a real engine/learner comparison

@@ -169,7 +169,7 @@ def measure_plan(tiny: dict[str, Any], seq: int, tokens: int, dtype: str, ckpt: 
     from agentgym.trainer.config import load_config
     from agentgym.trainer.memtrack import LiveBytes
     from agentgym.trainer.model.gptoss import build_tiny_gptoss
-    from agentgym.trainer.plan import _config, _count, estimate_memory
+    from agentgym.trainer.plan import _config, count_parameters, estimate_memory
     from agentgym.trajectory import Trajectory, Turn
 
     torch.set_num_threads(1)
@@ -182,7 +182,7 @@ def measure_plan(tiny: dict[str, Any], seq: int, tokens: int, dtype: str, ckpt: 
         over += ["controls=[]", f"model.lora.rank={lora['rank']}", f"model.lora.experts={str(lora['experts']).lower()}"]
     cfg = load_config("cpu-quickstart", over)
     config = _config("tiny", cfg)
-    plan = estimate_memory(_count(config, cfg.model.lora), config, cfg, world=1)
+    plan = estimate_memory(count_parameters(config, cfg.model.lora), config, cfg, world=1)
     vocab = config.vocab_size
     model = build_tiny_gptoss(vocab, seed=0, **tiny)
     if ckpt:

@@ -36,8 +36,8 @@ from .model.mxfp4 import is_mxfp4
 from .plan_lora import frozen_base_saving, hf_kv_bytes, lora_memory
 
 __all__ = ["EPISODE_BYTES_PER_TOKEN", "KNOWN_ARCHITECTURES", "MXFP4_HUB_IDS", "Plan", "check_engine_checkpoint",
-           "estimate_memory", "host_memory", "layer_activation_bytes", "machine_memory", "make_plan",
-           "memory_problems"]
+           "count_parameters", "estimate_memory", "host_memory", "layer_activation_bytes", "machine_memory",
+           "make_plan", "memory_problems"]
 
 GIB = 1 << 30
 # Public config.json values of the hub models (GptOssConfig's defaults are gpt-oss-120b's).
@@ -91,7 +91,7 @@ def _config(name: str, cfg: Any) -> Any:
                       f"use a local model dir or one of {sorted(KNOWN_ARCHITECTURES)}")
 
 
-def _count(config: Any, lora: Any = None) -> dict[str, int]:
+def count_parameters(config: Any, lora: Any = None) -> dict[str, int]:
     """Parameter counts from the model built on the meta device; with ``lora`` (a rank > 0
     ``LoRAConfig``) PEFT's adapters are injected there too: ``adapters`` is their exact count,
     ``largest adapter`` the largest one, ``expert weights`` the largest layer's fused expert
@@ -304,7 +304,8 @@ def memory_problems(cfg: Any) -> list[str]:
         except ConfigError:
             config = None
         if config is not None:
-            est = estimate_memory(_count(config, cfg.model.lora), config, cfg, cfg.distributed.nproc or 1)
+            counts = count_parameters(config, cfg.model.lora)
+            est = estimate_memory(counts, config, cfg, cfg.distributed.nproc or 1)
             # the learner's own share: the engine's is planned for a GPU (a CPU engine holds its own
             # kv_cache_gib, outside this plan)
             learner = est["peak during update"] - est["engine asleep"]
@@ -396,7 +397,7 @@ def make_plan(cfg: Any) -> Plan:
                                f"ppo.micro_batch_tokens={p.micro_batch_tokens}: such an episode forms a "
                                "micro-batch of its own (the estimate uses the longer)")
     config = _config(cfg.model.name, cfg)
-    counts = _count(config, cfg.model.lora)
+    counts = count_parameters(config, cfg.model.lora)
     plan.model = {"name": cfg.model.name, "parameters": f"{counts['total'] / 1e9:.2f} B",
                   "largest decoder layer": f"{counts['layer'] / 1e6:.0f} M",
                   "embeddings + head + norm": f"{counts['root'] / 1e6:.0f} M",

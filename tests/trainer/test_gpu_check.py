@@ -37,7 +37,10 @@ def test_dry_run_writes_every_step_ok(tmp_path: Path) -> None:
     assert "sliding-window" in res["flops_formula"] and "active" in res["flops_formula"]
     ppo = st["lora_ppo"]
     assert ppo["layers"] == ppo["of_layers"] == 4  # the tiny model fits whole in the machine's memory
-    assert ppo["tokens_per_s"] > 0 and ppo["estimate_gib"]["total"] > 0 and ppo["trainable"] < ppo["params"]
+    assert ppo["tokens_per_s"] > 0 and ppo["trainable"] < ppo["params"]
+    # the trainer's own plan (trainer/plan.py), not a copy: its parts and peaks, compared with the measured peak
+    assert ppo["estimate_gib"]["frozen base (compute dtype)"] >= 0 and ppo["planned_peak_gib"] > 0
+    assert ppo["peak_over_plan"] > 0 and "peak during update" in ppo["compared"]
     eng = st["engine_logprobs"]
     assert eng["check"] == "pass" and eng["verdict"] in ("healthy", "warning", "unhealthy")
     assert eng["mismatch_k3"] is not None and eng["abs_dlogp_max"] >= 0 and eng["stats"]["n_tokens"] > 0

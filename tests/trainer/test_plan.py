@@ -125,16 +125,16 @@ def test_the_1gpu_recipe_with_vllm_counts_the_engines_merged_copy() -> None:
 @pytest.mark.parametrize("experts", [False, True])
 def test_the_plan_counts_the_adapters_of_a_real_peft_model(experts: bool) -> None:
     from agentgym.trainer.config import LoRAConfig
-    from agentgym.trainer.model.lora import add_adapters
     from agentgym.trainer.model.gptoss import build_tiny_gptoss
-    from agentgym.trainer.plan import _count
+    from agentgym.trainer.model.lora import add_adapters
+    from agentgym.trainer.plan import count_parameters
 
     tiny = {"num_hidden_layers": 2, "hidden_size": 96, "intermediate_size": 160, "num_local_experts": 3}
     lora = LoRAConfig(rank=4, experts=experts)
     model = build_tiny_gptoss(264, seed=0, **tiny)
     add_adapters(model, lora)
     real = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    assert _count(model.config, lora)["adapters"] == real
+    assert count_parameters(model.config, lora)["adapters"] == real
     H, q, kv, E, Im = 96, model.config.num_attention_heads * model.config.head_dim, \
         model.config.num_key_value_heads * model.config.head_dim, 3, 160
     per_layer = 4 * ((H + q) * 2 + (H + kv) * 2) + (E * 4 * ((H + 2 * Im) + (Im + H)) if experts else 0)
