@@ -149,7 +149,7 @@ class RayConfig:
     """GPUs Ray reserves per worker (for an in-worker engine; 0 with a server engine)."""
     retry: str = "auto"
     """Episodes lost with a worker: ``auto`` retries replayable envs and fails the others,
-    ``always`` / ``never`` override (see ray_rollout.py for the rule)."""
+    ``always`` / ``never`` override (see rollout/ray_collector.py for the rule)."""
     replayable: list[str] = field(default_factory=list)
     """More env ids whose lost episodes may be run again (no state outlives an episode)."""
     max_attempts: int = 2
@@ -277,7 +277,7 @@ class PPOConfig:
     its starting value. null (default): a fixed ``kl_coef``. Loss only (``kl_in: loss``).
     Logged as ``kl_coef``; kept in checkpoints."""
     kl_estimator: str = "k3"
-    """Estimator of KL(policy || reference) from the sampled tokens (ppo.py ``kl_estimate``):
+    """Estimator of KL(policy || reference) from the sampled tokens (algo/ppo.py ``kl_estimate``):
     ``k3`` (in the loss its gradient optimises KL(reference || policy)), ``k2`` (0.5 x squared
     log-ratio: in the loss its gradient is that of KL(policy || reference)) or ``k1`` (the plain
     log-ratio: reward only, its loss gradient is zero in expectation). As a reward

@@ -12,7 +12,7 @@ with a traceback. Each is checked, by name, against its receiver:
 ``rollout.engine_kwargs`` the engine class's constructor (``engine_names.py``)
 ``sft.teacher_kwargs``    the teacher factory the env declares (``Capabilities.teachers``)
 ``rollout.ray.init``      ``ray.init`` (with ``rollout.backend: ray``)
-``model.tiny``            ``GptOssConfig``, where the tiny model's config is built (``model.py``)
+``model.tiny``            ``GptOssConfig``, where the tiny model's config is built (model/gptoss.py)
 ========================  ===========================================================================
 
 A receiver that takes any keyword (``**kwargs`` passed on to another hub's code, vLLM's engine
