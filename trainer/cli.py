@@ -227,7 +227,7 @@ def _run(argv: list[str], run_dir: list[str]) -> int:
 
 
 # Measured wall-clock cost of the bundled recipes (bench/RESULTS.md), printed with the plan.
-MEASURED = {"cpu-quickstart": "13-20 CPU-minutes on 2 cores, controls included; 15-25 min wall"}
+MEASURED = {"cpu-quickstart": "13-34 CPU-minutes on 2 cores, controls included; 15-60 min wall"}
 
 
 def _plan_line(cfg: Any, recipe: str | None) -> str:
