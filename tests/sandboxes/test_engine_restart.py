@@ -39,7 +39,7 @@ from agentgym.errors import SandboxStartFailed
 from agentgym.oracles import get_oracle
 from agentgym.sandboxes.docker_backend import SandboxPool, docker_client
 from agentgym.sandboxes.orphans import list_sandbox_containers
-from agentgym.trainer.rollout import Collector, drop_infra
+from agentgym.trainer.rollout.collector import Collector, drop_infra
 from agentgym.trainer.rollout.engines.replay import ReplayEngine
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
