@@ -39,7 +39,7 @@ from .model.gptoss import SINK_DROPPING_ATTENTION, check_attention, load_policy,
 from .model.logprobs import policy_forward
 from .model.routing import capture_routing, engine_routing, replay_routing, routers, routing_agreement
 from .rollout.engines import make_engine
-from .rollout.engines.base import Engine
+from .rollout.engines.base import Engine, engine_abilities
 
 __all__ = ["DoctorReport", "THRESHOLDS", "doctor_main", "run_doctor", "verdict"]
 
@@ -252,7 +252,7 @@ def _engine_routing(eng: Engine, engine_model: nn.Module | None,
                     rows: list[tuple[list[int], list[int], list[float]]]) -> list[Any] | None:
     """The engine's experts for every token of every episode, ``(L, len, k)`` each, or None (a
     server: its routing is not observable)."""
-    if not hasattr(eng, "routing") and engine_model is None:
+    if not engine_abilities(eng).routing and engine_model is None:
         return None
     return engine_routing(eng, [r[0] for r in rows])
 

@@ -41,6 +41,7 @@ from .plan import check_engine_checkpoint
 from .rollout.collector import Collector, cut_actions, drop_infra, group_seeds, make_prefix_engine
 from .rollout.demos import demonstrations, find_oracle
 from .rollout.engines import make_engine
+from .rollout.engines.base import engine_abilities
 from .rollout.heldout import HeldOut
 from .rollout.ray_collector import FAULT_COUNTS, RayCollector, drop_failed
 from .rollout.staleness import Producer, VersionedEngine, stale_episodes, staleness_metrics, stamp_versions
@@ -69,13 +70,16 @@ class Rollouts:
         self._synced = False  # True when the engine was just built from the learner's weights
         if engine is None:
             engine = self._make_engine(self._engine_model())
-        if cfg.rollout.sleep_level and not (hasattr(engine, "sleep") and hasattr(engine, "wake_up")):
+        abilities = engine_abilities(engine)
+        if cfg.rollout.sleep_level and not abilities.sleeps:
             raise ConfigError(f"rollout.sleep_level={cfg.rollout.sleep_level}: the {cfg.rollout.engine} "
-                              "engine cannot sleep (no sleep/wake_up); set rollout.sleep_level=0")
+                              f"engine cannot sleep ({type(engine).__name__} declares no sleep/wake_up: "
+                              "abilities.sleeps is false); set rollout.sleep_level=0")
+        self.own_engine = engine  # the engine itself, before the wrappers below
         dist = learner.dist
         if dist is not None and cfg.distributed.rollout_tp > 1:  # envs on the group's first rank
 
-            engine = GroupEngine(engine, dist, mirror=bool(getattr(engine, "in_process", False)))
+            engine = GroupEngine(engine, dist, mirror=abilities.collective)
         if cfg.rollout.mode == "async":  # every sample says which weights made it (rollout/staleness.py)
 
             if dist is not None:
@@ -203,7 +207,7 @@ class Rollouts:
         self.version = version
         if self.producer is not None:
             self.producer.notify()
-        moved = getattr(self.engine, "last_sync", None) or {}
+        moved = (self.engine.last_sync if engine_abilities(self.engine).reports_sync else None) or {}
         return {"t_sync": moved["seconds"], "sync_mb": moved["bytes"] / 2**20} if moved else {}
 
     def refresh(self, version: int | None = None) -> None:
@@ -357,7 +361,7 @@ class Rollouts:
         """The engine's experts for every token of ``trajs`` (all of this rollout group's episodes:
         a tensor-parallel engine needs the same call on each of its ranks), by episode."""
 
-        engine = getattr(self.engine, "inner", self.engine)  # every rank of a group calls it alike
+        engine = self.own_engine  # not the GroupEngine: every rank of a group calls it alike
         with self.learner.compute():
             found = engine_routing(engine, [t.tokens for t in trajs])
         return {id(t): r for t, r in zip(trajs, found, strict=True)}

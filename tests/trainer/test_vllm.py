@@ -23,7 +23,7 @@ from agentgym.tokenizers import ByteTokenizer
 from agentgym.trainer.model.gptoss import build_tiny_gptoss
 from agentgym.trainer.model.logprobs import policy_forward
 from agentgym.trainer.rollout.engines import make_engine
-from agentgym.trainer.rollout.engines.base import Engine, Sample
+from agentgym.trainer.rollout.engines.base import Engine, EngineAbilities, Sample, engine_abilities
 
 pytestmark = pytest.mark.vllm
 TOK = ByteTokenizer()
@@ -146,6 +146,8 @@ def test_doctor_on_vllm_float32_is_healthy_and_routing_agrees(engine: Engine) ->
     """The doctor against the running engine: float32 vLLM vs the float32 eager trainer."""
     from agentgym.trainer.doctor import run_doctor
 
+    # what the doctor reads: vLLM reports its routing (no torch module of it is visible here)
+    assert engine_abilities(engine) == EngineAbilities(sleeps=True, routing=True, reports_sync=True)
     report = run_doctor(tiny(3), engine, "eager", "agentgym/MathCalc-v1", 2, max_new_tokens=24,
                         env_kwargs={"max_turns": 2, "prompt": "compact"})
     assert report.verdict == "healthy" and report.stats["abs_dlogp_max"] < 1e-4, report.stats

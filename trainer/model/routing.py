@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..engine_names import engine_abilities
+
 __all__ = ["batch_routes", "capture_routing", "engine_routing", "replay_batch", "replay_routing", "routers", "routing_agreement"]
 
 
@@ -61,13 +63,15 @@ def capture_routing(model: nn.Module) -> Iterator[list[torch.Tensor]]:
 
 def engine_routing(engine: Any, sequences: Sequence[Sequence[int]]) -> list[Any]:
     """The experts ``engine`` routes each token of each sequence to: one ``(layers, len, k)`` int
-    array per sequence. vLLM: :meth:`VLLMEngine.routing`; ``hf``: hooks on its model, one forward
-    per sequence (under the caller's autocast, as it samples)."""
+    array per sequence, by the engine's declared abilities: ``routing`` (vLLM:
+    :meth:`VLLMEngine.routing`) or ``model`` (``hf``: hooks on it, one forward per sequence,
+    under the caller's autocast, as it samples)."""
     import numpy as np
 
-    if hasattr(engine, "routing"):
+    abilities = engine_abilities(engine)
+    if abilities.routing:
         return list(engine.routing([list(s) for s in sequences]))
-    model = getattr(engine, "model", None)
+    model = abilities.model
     if model is None or not routers(model):
         from agentgym.errors import ConfigError
 

@@ -37,6 +37,7 @@ from agentgym.errors import TrainerError
 from agentgym.trajectory import Trajectory
 
 from ..algo.batch import NO_VERSION
+from .engines.base import EngineAbilities, engine_abilities
 
 __all__ = ["Producer", "VersionedEngine", "stale_episodes", "stamp_versions", "staleness_metrics",
            "token_staleness"]
@@ -60,6 +61,11 @@ class VersionedEngine:
         for s in out:
             s.meta["policy_version"] = v
         return list(out)
+
+    @property
+    def abilities(self) -> EngineAbilities:
+        """The inner engine's."""
+        return engine_abilities(self.inner)
 
     def sync_weights(self, model: Any, version: int | None = None) -> None:
         """Load ``model``'s weights; they are ``version`` (default: one more than before)."""

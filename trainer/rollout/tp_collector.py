@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..distributed import DistInfo
+from .engines.base import EngineAbilities, engine_abilities
 
 __all__ = ["GroupCollector", "GroupEngine", "tp_group"]
 
@@ -68,6 +69,11 @@ class GroupEngine:
         self.inner, self.info, self.mirror = inner, info, mirror
         self.group, self.leader = tp_group(info)
         self.is_leader = info.tp_rank == 0
+
+    @property
+    def abilities(self) -> EngineAbilities:
+        """The inner engine's: ``routing`` only where the inner engine reports it."""
+        return engine_abilities(self.inner)
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if not self.is_leader:

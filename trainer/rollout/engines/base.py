@@ -9,6 +9,20 @@ its log-probs are reported at temperature 1.
 Engines: ``hf`` (transformers, in process, CPU or GPU), ``openai-http`` (any server that
 speaks the OpenAI completions API with token ids and log-probs: vLLM, SGLang, or agentgym's
 own model server, ``agentgym serve model``), ``vllm`` (in-process vLLM, GPU, optional dependency).
+
+Optional abilities are declared, never probed: an engine says what it can do beyond the three
+calls below in its ``abilities`` attribute, an :class:`EngineAbilities` (defined in the leaf
+``trainer/engine_names.py`` so that the ``model`` wing can read it too), and the trainer asks
+:func:`engine_abilities` (an engine that declares nothing has no ability):
+
+* ``sleeps``: has ``sleep(level)`` and ``wake_up()`` (vllm);
+* ``routing``: has ``routing(sequences)``, the experts of every token (vllm);
+* ``collective``: one engine sliced over the ranks of a tensor-parallel group, every model call
+  made by all of them (vllm under torchrun);
+* ``model``: the torch module it samples with, whose experts hooks can observe (hf);
+* ``reports_sync``: has ``last_sync``, what the latest sync moved (vllm).
+
+Wrappers (``GroupEngine``, ``VersionedEngine``) declare their inner engine's abilities.
 """
 
 from __future__ import annotations
@@ -19,7 +33,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["Engine", "Sample"]
+from ...engine_names import EngineAbilities, engine_abilities
+
+__all__ = ["Engine", "EngineAbilities", "Sample", "engine_abilities"]
 
 
 @dataclass

@@ -17,7 +17,7 @@ from torch import nn
 from agentgym.errors import ConfigError
 
 from ...model.gptoss import use_memory_efficient_experts
-from .base import Sample
+from .base import EngineAbilities, Sample
 
 __all__ = ["DECODE_ATTENTION", "HFEngine", "decoding_attention", "gqa_eager_attention", "sample_step"]
 
@@ -98,6 +98,11 @@ class HFEngine:
         cfg_pad = getattr(self.model.config, "pad_token_id", None)
         self.pad_id = int(pad_id if pad_id is not None else (cfg_pad if cfg_pad is not None else 0))
         self._closed = False
+
+    @property
+    def abilities(self) -> EngineAbilities:
+        """Its model is in this process: hooks on it observe the experts (``routing_replay``)."""
+        return EngineAbilities(model=self.model)
 
     @property
     def device(self) -> torch.device:

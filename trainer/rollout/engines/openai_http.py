@@ -46,7 +46,7 @@ from agentgym.errors import ConfigError, ServiceError, ServiceLost
 from ...distributed import GatheredWeights, barrier
 from ...model.files import save_model, write_config
 from ...model.weights import write_safetensors
-from .base import Sample
+from .base import EngineAbilities, Sample
 from .model_wire import COMPLETIONS_PATH, RELOAD_PATH, TOKEN_ENV, completion_request, parse_completion
 from .vllm import vllm_env
 
@@ -98,6 +98,8 @@ class OpenAIHTTPEngine:
     request each (seed + i, at most ``max_concurrency`` in flight); without, as one batched
     request. ``transport`` is injectable for offline unit tests.
     """
+
+    abilities = EngineAbilities()  # a server: no sleep, its routing and model are not visible
 
     def __init__(
         self,

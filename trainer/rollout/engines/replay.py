@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Sample
+from .base import EngineAbilities, Sample
 
 __all__ = ["ReplayEngine"]
 
@@ -29,6 +29,10 @@ def _key(prompt: Sequence[int]) -> bytes:
 
 
 class ReplayEngine:
+    """Answers each prompt with the action recorded for it (``from_oracle``), log-prob 0."""
+
+    abilities = EngineAbilities()  # scripted actions: no model, nothing to sleep
+
     def __init__(self, table: dict[bytes, list[int]], fallback: list[int]) -> None:
         self.table = table  # prompt digest -> action ids
         self.fallback = fallback  # answer for unknown prompts: ends the episode

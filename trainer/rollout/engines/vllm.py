@@ -74,7 +74,7 @@ from agentgym.errors import ConfigError, ServiceError
 
 from ...model.files import write_config
 from ...model.weights import buckets, named_tensors, tensor_bytes
-from .base import Sample
+from .base import EngineAbilities, Sample
 
 __all__ = ["VLLM_ENV", "VLLMEngine", "vllm_env", "vllm_platform"]
 
@@ -322,6 +322,12 @@ class VLLMEngine:
             raise ConfigError(
                 f"weight sync left {len(missing)} engine tensor(s) without a matching weight, e.g. {missing[:5]}. "
                 "Sync a model of the same architecture and config as the one the engine was started with.")
+
+    @property
+    def abilities(self) -> EngineAbilities:
+        """Sleeps, reports its routing and what a sync moved; under torchrun (``in_process``) one
+        engine sliced over the group's ranks, so every model call is collective."""
+        return EngineAbilities(sleeps=True, routing=True, collective=self.in_process, reports_sync=True)
 
     def routing(self, sequences: list[list[int]]) -> list[Any]:
         """The experts vLLM routes each token of each sequence to: one ``(layers, len, k)`` int
