@@ -1,8 +1,9 @@
 """Mismatch doctor: does the trainer compute the log-probs the engine sampled with?
 
 Before spending GPU hours: sample a few real episodes of an environment with the rollout
-engine, recompute the same tokens' log-probs with the trainer (``policy_forward`` with the
-chosen attention implementation), and report the mismatch statistics that training logs
+engine (the trainer's own ``Collector``, batched by its ``make_batch``), recompute the same
+tokens' log-probs with the trainer (``policy_forward`` with the chosen attention
+implementation), and report the mismatch statistics that training logs
 every step (``correction.mismatch_stats``) with a verdict:
 
 * ``healthy``   k3 <= 1e-3 and mean |dlogp| <= 0.02 (numerical noise; bf16 kernels land here);
@@ -27,17 +28,21 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+import gymnasium as gym
 import torch
 from torch import nn
 
 from agentgym.errors import ConfigError
+from agentgym.trajectory import Trajectory
 
+from .algo.batch import make_batch
 from .algo.correction import correction_weights, mismatch_stats
 from .metrics import Progress
 from .model.attention import set_attention
 from .model.gptoss import SINK_DROPPING_ATTENTION, check_attention, load_policy, resolve_tokenizer
 from .model.logprobs import policy_forward
 from .model.routing import capture_routing, engine_routing, replay_routing, routers, routing_agreement
+from .rollout.collector import Collector, drop_infra
 from .rollout.engines import make_engine
 from .rollout.engines.base import Engine, engine_abilities
 
@@ -80,48 +85,22 @@ def verdict(stats: dict[str, float]) -> tuple[str, list[str]]:
 def _sample_episodes(
     engine: Engine, env_id: str, tokenizer: Any, episodes: int, *, max_new_tokens: int,
     temperature: float, seed: int, env_kwargs: dict[str, Any],
-) -> list[tuple[list[int], list[int], list[float]]]:
-    """Play ``episodes`` episodes in lockstep -> per episode (tokens, policy mask, behaviour logps)."""
-    import gymnasium as gym
-    import numpy as np
-
-    import agentgym  # noqa: F401  (registers the env ids)
-    from agentgym.harmony import HarmonyCodec
-
-    stop_ids = list(HarmonyCodec(tokenizer).stop_ids)
-    envs = [gym.make(env_id, tokenizer=tokenizer, **env_kwargs) for _ in range(episodes)]
-    rows: list[tuple[list[int], list[int], list[float]]] = []
+) -> tuple[list[Trajectory], int]:
+    """Play ``episodes`` episodes with the trainer's :class:`Collector` (task seeds ``seed + i``,
+    the engine's sampler seeded ``seed + round``) -> the trajectories the batch is made of, and
+    how many episodes an infrastructure fault lost (left out, as training leaves them out)."""
+    collector = Collector.from_factory(lambda: gym.make(env_id, tokenizer=tokenizer, **env_kwargs), episodes,
+                                       engine, max_new_tokens=max_new_tokens)
     bar = Progress(episodes, "doctor: episodes sampled", file=sys.stderr)  # stdout is the report
     try:
-        for i, env in enumerate(envs):
-            obs, _ = env.reset(seed=seed + i)
-            ids = [int(t) for t in obs]
-            rows.append((ids, [0] * len(ids), [0.0] * len(ids)))
-        active = list(range(episodes))
-        turn = 0
-        while active:
-            samples = engine.generate([rows[i][0] for i in active], max_new_tokens=max_new_tokens,
-                                      temperature=temperature, stop_ids=stop_ids, seed=seed + len(rows[active[0]][0]))
-            still = []
-            for i, s in zip(active, samples):
-                ids, mask, lps = rows[i]
-                ids += s.tokens
-                mask += [1] * len(s.tokens)
-                lps += s.logprobs
-                obs, _, terminated, truncated, _ = envs[i].step(np.asarray(s.tokens, dtype=np.int64))
-                ids += [int(t) for t in obs]
-                mask += [0] * len(obs)
-                lps += [0.0] * len(obs)
-                if not (terminated or truncated):
-                    still.append(i)
-            active = still
-            turn += 1
-            bar.update(episodes - len(active), f"after turn {turn}")
+        trajs, rollout = collector.collect([seed + i for i in range(episodes)], temperature=temperature,
+                                           sample_seed=seed)
+        bar.update(episodes, f"after {rollout.rounds} turns")
     finally:
         bar.close()
-        for env in envs:
-            env.close()
-    return rows
+        collector.close()
+    kept, _, lost = drop_infra(trajs, list(range(len(trajs))))
+    return kept, lost
 
 
 def run_doctor(
@@ -183,14 +162,16 @@ def run_doctor(
     trainer_model = base if trainer_dtype == "float32" else copy.deepcopy(base).to(_DTYPES[trainer_dtype])
     set_attention(trainer_model, attn_implementation)
     try:
-        rows = _sample_episodes(eng, env_id, tokenizer, episodes, max_new_tokens=max_new_tokens,
-                                temperature=temperature, seed=seed, env_kwargs=env_kwargs or {})
+        trajs, lost = _sample_episodes(eng, env_id, tokenizer, episodes, max_new_tokens=max_new_tokens,
+                                       temperature=temperature, seed=seed, env_kwargs=env_kwargs or {})
+        rows = [(t.tokens, t.policy_mask, [lp or 0.0 for lp in t.logprobs]) for t in trajs]
         engine_routes = _engine_routing(eng, engine_model, rows) if routing and routers(base) else None
     finally:
         if own_engine:
             eng.close()
     pad = getattr(trainer_model.config, "pad_token_id", None) or 0
-    ids, attn, pmask, blp = _right_pad(rows, pad)
+    batch = make_batch(trajs, list(range(len(trajs))), pad_id=pad)
+    ids, attn, pmask, blp = batch.input_ids, batch.attention_mask, batch.policy_mask, batch.behaviour_logp
     dev = next(trainer_model.parameters()).device
 
     def rescore() -> torch.Tensor:
@@ -227,25 +208,12 @@ def run_doctor(
              "trainer_dtype": trainer_dtype, "attn_implementation": attn_implementation, "env_id": env_id,
              "vocab_size": int(tokenizer.vocab_size), "episodes": episodes, "max_new_tokens": max_new_tokens,
              "temperature": temperature, "tokens": int(attn.sum()), "policy_tokens": int(pmask.sum())}
+    if lost:
+        setup["episodes_lost"] = lost  # to infrastructure faults (a sandbox, a server): not in the stats
     return DoctorReport(v, reasons, stats, setup)
 
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-def _right_pad(rows: list[tuple[list[int], list[int], list[float]]], pad: int
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Episodes -> (ids, attention mask, policy mask, behaviour log-probs), each (B, T), right-padded."""
-    T = max(len(r[0]) for r in rows)
-    ids = torch.full((len(rows), T), pad, dtype=torch.long)
-    attn = torch.zeros(len(rows), T, dtype=torch.long)
-    pmask = torch.zeros(len(rows), T, dtype=torch.long)
-    blp = torch.zeros(len(rows), T)
-    for b, (toks, m, lps) in enumerate(rows):
-        n = len(toks)
-        ids[b, :n], attn[b, :n] = torch.tensor(toks), 1
-        pmask[b, :n], blp[b, :n] = torch.tensor(m), torch.tensor(lps)
-    return ids, attn, pmask, blp
 
 
 def _engine_routing(eng: Engine, engine_model: nn.Module | None,
