@@ -3,6 +3,7 @@
     .venv/bin/python bench/controls.py --seeds 17 23 31 --jobs 4
     .venv/bin/python bench/controls.py --seeds 5 --recipe cpu-quickstart --out runs/ctl ppo.steps=30
     .venv/bin/python bench/controls.py --seeds 17 23 --out runs/ctl --analyse-only --kl
+    .venv/bin/python bench/controls.py --seeds 3 5 --recipe cpu-lookup --grid depth=1,2,3,4 fail_rate=0,0.3
     .venv/bin/python bench/controls.py --seeds 5 --arms ppo rft \
         --warm-overrides env.kwargs.families=[arithmetic] -- env.kwargs.families=[order_of_operations]
 
@@ -23,6 +24,9 @@ interval. The verdict uses those intervals: an arm is ahead of another only when
 of their difference is above 0; exit status 1 if any seed failed or PPO - placebo's interval is
 not above 0. The per-seed bar (PPO - placebo >= +0.10 and >= 4 paired SE, PPO - RFT not below
 -2 SE, no health alert) stays as a per-seed check: the paired SE covers evaluation noise only.
+With ``--grid``, every finished run (warm starts included) is also evaluated on each cell of a
+grid of eval options (``trainer/grid.py``: the same held-out problems and random numbers for
+every run), and each cell gets the same per-seed and between-seed differences.
 Also the wall time of every process and the children's CPU time. With ``--kl``,
 how far each arm moved: KL(arm || warm start) per policy token on the arm's own held-out
 episodes (``controls.kl_to_warm_start``), next to its gain over the warm start.
@@ -40,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentgym.trainer.config import ARMS
+from agentgym.trainer.config import ARMS, load_config
 from agentgym.trainer.controls import (
     arm_overrides,
     arm_stats,
@@ -53,6 +57,7 @@ from agentgym.trainer.controls import (
     seeds_table,
     trained_eval,
 )
+from agentgym.trainer.grid import cell_name, grid_eval, grid_lines, parse_grid
 from agentgym.trainer.stats import gain
 
 
@@ -108,6 +113,33 @@ def kl_table(res: dict[int, dict[str, Any]], arms: list[str], samples: int, prob
     return "\n".join(lines)
 
 
+def grid_table(res: dict[int, dict[str, Any]], arms: list[str], base: str,
+               args: argparse.Namespace) -> dict[int, dict[str, Any]]:
+    """Every finished run of every ok seed on each cell of ``--grid``; prints, per cell, each arm
+    minus the warm start and the base arm minus each other arm, per seed and between seeds."""
+    cells = parse_grid(args.grid)
+    start = args.grid_seed_start
+    if start is None:
+        start = load_config(args.recipe, args.overrides).log.eval_seed_start
+    records: dict[int, dict[str, Any]] = {}
+    for s, r in res.items():
+        if r["status"] != "ok":
+            continue
+        for a in ["warm", *arms]:
+            d = r["dirs"].get(a)
+            if d and (a == "warm" or trained_eval(d) is not None):
+                records.setdefault(s, {})[a] = grid_eval(d, cells, problems=args.grid_problems,
+                                                         samples=args.grid_samples, seed_start=start)
+    names = [cell_name(c) for c in cells]
+    size = f"{args.grid_problems} held-out problems per cell from seed {start}"
+    for prefix, what, at_k in (("sampled_", f"at the training temperature, {args.grid_samples} samples each", False),
+                               ("", "greedy", False),
+                               ("sampled_", f"pass@{args.grid_samples} at the training temperature", True)):
+        print(f"\nby cell ({size}), held-out success {what}: per seed, then between seeds")
+        print("\n".join(grid_lines(records, names, arms, base, prefix, pass_at_k=at_k)))
+    return records
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", required=True)
@@ -124,6 +156,13 @@ def main() -> int:
                     help="also measure each arm's KL to its warm start on its own held-out episodes (1-2 min an arm)")
     ap.add_argument("--kl-samples", type=int, default=4, help="samples per held-out problem for --kl")
     ap.add_argument("--json", help="also write the per-seed results here")
+    ap.add_argument("--grid", nargs="+", metavar="KEY=V1,V2", default=[],
+                    help="also evaluate every finished run (warm starts included) on each cell of this grid of "
+                         "eval options, e.g. --grid depth=1,2,3,4 fail_rate=0,0.3 (trainer/grid.py)")
+    ap.add_argument("--grid-problems", type=int, default=64, help="held-out problems per grid cell")
+    ap.add_argument("--grid-samples", type=int, default=4, help="samples per problem at the training temperature")
+    ap.add_argument("--grid-seed-start", type=int, default=None,
+                    help="first problem seed of the grid (default: the recipe's log.eval_seed_start)")
     ap.add_argument("--warm-overrides", nargs="+", default=[], metavar="KEY=VALUE",
                     help="overrides for the warm starts only, after the common ones (e.g. the demos' "
                          "env.kwargs.families=[arithmetic] while the arms train on another family)")
@@ -185,6 +224,10 @@ def main() -> int:
     if not args.analyse_only:
         print(f"\nwall {wall / 60:.1f} min for all; children CPU user {usage.ru_utime / 60:.1f} min, "
               f"sys {usage.ru_stime / 60:.1f} min; load average now {os.getloadavg()[0]:.1f}")
+    if args.grid:
+        grid = grid_table(res, list(arms), base, args)
+        for r in res.values():
+            r["grid"] = grid.get(r["seed"], {})
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1, default=str))
     return 0 if all_ok else 1

@@ -1,0 +1,160 @@
+"""Held-out success of finished runs on a grid of evaluation options: by depth, by fault rate.
+
+    cells = parse_grid(["depth=1,2,3,4", "fail_rate=0,0.3"])   # 8 cells
+    rec = grid_eval("runs/ctl/seed-5/ppo", cells, problems=64, samples=4, seed_start=5_000_000)
+    rec["depth=3,fail_rate=0.3"]["sampled_success"]
+
+A run's own evaluation scores one setting (``env.eval_options``). A claim about where a method
+helps needs more: the levels it trained on, the easier ones, one beyond training, with and
+without faults. :func:`grid_eval` loads a finished run's final weights (a warm start's saved
+``warm_start/`` for a warm-start run) and plays, in every cell, the same ``problems`` held-out
+problems (the eval split, the first distinct ones from ``seed_start`` up) ``samples`` times at
+the rollout temperature and once greedy, with fixed sampling seeds. Every run evaluated with the
+same cells, ``problems``, ``samples`` and ``seed_start`` therefore plays identical problems with
+identical random numbers, and :func:`grid_differences` pairs them problem by problem
+(:func:`agentgym.trainer.stats.gain`). The records land in ``RUN_DIR/grid.json``, keyed by the
+grid's settings, so a second call reads them back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentgym.errors import ConfigError
+
+from .config import config_from_dict, config_to_dict, load_config
+from .controls import between_seeds
+from .evaluation import collect_fixed, eval_record
+from .model.files import latest_checkpoint, load_weights, write_text_atomic
+from .rollout.heldout import distinct_problems
+from .stats import gain
+from .train import Trainer
+
+__all__ = ["GRID_FILE", "cell_name", "grid_differences", "grid_eval", "grid_lines", "parse_grid"]
+
+GRID_FILE = "grid.json"
+SAMPLE_SEED = 97531  # the sampling seed of a grid's first chunk (chunk c: + c), for every run
+
+
+def parse_grid(specs: Sequence[str]) -> list[dict[str, Any]]:
+    """``["depth=1,2", "fail_rate=0,0.3"]`` -> the cells of their product, in order:
+    ``[{"depth": 1, "fail_rate": 0}, {"depth": 1, "fail_rate": 0.3}, ...]`` (values read as YAML)."""
+    axes: list[tuple[str, list[Any]]] = []
+    for spec in specs:
+        key, sep, values = spec.partition("=")
+        if not sep or not key.strip() or not values.strip():
+            raise ConfigError(f"grid: expected KEY=V1,V2,... (e.g. depth=1,2,3), got {spec!r}")
+        axes.append((key.strip(), [yaml.safe_load(v) for v in values.split(",")]))
+    return [dict(zip([k for k, _ in axes], combo)) for combo in itertools.product(*[v for _, v in axes])]
+
+
+def cell_name(cell: dict[str, Any]) -> str:
+    """``{"depth": 3, "fail_rate": 0.3}`` -> ``depth=3,fail_rate=0.3``."""
+    return ",".join(f"{k}={v}" for k, v in cell.items())
+
+
+def _weights(run_dir: Path) -> Path:
+    """The final weights of a finished run: its latest checkpoint, or a warm-start run's
+    ``warm_start/`` (a run with ``ppo.steps=0`` saves no checkpoint)."""
+    if latest_checkpoint(run_dir) is not None:
+        return run_dir
+    if (run_dir / "warm_start" / "model.safetensors").exists():
+        return run_dir / "warm_start"
+    raise ConfigError(f"{run_dir}: expected a finished run dir (a checkpoint, or a saved warm_start/); "
+                      "train it first")
+
+
+def grid_eval(run_dir: str | Path, cells: Sequence[dict[str, Any]], *, problems: int, samples: int,
+              seed_start: int) -> dict[str, dict[str, Any]]:
+    """Cell name -> the evaluation record (:func:`~agentgym.trainer.evaluation.eval_record`) of
+    the run's final weights on that cell: ``sampled_*`` keys at the rollout temperature
+    (``samples`` per problem), the plain keys greedy. Read from ``RUN_DIR/grid.json`` when it
+    holds this grid (same cells, problems, samples, seed_start); else computed and added there."""
+    run_dir = Path(run_dir)
+    key = json.dumps({"cells": list(cells), "problems": problems, "samples": samples,
+                      "seed_start": seed_start}, sort_keys=True)
+    path = run_dir / GRID_FILE
+    stored = json.loads(path.read_text()) if path.exists() else {}
+    if key in stored:
+        return dict(stored[key])
+    weights = _weights(run_dir)
+    d = config_to_dict(load_config(run_dir / "config.yaml"))
+    out: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        d["log"].update(run_dir=tmp, progress=False, plots=False, tensorboard=False, wandb=False)
+        d["controls"] = []
+        d["sft"]["load"] = None
+        cfg = config_from_dict(d)
+        t = Trainer(cfg)
+        try:
+            load_weights(t.learner.model, weights)
+            t.rollouts.refresh()
+            split = cfg.env.eval_split
+            held = t.rollouts.held
+            probe = t.rollouts.make_env(split)
+            try:
+                for cell in cells:
+                    opts = {**cell, **({"split": split} if split is not None else {})}
+                    found = distinct_problems(probe, problems, options=opts, start=seed_start)
+                    if len(found) < problems:
+                        raise ConfigError(f"grid cell {cell_name(cell)}: only {len(found)} distinct problems "
+                                          f"from seed {seed_start}; expected {problems}")
+                    seeds, ids = [s for s, _ in found], [t_id for _, t_id in found]
+                    with t.learner.compute():
+                        rec: dict[str, Any] = {"cell": cell}
+                        for temp, n, prefix in ((cfg.rollout.temperature, samples, "sampled_"), (0.0, 1, "")):
+                            trajs = collect_fixed(t.rollouts.eval_collector, temperature=temp,
+                                                  sample_seed=SAMPLE_SEED, options=opts, seeds=seeds, samples=n)
+                            rec.update(eval_record(trajs, temp, prefix, samples=n, needs_tool=held.needs_tool,
+                                                   task_ids=ids))
+                    out[cell_name(cell)] = rec
+            finally:
+                probe.close()
+        finally:
+            t.log.close()
+            t.close()
+    stored = json.loads(path.read_text()) if path.exists() else {}
+    stored[key] = out
+    write_text_atomic(path, json.dumps(stored))
+    return out
+
+
+def grid_differences(records: dict[int, dict[str, dict[str, dict[str, Any]]]], cell: str, pairs: Sequence[tuple[str, str]],
+                     prefix: str, *, pass_at_k: bool = False) -> dict[str, dict[int, float]]:
+    """``records``: seed -> arm -> cell -> record. For each ``(a, b)`` of ``pairs`` -> seed ->
+    the paired difference a - b on ``cell`` (seeds where either is missing are left out)."""
+    out: dict[str, dict[int, float]] = {}
+    for a, b in pairs:
+        per = out.setdefault(f"{a} - {b}", {})
+        for seed, arms in records.items():
+            ra, rb = arms.get(a, {}).get(cell), arms.get(b, {}).get(cell)
+            g = gain(rb, ra, prefix, pass_at_k=pass_at_k) if ra and rb else None
+            if g is not None:
+                per[seed] = g["gain"]
+    return out
+
+
+def grid_lines(records: dict[int, dict[str, dict[str, dict[str, Any]]]], cells: Sequence[str], arms: Sequence[str],
+               base: str, prefix: str, *, pass_at_k: bool = False) -> list[str]:
+    """Per cell: every arm - the warm start and ``base`` - every other arm, each seed's paired
+    difference, then across seeds the mean, its between-seed SE and the 95% interval."""
+    others = [a for a in arms if a != base]
+    pairs = [(a, "warm") for a in arms] + [(base, a) for a in others]
+    seeds = sorted(records)
+    lines = []
+    for cell in cells:
+        lines.append(f"{cell}:")
+        for name, per in grid_differences(records, cell, pairs, prefix, pass_at_k=pass_at_k).items():
+            st = between_seeds([per[s] for s in seeds if s in per])
+            interval = f"[{st['lo']:+.3f}, {st['hi']:+.3f}]" if per and st["se"] < float("inf") else "(no interval)"
+            lines.append(f"  {name.replace('warm', 'warm start'):<22} "
+                         + " ".join(f"{per[s]:+7.3f}" if s in per else f"{'-':>7}" for s in seeds)
+                         + f" | mean {st['mean']:+.3f} SE {st['se']:.3f} 95% {interval}")
+    return lines
