@@ -35,7 +35,7 @@ from torch import nn
 from agentgym.errors import ConfigError
 
 __all__ = ["DistInfo", "GatheredWeights", "Ranks", "all_gather_objects", "all_gather_rows", "all_reduce_sum",
-           "barrier", "full_state_dict", "group_tasks", "init_distributed", "is_sharded", "load_full_state",
+           "barrier", "full_state_dict", "global_rank", "group_tasks", "init_distributed", "is_sharded", "load_full_state",
            "shutdown", "tp_rows"]
 
 
@@ -181,6 +181,12 @@ def _dist() -> Any:
     import torch.distributed as dist
 
     return dist if dist.is_available() and dist.is_initialized() else None
+
+
+def global_rank() -> int:
+    """This process's rank in the initialised process group; 0 when there is none (one process)."""
+    d = _dist()
+    return 0 if d is None else int(d.get_rank())
 
 
 def barrier() -> None:
