@@ -41,7 +41,6 @@ from .model.files import load_weights, model_dir_problem, save_model_atomic
 from .model.gptoss import (
     ValueHead,
     build_tiny_for,
-    build_tiny_gptoss,
     is_tiny,
     load_policy,
     resolve_attention,
@@ -127,9 +126,8 @@ class Learner:
         if meta:
             model = sharding.policy_skeleton(m.name, tok.vocab_size, m.tiny, attn_implementation=m.attn_implementation,
                                       device=self.device)
-        elif is_tiny(m.name):  # tiny: the byte tokenizer; tiny:TOKENIZER: sized for it (vocabulary, pad id)
-            model = (build_tiny_gptoss(tok.vocab_size, seed=self.cfg.seed, **m.tiny) if m.name == "tiny"
-                     else build_tiny_for(tok, seed=self.cfg.seed, **m.tiny)).to(self.device)
+        elif is_tiny(m.name):  # sized for its tokenizer (vocabulary, pad id)
+            model = build_tiny_for(tok, seed=self.cfg.seed, **m.tiny).to(self.device)
             set_attention(model, resolve_attention(m.attn_implementation, self.device, model.config.head_dim))
         else:
             # a LoRA base is frozen in the compute dtype: never hold it in float32

@@ -79,8 +79,9 @@ def write_config(model: Any, folder: str | Path, *, dtype: torch.dtype | None = 
 
 def save_tokenizer(tokenizer: Any, folder: str | Path) -> bool:
     """The tokenizer's files to ``folder`` when it has any (Hugging Face and GPT-OSS's
-    ``o200k_harmony``); agentgym's byte tokenizer has none (``agentgym-eval`` recognises it by
-    the vocabulary size). Returns whether files were written."""
+    ``o200k_harmony``); agentgym's byte tokenizer has none (a folder without tokenizer files
+    and with its vocabulary size resolves to it: :func:`~agentgym.trainer.model.gptoss.resolve_tokenizer`).
+    Returns whether files were written."""
     if hasattr(tokenizer, "save_pretrained"):
         tokenizer.save_pretrained(str(folder))
         return True
