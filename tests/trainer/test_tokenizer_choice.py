@@ -55,3 +55,6 @@ def test_an_unknown_name_is_a_config_error_with_the_known_names(model: str, spec
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # tests address loopback only: no hub look-up
     with pytest.raises(ConfigError, match=needle):
         resolve_tokenizer(model, spec)
+    if "did you mean" in needle:  # the run's preflight says so too, before any hub look-up
+        with pytest.raises(ConfigError, match=needle):
+            tokenizer_source(model, spec)

@@ -182,12 +182,27 @@ def is_tiny(name: str) -> bool:
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
+def _refuse_a_misspelt_name(spec: str) -> None:
+    """A ConfigError for ``spec`` close to a tokenizer name (``bytes``) that is no path either."""
+    import os
+
+    from agentgym.tokenizers import TOKENIZERS
+
+    known = sorted(TOKENIZERS)
+    close = difflib.get_close_matches(spec, [*known, "auto"], n=1)
+    if spec not in TOKENIZERS and close and not os.path.exists(spec):
+        raise ConfigError(f"unknown tokenizer {spec!r}; did you mean {close[0]!r}? Expected auto (the model's "
+                          f"own), one of {known}, or a local folder / hub id of a Hugging Face tokenizer")
+
+
 def tokenizer_source(model: str, spec: str = "auto") -> str | None:
     """The folder or hub id :func:`resolve_tokenizer` loads ``model``'s tokenizer from, or None
-    when it is built in (a name of :data:`agentgym.tokenizers.TOKENIZERS`, a tiny model's)."""
+    when it is built in (a name of :data:`agentgym.tokenizers.TOKENIZERS`, a tiny model's); a
+    misspelt name is a ConfigError, as there."""
     from agentgym.tokenizers import TOKENIZERS
 
     if spec != "auto":
+        _refuse_a_misspelt_name(spec)
         return None if spec in TOKENIZERS else spec
     return None if is_tiny(model) else model
 
@@ -205,7 +220,6 @@ def resolve_tokenizer(model: str, spec: str = "auto", *, vocab_size: int | None 
     ``config.json``) has the byte tokenizer's size; a hub id its own tokenizer. An unknown name is
     a ConfigError naming the known ones."""
     import json
-    import os
     from pathlib import Path
 
     from agentgym.tokenizers import TOKENIZERS, ByteTokenizer, as_tokenizer
@@ -231,10 +245,7 @@ def resolve_tokenizer(model: str, spec: str = "auto", *, vocab_size: int | None 
         return as_tokenizer(model)
     if spec in TOKENIZERS:
         return TOKENIZERS[spec]()
-    close = difflib.get_close_matches(spec, [*known, "auto"], n=1)
-    if close and not os.path.exists(spec):  # a typo of a name, not a path or a hub id
-        raise ConfigError(f"unknown tokenizer {spec!r}; did you mean {close[0]!r}? Expected auto (the model's "
-                          f"own), one of {known}, or a local folder / hub id of a Hugging Face tokenizer")
+    _refuse_a_misspelt_name(spec)
     try:
         return as_tokenizer(spec)
     except TokenizerError as e:  # not a folder, not a hub id this machine can load, or no Harmony tokens
