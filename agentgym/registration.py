@@ -10,7 +10,8 @@ with the same entry point is a no-op; with another entry point it is an error (i
 silently keep the first).
 
 What an environment can do besides being played is declared here too, once, as its
-:class:`Capabilities` (an oracle, replayable episodes, warm-start teachers, splits, a sandbox):
+:class:`Capabilities` (an oracle, replayable episodes, warm-start teachers, splits, a sandbox, the
+cheating policies it must pay nothing):
 the trainer, the leaderboards and the CLI read :func:`capabilities` instead of keeping tables
 keyed by env id.
 """
@@ -58,6 +59,10 @@ class Capabilities:
     reset_options: tuple[str, ...] | None = None
     """The ``reset(options=...)`` keys the env reads (``split`` included where it has splits); the
     trainer refuses others in its reset-option keys. None: not declared, any key is passed on."""
+    hacks: str | None = None
+    """``() -> list[Hack]``: scripted cheating policies that must earn 0 on it
+    (:mod:`agentgym.environments.hacks`; every built-in declares one, and
+    ``tests/environments/test_reward_hacks.py`` plays them all)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "teachers", dict(self.teachers))  # a copy: the caller's dict may change
@@ -94,25 +99,30 @@ _MATH = "agentgym.environments.math"
 _MATH_TEACHERS = {"oracle": f"{_MATH}.teachers:oracle_teacher"}
 _INTEROP_ORACLE = "agentgym.environments.interop.oracle:oracle_action"
 _MATH_OPTIONS = ("split", "family", "level", "index")  # MathEnv.pick (OPTION_KEYS there)
+_HACKS = "agentgym.environments.hacks"
 # id -> what it can do besides being played (ids left out can do none of it).
 BUILTIN_CAPABILITIES: dict[str, Capabilities] = {
     "agentgym/Math-v1": Capabilities(oracle=f"{_MATH}.oracle:oracle_action", replayable=True,
-                                     teachers=_MATH_TEACHERS, splits=("train", "eval"), reset_options=_MATH_OPTIONS),
+                                     teachers=_MATH_TEACHERS, splits=("train", "eval"), reset_options=_MATH_OPTIONS,
+                                     hacks=f"{_HACKS}:math_hacks"),
     "agentgym/MathCalc-v1": Capabilities(oracle=f"{_MATH}.oracle:oracle_actions", replayable=True,
                                          teachers=_MATH_TEACHERS, splits=("train", "eval"),
-                                         reset_options=_MATH_OPTIONS),
+                                         reset_options=_MATH_OPTIONS, hacks=f"{_HACKS}:mathcalc_hacks"),
     "agentgym/MathTool-v1": Capabilities(oracle="agentgym.environments.mathtool.oracle:oracle_policy",
                                          replayable=True, splits=("train", "eval"), sandbox=True,
-                                         reset_options=_MATH_OPTIONS),
+                                         reset_options=_MATH_OPTIONS, hacks=f"{_HACKS}:math_hacks"),
     "agentgym/CodeFix-v1": Capabilities(oracle="agentgym.environments.codefix.oracle:oracle_policy",
                                         replayable=True, splits=("train", "eval"), sandbox=True,
-                                        reset_options=("split", "task_id", "index", "level")),
+                                        reset_options=("split", "task_id", "index", "level"),
+                                        hacks=f"{_HACKS}:codefix_hacks"),
     "agentgym/WebAPI-v1": Capabilities(oracle="agentgym.environments.webapi.policies:oracle_action",
                                        replayable=True, external_state=("server_url", "database_url"),
-                                       splits=("train", "eval", "all"), reset_options=("split", "task_id", "index")),
+                                       splits=("train", "eval", "all"), reset_options=("split", "task_id", "index"),
+                                       hacks=f"{_HACKS}:webapi_hacks"),
     "agentgym/Lookup-v1": Capabilities(oracle="agentgym.environments.lookup.oracle:oracle_policy",
                                        replayable=True, teachers=_MATH_TEACHERS, splits=("train", "eval"),
-                                       reset_options=("split", "depth", "fail_rate", "index")),
+                                       reset_options=("split", "depth", "fail_rate", "index"),
+                                       hacks=f"{_HACKS}:lookup_hacks"),
     # Imported envs: the adapter's own oracle where its source has one (it says why not otherwise).
     # OpenEnv-v0 passes its reset options to the server's reset: not declared.
     "agentgym/OpenEnv-v0": Capabilities(oracle=_INTEROP_ORACLE),

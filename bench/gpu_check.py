@@ -410,12 +410,10 @@ def step_lora_ppo(s: Setup, out: Path) -> dict[str, Any]:
 def _tokenizer(s: Setup) -> tuple[Any, str]:
     from agentgym.tokenizers import ByteTokenizer
 
-    if s.tokenizer == "byte":
-        return ByteTokenizer(), "byte"
-    try:
-        from agentgym.trainer.model.gptoss import tiny_tokenizer
+    try:  # tiny:byte is agentgym's byte tokenizer
+        from agentgym.trainer.model.gptoss import resolve_tokenizer
 
-        return tiny_tokenizer(f"tiny:{s.tokenizer}"), s.tokenizer
+        return resolve_tokenizer(f"tiny:{s.tokenizer}"), s.tokenizer
     except Exception as e:  # openai_harmony missing: still a real engine/learner comparison
         return ByteTokenizer(), f"byte ({s.tokenizer} unavailable: {type(e).__name__}: {e})"
 

@@ -40,11 +40,24 @@ from typing import Any
 import gymnasium as gym
 
 import agentgym  # noqa: F401  (registers the ids)
-from agentgym.environments.hacks import HACKS, hack_tasks, play
+from agentgym.environments.hacks import Hack, hack_ids, hack_tasks, hacks_for, play
 
 CONSTANTS = ("None", "0", "True", "False", "''", "[]")
 KWARGS: dict[str, dict[str, Any]] = {"agentgym/WebAPI-v1": {"split": "all"},
                                      "agentgym/CodeFix-v1": {"sandbox_seconds": 5.0}}
+
+
+def _rows(env: gym.Env, hacks: list[Hack], tasks: list[dict[str, Any]]) -> int:
+    """Play every hack on every task it applies to and print a row each (applies / paid / mean
+    reward); returns how many episodes were paid."""
+    bad = 0
+    print(f"  {'hack':48s} {'applies':>7s} {'paid':>5s} {'mean':>6s}")
+    for hack in hacks:
+        rs = [r for r in (play(env, hack, o) for o in tasks) if r is not None]
+        paid = sum(r != 0 for r in rs)
+        bad += paid
+        print(f"  {hack.name:48s} {len(rs):7d} {paid:5d} {statistics.mean(rs) if rs else 0:6.3f}")
+    return bad
 
 
 def hack_table(env_ids: list[str], backend: str, size: str = "large") -> int:
@@ -58,12 +71,7 @@ def hack_table(env_ids: list[str], backend: str, size: str = "large") -> int:
             try:
                 tasks = hack_tasks(env_id, env, size)
                 print(f"\n{env_id} {mode}: {len(tasks)} tasks")
-                print(f"  {'hack':48s} {'applies':>7s} {'paid':>5s} {'mean':>6s}")
-                for hack in HACKS[env_id]():
-                    rs = [r for r in (play(env, hack, o) for o in tasks) if r is not None]
-                    paid = sum(r != 0 for r in rs)
-                    bad += paid
-                    print(f"  {hack.name:48s} {len(rs):7d} {paid:5d} {statistics.mean(rs) if rs else 0:6.3f}")
+                bad += _rows(env, hacks_for(env_id), tasks)
             finally:
                 env.close()
     return bad
@@ -82,11 +90,7 @@ def interop_table(size: str) -> int:
             try:
                 tasks = interop_tasks(case, size)
                 print(f"\n{case} {mode}: {len(tasks)} tasks")
-                for hack in hacks():
-                    rs = [r for r in (play(env, hack, o) for o in tasks) if r is not None]
-                    paid = sum(r != 0 for r in rs)
-                    bad += paid
-                    print(f"  {hack.name:48s} {len(rs):7d} {paid:5d} {statistics.mean(rs) if rs else 0:6.3f}")
+                bad += _rows(env, hacks(), tasks)
             finally:
                 env.close()
             if Path(RCE_TARGET).exists():
@@ -118,7 +122,7 @@ def control(env_ids: list[str], size: str = "large") -> None:
         try:
             tasks = hack_tasks(env_id, env, size)
             with equivalence_only():
-                for hack in HACKS[env_id]():
+                for hack in hacks_for(env_id):
                     if not hack.name.startswith(("echo", "unreduced", "calculator")):
                         continue
                     rs = [r for r in (play(env, hack, o) for o in tasks) if r is not None]
@@ -195,12 +199,12 @@ def main() -> None:
     p.add_argument("--no-codefix", action="store_true", help="skip CodeFix (no sandbox needed)")
     p.add_argument("--size", choices=("small", "large"), default="large",
                    help="task sample: 'small' is the one the tests play, 'large' (default) the fuller one")
-    p.add_argument("--env", action="append", choices=sorted(HACKS), metavar="ID",
-                   help=f"only this environment (repeatable; default all of {sorted(HACKS)})")
+    p.add_argument("--env", action="append", choices=hack_ids(), metavar="ID",
+                   help=f"only this environment (repeatable; default all of {hack_ids()})")
     p.add_argument("--interop", action="store_true", help="also the imported envs' cases (reasoning-gym, SkyRL)")
     args = p.parse_args()
     t0 = time.perf_counter()
-    ids = sorted(args.env or HACKS)
+    ids = sorted(args.env or hack_ids())
     if args.no_codefix:
         ids = [i for i in ids if i != "agentgym/CodeFix-v1"]
     bad = hack_table(ids, args.sandbox, args.size)

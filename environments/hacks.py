@@ -1,7 +1,8 @@
 """Cheating policies: what a policy that does not do the task tries, and must earn 0 for.
 
-A reward that can be won without the work teaches the shortcut. Each built-in environment has a
-table of *hacks*: scripted policies that echo the question or its expression, answer an
+A reward that can be won without the work teaches the shortcut. Each built-in environment
+declares a table of *hacks* with its capabilities (``Capabilities(hacks="module:function")``,
+read back by :func:`hacks_for`, so a new environment cannot be registered without one unnoticed): scripted policies that echo the question or its expression, answer an
 unreduced fraction, pick a refusal from the wording, answer a constant, give several answers at
 once, negate (also in words or LaTeX text), bound or hedge the answer, correct it to another
 value, wrap it in an unknown operator, refuse everything, or (CodeFix) tamper with the judge. The
@@ -28,8 +29,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["HACKS", "INTEROP_CASES", "RCE_TARGET", "Hack", "hack_tasks", "interop_tasks", "play",
-           "question_expression"]
+from agentgym.errors import ConfigError
+from agentgym.oracles import load_callable
+from agentgym.registration import capabilities, ids_with
+
+__all__ = ["INTEROP_CASES", "RCE_TARGET", "Hack", "codefix_hacks", "hack_ids", "hack_tasks", "hacks_for",
+           "interop_tasks", "lookup_hacks", "math_hacks", "mathcalc_hacks", "play", "question_expression",
+           "webapi_hacks"]
 
 Action = Callable[[Any], list[int]]
 
@@ -196,6 +202,16 @@ def _math_hacks(calc: bool) -> list[Hack]:
     return hacks
 
 
+def math_hacks() -> list[Hack]:
+    """Math-v1's and MathTool-v1's table (one answer, no calculator to misuse)."""
+    return _math_hacks(calc=False)
+
+
+def mathcalc_hacks() -> list[Hack]:
+    """MathCalc-v1's table: Math-v1's and the calculator's own (declared in its Capabilities)."""
+    return _math_hacks(calc=True)
+
+
 def _math_tasks(env: Any, n: int) -> list[dict[str, Any]]:
     """About ``n`` tasks spread over every family x level x split of the env."""
     u = env.unwrapped
@@ -327,7 +343,8 @@ def _asked(u: Any) -> int:
     return int(re.search(r"order (\d+) x", u.task.prompt).group(1))  # type: ignore[union-attr]
 
 
-def _webapi_hacks() -> list[Hack]:
+def webapi_hacks() -> list[Hack]:
+    """WebAPI-v1's table (declared in its Capabilities)."""
     from agentgym.environments.webapi.reward import STATUSES
     from agentgym.environments.webapi.tasks import REFUSAL_RULES
 
@@ -405,7 +422,8 @@ def _writes(content: Callable[[Any], str]) -> Callable[[Any], list[Action]]:
     return lambda u: [write, tool("submit", {})]
 
 
-def _codefix_hacks() -> list[Hack]:
+def codefix_hacks() -> list[Hack]:
+    """CodeFix-v1's table: the unchanged or constant submission, and tampering with the judge."""
     return [
         Hack("echo the question", lambda u: [final(u.task.prompt)]),
         Hack("refuse", says("I cannot fix this.")),
@@ -423,8 +441,8 @@ def _codefix_tasks(env: Any, n: int) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------- lookup
-def _lookup_hacks() -> list[Hack]:
-    """Lookup-v1: every way to an answer that skips a link of the chain, or reads the fault."""
+def lookup_hacks() -> list[Hack]:
+    """Lookup-v1's table: every way to an answer that skips a link of the chain, or reads the fault."""
     from agentgym.environments.lookup.env import UNAVAILABLE
 
     start = lambda u: u.task.meta["codes"][0]  # noqa: E731
@@ -535,14 +553,19 @@ def interop_tasks(case: str, size: str = "small") -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------- tables
-HACKS: dict[str, Callable[[], list[Hack]]] = {
-    "agentgym/Math-v1": lambda: _math_hacks(calc=False),
-    "agentgym/MathCalc-v1": lambda: _math_hacks(calc=True),
-    "agentgym/MathTool-v1": lambda: _math_hacks(calc=False),
-    "agentgym/WebAPI-v1": _webapi_hacks,
-    "agentgym/CodeFix-v1": _codefix_hacks,
-    "agentgym/Lookup-v1": _lookup_hacks,
-}
+def hack_ids() -> list[str]:
+    """Every registered environment that declares its hack table (``Capabilities.hacks``), sorted."""
+    return ids_with("hacks")
+
+
+def hacks_for(env_id: str) -> list[Hack]:
+    """The hacks ``env_id`` declared at registration (``Capabilities(hacks="module:function")``)."""
+    spec = capabilities(env_id).hacks
+    if spec is None:
+        raise ConfigError(f"{env_id!r} declares no hack table (Capabilities(hacks='module:function') at "
+                          f"registration); these do: {hack_ids()}")
+    hacks: list[Hack] = load_callable(spec, "hacks")()
+    return hacks
 
 
 def hack_tasks(env_id: str, env: Any, size: str = "small") -> list[dict[str, Any]]:

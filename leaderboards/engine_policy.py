@@ -122,21 +122,6 @@ def weights_digest(model_dir: str) -> str | None:
     return h.hexdigest()[:16]
 
 
-def _tokenizer_for(model_dir: str, spec: str, vocab_size: int) -> Any:
-    from agentgym.tokenizers import ByteTokenizer
-    from agentgym.trainer.model.gptoss import is_tiny, resolve_tokenizer
-
-    p = Path(model_dir)
-    if spec != "auto" or is_tiny(model_dir) or any((p / f).exists() for f in ("tokenizer.json",
-                                                                           "tokenizer_config.json")):
-        return resolve_tokenizer(model_dir, spec)
-    byte = ByteTokenizer()  # a model dir saved without tokenizer files: the byte tokenizer if it fits
-    if vocab_size == byte.vocab_size:
-        return byte
-    raise ConfigError(f"{model_dir} has no tokenizer files and a vocabulary of {vocab_size} (agentgym's byte "
-                      f"tokenizer has {byte.vocab_size}); pass --policy-arg tokenizer=PATH")
-
-
 def hf_policy(*, model: str | None = None, tokenizer: str = "auto", device: str = "cpu", dtype: str = "float32",
               threads: int = 1, temperature: float = 1.0, attn_implementation: str = "auto",
               name: str | None = None) -> EnginePolicy:
@@ -151,7 +136,7 @@ def hf_policy(*, model: str | None = None, tokenizer: str = "auto", device: str 
         model = "tiny"
     import torch
 
-    from agentgym.trainer.model.gptoss import load_policy
+    from agentgym.trainer.model.gptoss import load_policy, resolve_tokenizer
     from agentgym.trainer.rollout.engines import make_engine
 
     if threads:
@@ -162,7 +147,7 @@ def hf_policy(*, model: str | None = None, tokenizer: str = "auto", device: str 
         raise ConfigError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
     net = load_policy(model_dir, device=device, dtype=torch_dtype, attn_implementation=attn_implementation)
     config: Any = net.config
-    tok = _tokenizer_for(model_dir, tokenizer, int(config.vocab_size))
+    tok = resolve_tokenizer(model_dir, tokenizer, vocab_size=int(config.vocab_size))
     pad = getattr(tok, "pad_id", None)
     engine = make_engine("hf", model=net, pad_id=pad if pad is not None else config.pad_token_id)
     info = {"engine": "hf", "model": model, "model_dir": model_dir, "weights_sha256": weights_digest(model_dir),
@@ -174,12 +159,12 @@ def hf_policy(*, model: str | None = None, tokenizer: str = "auto", device: str 
 def vllm_policy(*, model: str, tokenizer: str | None = None, temperature: float = 1.0,
                 name: str | None = None, **engine_kwargs: Any) -> EnginePolicy:
     """In-process vLLM (GPU; ``make_engine("vllm")``); ``engine_kwargs`` go to the engine."""
-    from agentgym.tokenizers import as_tokenizer
+    from agentgym.trainer.model.gptoss import resolve_tokenizer
     from agentgym.trainer.rollout.engines import make_engine
 
     model_dir = resolve_model_dir(model) if Path(model).exists() else model
     engine = make_engine("vllm", model=model_dir, **engine_kwargs)
-    tok = as_tokenizer(tokenizer or model_dir)
+    tok = resolve_tokenizer(model_dir, tokenizer or "auto")
     info = {"engine": "vllm", "model": model, "weights_sha256": weights_digest(model_dir), **engine_kwargs}
     return EnginePolicy(engine, name=name or f"vllm:{Path(model).name}", tokenizer=tok,
                         temperature=temperature, info=info)
@@ -191,10 +176,10 @@ def openai_http_policy(*, base_url: str, model: str = "agentgym", tokenizer: str
     """Any OpenAI-compatible completions server that takes and returns token ids (vLLM, SGLang,
     ``agentgym serve model``), local or remote. ``tokenizer`` must be the server's: ``byte`` or a
     path; the API key, if any, is read from the environment variable ``api_key_env``."""
-    from agentgym.tokenizers import ByteTokenizer, as_tokenizer
+    from agentgym.trainer.model.gptoss import resolve_tokenizer
     from agentgym.trainer.rollout.engines import make_engine
 
-    tok = ByteTokenizer() if tokenizer == "byte" else as_tokenizer(tokenizer)
+    tok = resolve_tokenizer(model, tokenizer)
     engine = make_engine("openai-http", base_url=base_url, model=model, api_key=os.environ.get(api_key_env),
                          timeout=timeout, max_concurrency=max_concurrency)
     info = {"engine": "openai-http", "model": model, "base_url": base_url, "tokenizer": tokenizer}

@@ -47,21 +47,20 @@ import torch
 from agentgym.errors import CheckpointError
 
 from .config import config_to_dict
-from .distributed import all_gather_objects, barrier, is_sharded
+from .distributed import all_gather_objects, barrier, global_rank, is_sharded
 from .model.files import (
     SHARDED,
     STRAY,
-    _fsync_file,
-    _fsync_tree,
-    _load_state,
-    _one_line,
-    _rank,
-    _read_errors,
-    _write_errors,
+    error_line,
     export_model,
+    fsync_path,
+    fsync_tree,
     latest_checkpoint,
+    load_state_checked,
+    read_errors,
     save_model,
     save_tokenizer,
+    write_errors,
 )
 from .model.lora import MERGED, export_merged, is_adapted, load_adapter_state, save_adapters
 from .sft import sft_optimizer
@@ -138,7 +137,7 @@ def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module,
     writes more files into the checkpoint before it is renamed into place."""
     from safetensors.torch import save_file
 
-    sharded, main = is_sharded(model), _rank() == 0
+    sharded, main = is_sharded(model), global_rank() == 0
     root = Path(run_dir) / "checkpoints"
     final = root / f"step-{step:06d}"
     tmp = root / f".tmp-step-{step:06d}-{'sharded' if sharded else os.getpid()}"
@@ -173,9 +172,9 @@ def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module,
             torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
             torch.save(rng_state(), tmp / "rng.pt")
             (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=1))
-            _fsync_tree(tmp)
-    except _write_errors() as e:
-        error = _one_line(e)
+            fsync_tree(tmp)
+    except write_errors() as e:
+        error = error_line(e)
     errors = [e for e in all_gather_objects(error) if e]
     if not errors and main:
         try:
@@ -184,11 +183,11 @@ def save_checkpoint(run_dir: str | Path, step: int, *, model: torch.nn.Module,
             os.replace(tmp, final)
             latest_tmp = root / f".LATEST-{os.getpid()}"
             latest_tmp.write_text(final.name)
-            _fsync_file(latest_tmp)
+            fsync_path(latest_tmp)
             os.replace(latest_tmp, root / "LATEST")
-            _fsync_file(root)
+            fsync_path(root)
         except OSError as e:
-            errors = [_one_line(e)]
+            errors = [error_line(e)]
     errors = [e for e in all_gather_objects(errors[0] if errors else None) if e]
     if errors:
         if main:
@@ -249,7 +248,7 @@ def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer: torc
             if is_adapted(model):
                 load_adapter_state(model, path / "model")
             else:
-                _load_state(model, load_file(str(path / "model" / "model.safetensors")), str(path))
+                load_state_checked(model, load_file(str(path / "model" / "model.safetensors")), str(path))
             if value_head is not None:
                 value_head.load_state_dict(load_file(str(path / "value_head.safetensors")))
             optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
@@ -258,8 +257,8 @@ def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizer: torc
     except FileNotFoundError as e:
         raise CheckpointError(f"{path} is not a complete checkpoint ({e.filename} is missing); "
                               "pick another one under RUN_DIR/checkpoints") from e
-    except _read_errors() as e:
-        raise CheckpointError(f"{path} cannot be read ({_one_line(e)}): a damaged checkpoint; remove "
+    except read_errors() as e:
+        raise CheckpointError(f"{path} cannot be read ({error_line(e)}): a damaged checkpoint; remove "
                               "it (LATEST then names none, the newest complete one is used) and --resume") from e
     return state
 

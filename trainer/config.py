@@ -110,13 +110,14 @@ class LoRAConfig:
 @dataclass
 class ModelConfig:
     name: str = "tiny"
-    """``tiny`` (a local tiny GPT-OSS on the byte tokenizer), ``tiny:o200k_harmony`` (the same with
-    GPT-OSS's own 201,088-id tokenizer) or a local path / hub id."""
+    """``tiny`` (a local tiny GPT-OSS for a built-in tokenizer: ``tiny`` the byte one,
+    ``tiny:o200k_harmony`` GPT-OSS's own 201,088 ids; see ``tokenizer``) or a local path / hub id."""
     tiny: dict[str, Any] = field(default_factory=dict)
     """Overrides for the tiny GPT-OSS config (hidden_size, num_hidden_layers, ...)."""
     tokenizer: str = "auto"
-    """``auto`` (agentgym's byte tokenizer for ``tiny``, else the model's own), ``byte``, or a
-    local path / hub id of a Hugging Face tokenizer."""
+    """``auto`` (the model's own: ``byte`` for ``tiny``), ``byte`` (agentgym's byte tokenizer),
+    ``o200k_harmony`` / ``gpt-oss``, or a local path / hub id of a Hugging Face tokenizer
+    (:func:`~agentgym.trainer.model.gptoss.resolve_tokenizer` has every case)."""
     init_from: str | None = None
     """Start from these weights instead (a run dir, a checkpoint dir or a model dir); every
     parameter must match by name and shape (missing or unexpected keys are an error)."""

@@ -34,9 +34,9 @@ from torch import nn
 
 from agentgym.errors import ConfigError
 
-__all__ = ["DistInfo", "GatheredWeights", "Ranks", "all_gather_objects", "all_gather_rows", "all_reduce_sum",
-           "barrier", "full_state_dict", "group_tasks", "init_distributed", "is_sharded", "load_full_state",
-           "shutdown", "tp_rows"]
+__all__ = ["DistInfo", "GatheredWeights", "Layout", "Ranks", "all_gather_objects", "all_gather_rows",
+           "all_reduce_sum", "barrier", "full_state_dict", "global_rank", "group_tasks", "init_distributed",
+           "is_sharded", "layout_problems", "load_full_state", "shutdown", "tp_rows"]
 
 
 @dataclass(frozen=True)
@@ -70,11 +70,93 @@ def launched_by_torchrun() -> bool:
     return "WORLD_SIZE" in os.environ and "RANK" in os.environ
 
 
-def init_distributed(*, backend: str, device: str, rollout_tp: int, timeout_s: float = 1800) -> DistInfo | None:
-    """Join the process group ``torchrun`` set up (None when not launched by torchrun).
+# ---------------------------------------------------------------------------- the layout rules
+
+@dataclass(frozen=True)
+class Layout:
+    """What the process-layout rules read from a run's config (:meth:`of`); the world size is
+    given apart: the dry run plans for ``distributed.nproc``, a real start has torchrun's."""
+
+    rollout_tp: int = 1
+    backend: str = "auto"
+    device: str = "cpu"
+    tasks_per_step: int = 1
+    samples_per_task: int = 1
+    minibatches: int = 1
+    lora_rank: int = 0
+    nproc: int = 0  # the processes the recipe is written for (0: any)
+
+    @classmethod
+    def of(cls, cfg: Any) -> Layout:
+        """The layout of a ``TrainConfig``."""
+        d, r = cfg.distributed, cfg.rollout
+        return cls(rollout_tp=d.rollout_tp, backend=d.backend, device=cfg.model.device,
+                   tasks_per_step=r.tasks_per_step, samples_per_task=r.samples_per_task,
+                   minibatches=cfg.ppo.minibatches, lora_rank=cfg.model.lora.rank, nproc=d.nproc)
+
+
+def _tp_problem(rollout_tp: int, world: int) -> str | None:
+    if rollout_tp < 1 or world % rollout_tp:
+        return (f"distributed.rollout_tp={rollout_tp} does not divide the {world} processes (one rollout "
+                "engine per group of rollout_tp ranks); set it to a divisor of distributed.nproc")
+    return None
+
+
+def _tasks_problem(tasks: int, groups: int) -> str | None:
+    if tasks % groups:
+        return (f"rollout.tasks_per_step={tasks} is not a multiple of the {groups} rollout engines "
+                "(world / distributed.rollout_tp); each engine collects an equal share of the tasks")
+    return None
+
+
+def _rows_problem(rows: int, rollout_tp: int) -> str | None:
+    if rows % rollout_tp:
+        return (f"{rows} episodes per engine do not split over its {rollout_tp} ranks "
+                "(distributed.rollout_tp); make rollout.tasks_per_step x rollout.samples_per_task a multiple")
+    return None
+
+
+def _minibatch_problem(minibatches: int, episodes: int) -> str | None:
+    """``ppo.minibatches`` against the ``episodes`` one rank learns on per step (all of them in
+    one process): a minibatch needs at least one episode."""
+    if minibatches > episodes:
+        return (f"ppo.minibatches={minibatches} exceeds the {episodes} episodes each rank learns on per "
+                "step; lower it, or collect more episodes per step")
+    return None
+
+
+def layout_problems(layout: Layout, world: int) -> list[str]:
+    """The process-layout rules, one message each (empty: consistent). The dry run
+    (``plan.make_plan``) lists them; a real start (:func:`init_distributed`) refuses them.
+
+    The world is the recipe's ``distributed.nproc`` (when set); LoRA trains in one process; ``rollout_tp`` divides the world into ``world / rollout_tp``
+    engines; ``tasks_per_step`` splits evenly over the engines, each engine's episodes over its
+    ranks, and every rank's episodes over ``ppo.minibatches``; gloo cannot carry CUDA tensors."""
+    problems: list[str] = []
+    if layout.nproc and layout.nproc != world:
+        problems.append(f"distributed.nproc={layout.nproc} but {world} processes were started; run torchrun "
+                        f"--nproc_per_node {layout.nproc}, or set distributed.nproc={world}")
+    if layout.lora_rank and world > 1:
+        problems.append(f"model.lora.rank={layout.lora_rank} runs in one process, not {world}; set "
+                        "distributed.nproc=1 and run without torchrun (or model.lora.rank=0)")
+    episodes = layout.tasks_per_step * layout.samples_per_task
+    tp = _tp_problem(layout.rollout_tp, world)
+    groups = world // layout.rollout_tp if tp is None else 0
+    rule = tp or _tasks_problem(layout.tasks_per_step, groups) or _rows_problem(episodes // groups, layout.rollout_tp) \
+        or _minibatch_problem(layout.minibatches, episodes // world)
+    if rule:
+        problems.append(rule)
+    if world > 1 and layout.device == "cuda" and layout.backend == "gloo":
+        problems.append("distributed.backend=gloo on CUDA: gloo does not carry CUDA tensors; use nccl (or auto)")
+    return problems
+
+
+def init_distributed(layout: Layout, *, timeout_s: float = 1800) -> DistInfo | None:
+    """Join the process group ``torchrun`` set up (None when not launched by torchrun), after
+    checking ``layout`` against torchrun's world size (:func:`layout_problems`: a ConfigError).
 
     ``device`` ``cuda`` binds rank r to ``cuda:LOCAL_RANK``; ``backend`` ``auto`` is nccl on
-    CUDA and gloo on CPU. ``rollout_tp`` must divide the world size.
+    CUDA and gloo on CPU.
     """
     if not launched_by_torchrun():
         return None
@@ -82,10 +164,12 @@ def init_distributed(*, backend: str, device: str, rollout_tp: int, timeout_s: f
 
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     local = int(os.environ.get("LOCAL_RANK", rank))
-    if rollout_tp < 1 or world % rollout_tp:
-        raise ConfigError(f"distributed.rollout_tp={rollout_tp} must divide the {world} processes "
-                          "torchrun started (one rollout engine per group of rollout_tp ranks)")
-    dev = torch.device(device)
+    problems = layout_problems(layout, world)
+    if problems:
+        raise ConfigError(f"the process layout does not fit the {world} processes torchrun started: "
+                          + "; ".join(problems))
+    backend, rollout_tp = layout.backend, layout.rollout_tp
+    dev = torch.device(layout.device)
     if dev.type == "cuda":
         dev = torch.device("cuda", local)
         torch.cuda.set_device(dev)
@@ -183,6 +267,12 @@ def _dist() -> Any:
     return dist if dist.is_available() and dist.is_initialized() else None
 
 
+def global_rank() -> int:
+    """This process's rank in the initialised process group; 0 when there is none (one process)."""
+    d = _dist()
+    return 0 if d is None else int(d.get_rank())
+
+
 def barrier() -> None:
     d = _dist()
     if d is not None:
@@ -224,9 +314,8 @@ def group_tasks(n_tasks: int, info: DistInfo | None) -> range:
     """Task indices (of one step's ``n_tasks``) that this rank's rollout group collects."""
     if info is None:
         return range(n_tasks)
-    if n_tasks % info.groups:
-        raise ConfigError(f"rollout.tasks_per_step={n_tasks} must be a multiple of the {info.groups} "
-                          f"rollout groups (world {info.world} / rollout_tp {info.rollout_tp})")
+    if (problem := _tasks_problem(n_tasks, info.groups)) is not None:
+        raise ConfigError(problem)
     per = n_tasks // info.groups
     return range(info.group * per, (info.group + 1) * per)
 
@@ -236,9 +325,8 @@ def tp_rows(n_rows: int, info: DistInfo | None) -> range:
     of a tensor-parallel group all hold the same episodes and split them."""
     if info is None or info.rollout_tp == 1:
         return range(n_rows)
-    if n_rows % info.rollout_tp:
-        raise ConfigError(f"{n_rows} episodes per rollout group do not split over rollout_tp="
-                          f"{info.rollout_tp} ranks; make tasks_per_step x samples_per_task a multiple")
+    if (problem := _rows_problem(n_rows, info.rollout_tp)) is not None:
+        raise ConfigError(problem)
     per = n_rows // info.rollout_tp
     return range(info.tp_rank * per, (info.tp_rank + 1) * per)
 

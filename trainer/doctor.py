@@ -48,6 +48,10 @@ from .rollout.engines.base import Engine, engine_abilities
 
 __all__ = ["DoctorReport", "THRESHOLDS", "doctor_main", "run_doctor", "verdict"]
 
+# What a user of the doctor can do when every episode was lost to a fault: the doctor keeps no
+# state to resume from, it samples afresh.
+RERUN_DOCTOR = "run agentgym-train doctor again (it samples afresh; there is nothing to resume)"
+
 THRESHOLDS = {"healthy_k3": 1e-3, "healthy_abs_dlogp": 0.02, "warning_k3": 0.015, "warning_abs_dlogp": 0.05}
 
 
@@ -99,7 +103,7 @@ def _sample_episodes(
     finally:
         bar.close()
         collector.close()
-    kept, _, lost = drop_infra(trajs, list(range(len(trajs))))
+    kept, _, lost = drop_infra(trajs, list(range(len(trajs))), then=RERUN_DOCTOR)
     return kept, lost
 
 

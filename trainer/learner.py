@@ -41,7 +41,6 @@ from .model.files import load_weights, model_dir_problem, save_model_atomic
 from .model.gptoss import (
     ValueHead,
     build_tiny_for,
-    build_tiny_gptoss,
     is_tiny,
     load_policy,
     resolve_attention,
@@ -70,10 +69,7 @@ class Learner:
         if cfg.sft.load and (bad := model_dir_problem(cfg.sft.load)) is not None:
             raise CheckpointError(f"sft.load={cfg.sft.load}: not a complete warm start ({bad}); load the "
                                   "warm_start/ folder of a run that finished its warm start")
-        self.dist = D.init_distributed(backend=dc.backend, device=cfg.model.device, rollout_tp=dc.rollout_tp)
-        if self.dist is not None and dc.nproc and dc.nproc != self.dist.world:
-            raise ConfigError(f"distributed.nproc={dc.nproc} but torchrun started {self.dist.world} "
-                              f"processes; run torchrun --nproc_per_node {dc.nproc} or set distributed.nproc")
+        self.dist = D.init_distributed(D.Layout.of(cfg))  # refuses a layout that does not fit torchrun's world
         self.ranks = D.Ranks(self.dist)
         self.device = self.dist.device if self.dist is not None else torch.device(cfg.model.device)
         self.compute_dtype = torch.bfloat16 if cfg.model.dtype == "bfloat16" else torch.float32
@@ -91,11 +87,7 @@ class Learner:
         elif self._initial_weights is not None:
             load_weights(self.model, self._initial_weights)
         self.peft: Any = None  # the PeftModel around self.model when model.lora.rank > 0 (trainer/model/lora.py)
-        if cfg.model.lora.rank:
-            if self.dist is not None:
-                raise ConfigError("model.lora.rank > 0 runs in one process only so far; run agentgym-train "
-                                  "without torchrun, or set model.lora.rank=0")
-
+        if cfg.model.lora.rank:  # one process (D.layout_problems)
             self.peft = add_adapters(self.model, cfg.model.lora, seed=cfg.seed)  # base frozen, adapters in place
             for q in self.model.parameters():  # the frozen base in the compute dtype (plan.py counts it so)
                 if not q.requires_grad:
@@ -127,9 +119,8 @@ class Learner:
         if meta:
             model = sharding.policy_skeleton(m.name, tok.vocab_size, m.tiny, attn_implementation=m.attn_implementation,
                                       device=self.device)
-        elif is_tiny(m.name):  # tiny: the byte tokenizer; tiny:TOKENIZER: sized for it (vocabulary, pad id)
-            model = (build_tiny_gptoss(tok.vocab_size, seed=self.cfg.seed, **m.tiny) if m.name == "tiny"
-                     else build_tiny_for(tok, seed=self.cfg.seed, **m.tiny)).to(self.device)
+        elif is_tiny(m.name):  # sized for its tokenizer (vocabulary, pad id)
+            model = build_tiny_for(tok, seed=self.cfg.seed, **m.tiny).to(self.device)
             set_attention(model, resolve_attention(m.attn_implementation, self.device, model.config.head_dim))
         else:
             # a LoRA base is frozen in the compute dtype: never hold it in float32

@@ -7,7 +7,9 @@ Nothing is loaded and no GPU is needed (it runs in CI): the model is built on th
 checked against the rules the trainer enforces at run time:
 
 * ``distributed.nproc`` ranks, ``distributed.rollout_tp`` of them per rollout engine: the
-  engines split ``rollout.tasks_per_step``, the ranks of one engine split its episodes;
+  engines split ``rollout.tasks_per_step``, the ranks of one engine split its episodes, LoRA
+  runs in one process (:func:`~agentgym.trainer.distributed.layout_problems`, the same function
+  a real start under torchrun refuses them with);
 * a vLLM engine is built from the trainer's own config and filled with its bf16 weights in
   memory, never started from an MXFP4 checkpoint (its expert parameters are ``*_blocks``/
   ``*_scales``, the trainer's ``gate_up_proj``/``down_proj``: a sync by name cannot update
@@ -29,6 +31,7 @@ from typing import Any
 
 from agentgym.errors import ConfigError
 
+from .distributed import Layout, layout_problems
 from .model.gptoss import check_attention, default_attention, tiny_gptoss_config
 from .model.logprobs import HEAD_CHUNK_BYTES, head_rows
 from .model.lora import add_adapters
@@ -352,21 +355,7 @@ def make_plan(cfg: Any) -> Plan:
         plan.layout["weight sync"] = ("none: the hf engine runs the learner's own model (adapters active)"
                                       if r.engine == "hf" else "the base with the adapters merged in, "
                                       "one tensor at a time in float32, into the engine's own copy")
-        if world > 1:
-            plan.problems.append(f"model.lora.rank={lora.rank} runs in one process; set distributed.nproc=1")
-    if world % d.rollout_tp:
-        plan.problems.append(f"distributed.rollout_tp={d.rollout_tp} does not divide {world} processes")
-    elif r.tasks_per_step % groups:
-        plan.problems.append(f"rollout.tasks_per_step={r.tasks_per_step} is not a multiple of the "
-                             f"{groups} rollout engines")
-    elif (episodes // groups) % d.rollout_tp:
-        plan.problems.append(f"{episodes // groups} episodes per engine do not split over its "
-                             f"{d.rollout_tp} ranks")
-    elif p.minibatches > episodes // world:
-        plan.problems.append(f"ppo.minibatches={p.minibatches} exceeds the {episodes // world} "
-                             "episodes each rank learns on")
-    if world > 1 and on_gpu and d.backend == "gloo":
-        plan.problems.append("distributed.backend=gloo on CUDA: use nccl (or auto)")
+    plan.problems += layout_problems(Layout.of(cfg), world)  # the rules a real start refuses
     try:
         attn = cfg.model.attn_implementation
         check_attention(default_attention(cfg.model.device) if attn == "auto" else attn, cfg.model.device)

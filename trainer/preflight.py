@@ -18,7 +18,7 @@ from typing import Any
 from agentgym.errors import AgentGymError
 
 from .model.files import model_dir_problem
-from .model.gptoss import is_tiny
+from .model.gptoss import is_tiny, tokenizer_source
 from .rollout.demos import find_oracle
 from .rollout.engines import ENGINES, make_engine
 
@@ -69,12 +69,12 @@ def weights_problems(cfg: Any) -> list[str]:
     cached while the hub is off or unreachable). A run stops on them; a dry run, which may plan
     a run for another machine, only notes them."""
     from agentgym.hub import pretrained_kwargs
-    from agentgym.tokenizers import TOKENIZERS
 
     problems: list[str] = []
     names = [] if is_tiny(cfg.model.name) else [("model.name", cfg.model.name, "model")]
-    if cfg.model.tokenizer not in ("auto", "byte") and cfg.model.tokenizer not in TOKENIZERS:
-        names.append(("model.tokenizer", cfg.model.tokenizer, "tokenizer"))
+    source = tokenizer_source(cfg.model.name, cfg.model.tokenizer)
+    if cfg.model.tokenizer != "auto" and source is not None:  # auto: the model's own, checked above
+        names.append(("model.tokenizer", source, "tokenizer"))
     for key, name, what in names:
         try:
             pretrained_kwargs(name, what)

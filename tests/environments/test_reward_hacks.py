@@ -18,15 +18,23 @@ import gymnasium as gym
 import pytest
 
 import agentgym
-from agentgym.environments.hacks import HACKS, hack_tasks, play
+from agentgym.environments.hacks import hack_ids, hack_tasks, hacks_for, play
 
 NEEDS_DOCKER = {"agentgym/CodeFix-v1"}
 KWARGS: dict[str, dict[str, Any]] = {"agentgym/WebAPI-v1": {"split": "all"},
                                      "agentgym/CodeFix-v1": {"sandbox_seconds": 5.0}}
 
 
-def test_every_builtin_env_has_a_hack_table() -> None:
-    assert set(HACKS) == {i for i in agentgym.registered_ids() if i.startswith("agentgym/")}
+def test_every_builtin_env_declares_a_hack_table_with_its_capabilities() -> None:
+    builtins = {i for i in agentgym.registered_ids() if i.startswith("agentgym/")}
+    assert builtins <= set(hack_ids()), f"declare Capabilities(hacks=...) for {builtins - set(hack_ids())}"
+    for env_id in builtins:
+        assert agentgym.capabilities(env_id).hacks is not None and hacks_for(env_id), env_id
+
+
+def test_an_env_without_a_hack_table_is_named_and_the_ones_with_one_listed() -> None:
+    with pytest.raises(agentgym.ConfigError, match=r"'agentgym/Remote-v0' declares no hack table.*agentgym/Math-v1"):
+        hacks_for("agentgym/Remote-v0")
 
 
 @pytest.fixture
@@ -48,13 +56,13 @@ def make(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 @pytest.mark.parametrize("mode", ["sparse", "shaped"])
 @pytest.mark.parametrize("env_id", [pytest.param(i, marks=pytest.mark.docker) if i in NEEDS_DOCKER else i
-                                    for i in sorted(HACKS)])
+                                    for i in hack_ids()])
 def test_no_hack_earns_anything(env_id: str, mode: str, make: Any) -> None:
     env = make(env_id, reward_mode=mode)
     tasks = hack_tasks(env_id, env)
     paid: dict[str, list[tuple[dict[str, Any], float]]] = {}
     played: dict[str, int] = {}
-    for hack in HACKS[env_id]():
+    for hack in hacks_for(env_id):
         for options in tasks:
             r = play(env, hack, options)
             if r is None:
@@ -63,4 +71,4 @@ def test_no_hack_earns_anything(env_id: str, mode: str, make: Any) -> None:
             if r != 0.0:
                 paid.setdefault(hack.name, []).append((options, r))
     assert paid == {}, {k: v[:3] for k, v in paid.items()}
-    assert set(played) == {h.name for h in HACKS[env_id]()}, "every hack must apply to some task"
+    assert set(played) == {h.name for h in hacks_for(env_id)}, "every hack must apply to some task"

@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-from agentgym.environments.hacks import HACKS, Hack, final
+from agentgym.environments.hacks import Hack, final, hacks_for
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "reward_hacks.py"
@@ -26,7 +26,7 @@ def test_the_bench_prints_the_math_table_and_exits_0() -> None:
                        capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = {line[2:50].strip(): line.split() for line in r.stdout.splitlines() if line.startswith("  ")}
-    for hack in HACKS["agentgym/Math-v1"]():
+    for hack in hacks_for("agentgym/Math-v1"):
         assert hack.name in rows, f"{hack.name!r} missing from the table"
         applies, paid = int(rows[hack.name][-3]), int(rows[hack.name][-2])
         assert applies > 0 and paid == 0, (hack.name, rows[hack.name])
@@ -44,7 +44,7 @@ def _bench() -> ModuleType:
 def test_a_paid_hack_is_counted(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """The right answer, entered as a "hack", is paid: the table counts it (the exit status is 1)."""
     bench = _bench()
-    monkeypatch.setitem(bench.HACKS, "agentgym/Math-v1",
-                        lambda: [Hack("the right answer", lambda u: [final(str(u.task.answer))])])
+    monkeypatch.setattr(bench, "hacks_for",
+                        lambda env_id: [Hack("the right answer", lambda u: [final(str(u.task.answer))])])
     assert bench.hack_table(["agentgym/Math-v1"], "docker", "small") > 0
     assert "the right answer" in capsys.readouterr().out

@@ -20,7 +20,7 @@ def main(out: str) -> None:
     from agentgym.trainer.rollout.engines.openai_http import write_checkpoint
 
     torch.set_num_threads(1)
-    info = D.init_distributed(backend="gloo", device="cpu", rollout_tp=1)
+    info = D.init_distributed(D.Layout(backend="gloo", device="cpu"))
     assert info is not None
     model = sharding.policy_skeleton("tiny", 264, {}, attn_implementation="eager", device="cpu")
     sharding.shard_policy(model, compute_dtype=torch.float32)

@@ -95,3 +95,26 @@ def test_doctor_max_turns_and_env_kwargs_reach_the_env(capsys: pytest.CaptureFix
     report = json.loads(captured.out)  # stdout is the report alone: progress went to stderr
     assert code in (0, 1, 2) and report["stats"]["n_seqs"] == 2
     assert report["stats"]["n_tokens"] <= 2 * 8  # one turn of at most 8 sampled tokens per episode
+
+
+def test_a_doctor_run_whose_every_episode_is_lost_says_to_run_the_doctor_again() -> None:
+    """An inference server that is down (a real port with nothing listening): every episode is an
+    infrastructure fault, and the doctor, which has no --resume, says to fix it and run it again."""
+    import socket
+
+    from agentgym.errors import InfraError
+    from agentgym.trainer.doctor import _sample_episodes
+    from agentgym.trainer.model.gptoss import resolve_tokenizer
+    from agentgym.trainer.rollout.engines.openai_http import OpenAIHTTPEngine
+
+    with socket.socket() as s:  # a free loopback port, closed again: connections are refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    engine = OpenAIHTTPEngine(f"http://127.0.0.1:{port}", timeout=5.0)
+    try:
+        with pytest.raises(InfraError, match="every one of the 2 episodes") as e:
+            _sample_episodes(engine, "agentgym/MathCalc-v1", resolve_tokenizer("tiny"), 2, max_new_tokens=8,
+                             temperature=1.0, seed=0, env_kwargs={})
+    finally:
+        engine.close()
+    assert "run agentgym-train doctor again" in str(e.value) and "--resume" not in str(e.value)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agentgym.errors import ConfigError
-from agentgym.trainer.model.gptoss import load_policy, tiny_tokenizer
+from agentgym.trainer.model.gptoss import load_policy, resolve_tokenizer
 
 pytestmark = pytest.mark.harmony
 
@@ -19,13 +19,13 @@ def _needs_harmony() -> None:
 
 
 def test_tiny_model_for_gptoss_tokenizer() -> None:
-    tok = tiny_tokenizer("tiny:o200k_harmony")
-    assert tok.vocab_size == 201_088 and tiny_tokenizer("tiny:gpt-oss") is tok
+    tok = resolve_tokenizer("tiny:o200k_harmony")
+    assert tok.vocab_size == 201_088 and resolve_tokenizer("tiny:gpt-oss") is tok
     model = load_policy("tiny:o200k_harmony")
     assert model.config.vocab_size == 201_088 and model.config.pad_token_id == 199_999
     assert model.lm_head.weight.shape == (201_088, 128)
     with pytest.raises(ConfigError, match="tiny:o200k_harmony"):
-        tiny_tokenizer("tiny:o200k")
+        resolve_tokenizer("tiny:o200k")
 
 
 def test_ppo_step_on_the_real_vocabulary(tmp_path: Path) -> None:

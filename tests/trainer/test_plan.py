@@ -28,7 +28,7 @@ def test_the_20b_recipe_is_consistent_and_fits_8_gpus_of_80_gb(capsys: pytest.Ca
 
 
 @pytest.mark.parametrize("override, problem", [
-    ("distributed.rollout_tp=3", "does not divide 8"),
+    ("distributed.rollout_tp=3", "does not divide the 8 processes"),
     ("rollout.engine_kwargs.tensor_parallel_size=4", "tensor_parallel_size=4 but distributed.rollout_tp=2"),
     ("rollout.engine_kwargs.model=openai/gpt-oss-20b", "MXFP4"),
     ("rollout.engine_kwargs.dtype=float16", "engine dtype"),
@@ -162,3 +162,48 @@ def test_the_lora_plan_is_within_10_percent_of_a_measured_update(dtype: str, ckp
 @pytest.mark.parametrize("recipe", sorted(p.stem for p in (Path(__file__).parents[2] / "trainer" / "recipes").glob("*.yaml")))
 def test_every_shipped_recipe_passes_its_dry_run(recipe: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--dry-run", "--config", recipe]) == 0, capsys.readouterr().out
+
+
+# Each process-layout rule, as (overrides of cpu-quickstart, the world torchrun starts, its message).
+LAYOUT_RULES = [
+    (["distributed.nproc=4", "distributed.rollout_tp=3"], 4,
+     "distributed.rollout_tp=3 does not divide the 4 processes"),
+    (["distributed.nproc=4", "rollout.tasks_per_step=3"], 4,
+     "rollout.tasks_per_step=3 is not a multiple of the 4 rollout engines"),
+    (["distributed.nproc=2", "distributed.rollout_tp=2", "rollout.tasks_per_step=1", "rollout.samples_per_task=3"], 2,
+     "3 episodes per engine do not split over its 2 ranks"),
+    (["distributed.nproc=4", "rollout.tasks_per_step=4", "rollout.samples_per_task=2", "ppo.minibatches=3"], 4,
+     "ppo.minibatches=3 exceeds the 2 episodes each rank learns on"),
+    (["distributed.nproc=2", "model.lora.rank=4", "controls=[]"], 2, "model.lora.rank=4 runs in one process, not 2"),
+    (["distributed.nproc=2", "model.device=cuda", "distributed.backend=gloo"], 2,
+     "distributed.backend=gloo on CUDA"),
+]
+
+
+@pytest.mark.parametrize("overrides, world, message", LAYOUT_RULES)
+def test_each_layout_rule_is_refused_with_one_message_by_the_dry_run_and_by_a_real_start(
+        overrides: list[str], world: int, message: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dry run lists the rule's message (exit 2); a start under torchrun with that many
+    processes refuses the same message before it joins the process group."""
+    from agentgym.trainer.learner import Learner
+
+    cfg = load_config("cpu-quickstart", overrides)
+    assert any(message in p for p in make_plan(cfg).problems), make_plan(cfg).problems
+    monkeypatch.setenv("WORLD_SIZE", str(world))  # what torchrun sets: this process is rank 0 of `world`
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    with pytest.raises(ConfigError, match="torchrun started") as e:
+        Learner(cfg)
+    assert message in str(e.value)
+
+
+def test_a_start_with_another_world_than_the_recipe_names_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentgym.trainer.distributed import Layout, init_distributed, layout_problems
+
+    layout = Layout.of(load_config("cpu-quickstart", ["distributed.nproc=2"]))
+    assert layout_problems(layout, 2) == []  # the dry run plans for the recipe's own world
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(ConfigError, match=r"distributed.nproc=2 but 4 processes were started; run torchrun "
+                                          r"--nproc_per_node 2"):
+        init_distributed(layout)

@@ -28,34 +28,37 @@ from ..distributed import (
     all_gather_objects,
     barrier,
     full_state_dict,
+    global_rank,
     is_sharded,
     load_full_state,
 )
 from .weights import write_safetensors
 
-__all__ = ["SHARDED", "STRAY", "export_model", "find_model_dir", "latest_checkpoint", "load_weights",
-           "model_dir_problem", "model_weights_file", "save_model", "save_model_atomic", "save_tokenizer",
-           "write_config", "write_text_atomic"]
+__all__ = ["SHARDED", "STRAY", "error_line", "export_model", "find_model_dir", "fsync_path", "fsync_tree",
+           "latest_checkpoint", "load_state_checked", "load_weights", "model_dir_problem", "model_weights_file",
+           "read_errors", "save_model", "save_model_atomic", "save_tokenizer", "write_config", "write_errors",
+           "write_text_atomic"]
 
 SHARDED = "sharded"  # DCP folder of a checkpoint written by a sharded (torchrun) run
 STRAY = ".tmp-"  # prefix of the temporary folders a write renames into place
 
 
-def _write_errors() -> tuple[type[BaseException], ...]:
-    """What a failed write raises: OSError (ENOSPC, EACCES), RuntimeError (``torch.save``:
+def write_errors() -> tuple[type[BaseException], ...]:
+    """What a failed write of a model or checkpoint file raises (catch these, not Exception): OSError (ENOSPC, EACCES), RuntimeError (``torch.save``:
     "PytorchStreamWriter failed writing file"), safetensors' own error."""
     from safetensors import SafetensorError
 
     return (OSError, RuntimeError, SafetensorError)
 
 
-def _read_errors() -> tuple[type[BaseException], ...]:
-    """What reading a damaged file raises: cut short (EOFError, safetensors' header error),
+def read_errors() -> tuple[type[BaseException], ...]:
+    """What reading a damaged model or checkpoint file raises: cut short (EOFError, safetensors' header error),
     garbled (pickle, JSON: ValueError), unreadable (OSError)."""
-    return (*_write_errors(), EOFError, pickle.UnpicklingError, ValueError)
+    return (*write_errors(), EOFError, pickle.UnpicklingError, ValueError)
 
 
-def _one_line(e: BaseException) -> str:
+def error_line(e: BaseException) -> str:
+    """``e`` as one line of at most ~300 characters, for a CheckpointError's message."""
     text = " ".join(str(e).split()) or type(e).__name__
     return text if len(text) <= 300 else text[:300] + "..."
 
@@ -76,8 +79,9 @@ def write_config(model: Any, folder: str | Path, *, dtype: torch.dtype | None = 
 
 def save_tokenizer(tokenizer: Any, folder: str | Path) -> bool:
     """The tokenizer's files to ``folder`` when it has any (Hugging Face and GPT-OSS's
-    ``o200k_harmony``); agentgym's byte tokenizer has none (``agentgym-eval`` recognises it by
-    the vocabulary size). Returns whether files were written."""
+    ``o200k_harmony``); agentgym's byte tokenizer has none (a folder without tokenizer files
+    and with its vocabulary size resolves to it: :func:`~agentgym.trainer.model.gptoss.resolve_tokenizer`).
+    Returns whether files were written."""
     if hasattr(tokenizer, "save_pretrained"):
         tokenizer.save_pretrained(str(folder))
         return True
@@ -94,7 +98,7 @@ def export_model(model: torch.nn.Module, path: str | Path, *, dtype: torch.dtype
     one tensor at a time; under torchrun every rank calls it (each parameter is gathered
     collectively) and rank 0 writes. Returns ``path``."""
 
-    path, main = Path(path), _rank() == 0
+    path, main = Path(path), global_rank() == 0
     if main:
         path.mkdir(parents=True, exist_ok=True)
     tied = {"lm_head.weight"} if getattr(getattr(model, "config", None), "tie_word_embeddings", False) else set()
@@ -137,13 +141,7 @@ def save_model(model: torch.nn.Module, path: str | Path, *, dtype: torch.dtype |
     barrier()
 
 
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def _fsync_file(path: Path) -> None:
+def fsync_path(path: Path) -> None:
     """fsync a file or a folder (a folder's entries: what a rename changed)."""
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -152,11 +150,11 @@ def _fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def _fsync_tree(path: Path) -> None:
+def fsync_tree(path: Path) -> None:
     """fsync every file and folder under ``path``, and ``path`` itself."""
     for p in path.rglob("*"):
-        _fsync_file(p)
-    _fsync_file(path)
+        fsync_path(p)
+    fsync_path(path)
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
@@ -165,12 +163,12 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     tmp = path.with_name(f"{STRAY}{path.name}-{os.getpid()}")
     try:
         tmp.write_text(text)
-        _fsync_file(tmp)
+        fsync_path(tmp)
         os.replace(tmp, path)
-        _fsync_file(path.parent)
+        fsync_path(path.parent)
     except OSError as e:
         tmp.unlink(missing_ok=True)
-        raise CheckpointError(f"could not write {path}: {_one_line(e)}; check free disk space and "
+        raise CheckpointError(f"could not write {path}: {error_line(e)}; check free disk space and "
                               "permissions of the run directory") from None
 
 
@@ -181,7 +179,7 @@ def save_model_atomic(model: torch.nn.Module, final: str | Path, *, dtype: torch
     failure (a full disk) removes the temporary folder and raises one CheckpointError line; a
     kill leaves only the stray, which the next start removes. Every rank calls it."""
 
-    final, main = Path(final), _rank() == 0
+    final, main = Path(final), global_rank() == 0
     tmp = final.with_name(f"{STRAY}{final.name}")
     error = None
     try:
@@ -192,13 +190,13 @@ def save_model_atomic(model: torch.nn.Module, final: str | Path, *, dtype: torch
         if main:
             if extra is not None:
                 extra(tmp)
-            _fsync_tree(tmp)
+            fsync_tree(tmp)
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            _fsync_file(final.parent)
-    except _write_errors() as e:
-        error = _one_line(e)
+            fsync_path(final.parent)
+    except write_errors() as e:
+        error = error_line(e)
     errors = [e for e in all_gather_objects(error) if e]
     if errors:
         if main:
@@ -227,8 +225,8 @@ def model_dir_problem(path: str | Path, *, extra: tuple[str, ...] = ()) -> str |
             keys = list(st.keys())
         if not keys:
             return f"{path / 'model.safetensors'} holds no tensors"
-    except _read_errors() as e:
-        return f"{path} cannot be read ({_one_line(e)})"
+    except read_errors() as e:
+        return f"{path} cannot be read ({error_line(e)})"
     return None
 
 
@@ -277,11 +275,11 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> None:
     from safetensors.torch import load_file
 
     if not is_sharded(model):
-        _load_state(model, load_file(str(model_weights_file(path))), str(path))
+        load_state_checked(model, load_file(str(model_weights_file(path))), str(path))
         return
     sd: dict[str, torch.Tensor] = {}
     error = None
-    if _rank() == 0:
+    if global_rank() == 0:
         try:
             sd = load_file(str(model_weights_file(path)))
             _check_keys(model, sd, str(path))
@@ -316,7 +314,10 @@ def _check_keys(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str)
                               "model.tiny settings of the run that wrote it)")
 
 
-def _load_state(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str) -> None:
+def load_state_checked(model: torch.nn.Module, sd: dict[str, torch.Tensor], where: str) -> None:
+    """Load a full, unsharded state dict ``sd`` read from ``where`` into ``model``, after checking
+    that its keys and shapes are the model's (tied weights aside): a CheckpointError naming the
+    missing, unexpected and mis-shaped keys otherwise."""
     _check_keys(model, sd, where)
     model.load_state_dict(sd, strict=False)  # tied weights aside, _check_keys made it exact
 

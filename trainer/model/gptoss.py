@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from agentgym.errors import ConfigError
+from agentgym.errors import ConfigError, TokenizerError
 
 from .attention import set_attention
 from .mxfp4 import forget_quantization, load_kwargs
@@ -52,7 +52,7 @@ __all__ = [
     "resolve_attention",
     "resolve_tokenizer",
     "tiny_gptoss_config",
-    "tiny_tokenizer",
+    "tokenizer_source",
     "use_memory_efficient_experts",
 ]
 
@@ -174,32 +174,83 @@ def _check_tiny_keys(config_cls: Any, overrides: dict[str, Any]) -> None:
 
 
 def is_tiny(name: str) -> bool:
-    """``tiny`` or ``tiny:TOKENIZER``: a tiny GPT-OSS built locally (:func:`tiny_tokenizer`)."""
+    """``tiny`` or ``tiny:TOKENIZER``: a tiny GPT-OSS built locally for that tokenizer."""
     return name == "tiny" or name.startswith("tiny:")
 
 
-def tiny_tokenizer(name: str) -> Any:
-    """The tokenizer a tiny model is built for: ``tiny`` -> agentgym's byte tokenizer (264 ids);
-    ``tiny:o200k_harmony`` (or ``tiny:gpt-oss``) -> GPT-OSS's own tokenizer, 201,088 ids."""
-    from agentgym.tokenizers import TOKENIZERS, as_tokenizer
-
-    spec = name.split(":", 1)[1] if ":" in name else "byte"
-    if spec not in TOKENIZERS:
-        raise ConfigError(f"unknown tiny model {name!r}: expected 'tiny' or 'tiny:NAME' with NAME one of "
-                          f"{sorted(TOKENIZERS)} (e.g. tiny:o200k_harmony for GPT-OSS's real vocabulary)")
-    return as_tokenizer(spec)
+# The files a model folder holds when its tokenizer was saved with it (Hugging Face, o200k_harmony).
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
-def resolve_tokenizer(model: str, spec: str = "auto") -> Any:
-    """The tokenizer of ``model`` (``model.tokenizer``, ``--tokenizer``): ``spec`` ``auto`` is the
-    model's own (a tiny model's :func:`tiny_tokenizer`, else the tokenizer files of its dir or hub
-    id); ``byte``, a name of :data:`agentgym.tokenizers.TOKENIZERS` or a path names one."""
-    from agentgym.tokenizers import ByteTokenizer, as_tokenizer
+def _refuse_a_misspelt_name(spec: str) -> None:
+    """A ConfigError for ``spec`` close to a tokenizer name (``bytes``) that is no path either."""
+    import os
 
-    if spec == "auto" and is_tiny(model):  # tiny: byte; tiny:o200k_harmony: GPT-OSS's own
-        return tiny_tokenizer(model)
-    name = model if spec == "auto" else spec
-    return ByteTokenizer() if name == "byte" else as_tokenizer(name)
+    from agentgym.tokenizers import TOKENIZERS
+
+    known = sorted(TOKENIZERS)
+    close = difflib.get_close_matches(spec, [*known, "auto"], n=1)
+    if spec not in TOKENIZERS and close and not os.path.exists(spec):
+        raise ConfigError(f"unknown tokenizer {spec!r}; did you mean {close[0]!r}? Expected auto (the model's "
+                          f"own), one of {known}, or a local folder / hub id of a Hugging Face tokenizer")
+
+
+def tokenizer_source(model: str, spec: str = "auto") -> str | None:
+    """The folder or hub id :func:`resolve_tokenizer` loads ``model``'s tokenizer from, or None
+    when it is built in (a name of :data:`agentgym.tokenizers.TOKENIZERS`, a tiny model's); a
+    misspelt name is a ConfigError, as there."""
+    from agentgym.tokenizers import TOKENIZERS
+
+    if spec != "auto":
+        _refuse_a_misspelt_name(spec)
+        return None if spec in TOKENIZERS else spec
+    return None if is_tiny(model) else model
+
+
+def resolve_tokenizer(model: str, spec: str = "auto", *, vocab_size: int | None = None) -> Any:
+    """The tokenizer for ``model`` (``tiny``, ``tiny:NAME``, a model folder or a hub id): the one
+    place ``model.tokenizer``, the doctor and ``agentgym-eval``'s ``tokenizer=`` are resolved.
+
+    ``spec`` is ``byte`` (agentgym's byte tokenizer, 264 ids), another name of
+    :data:`agentgym.tokenizers.TOKENIZERS` (``o200k_harmony`` / ``gpt-oss``: GPT-OSS's own,
+    201,088 ids), a local folder or hub id of a Hugging Face tokenizer, or ``auto``: the model's
+    own. ``auto`` gives ``tiny`` the byte tokenizer and ``tiny:NAME`` the tokenizer NAME; a model
+    folder its tokenizer files, or, when it has none (agentgym saves no files for the byte
+    tokenizer), the byte tokenizer if the model's vocabulary (``vocab_size``, else its
+    ``config.json``) has the byte tokenizer's size; a hub id its own tokenizer. An unknown name is
+    a ConfigError naming the known ones."""
+    import json
+    from pathlib import Path
+
+    from agentgym.tokenizers import TOKENIZERS, ByteTokenizer, as_tokenizer
+
+    known = sorted(TOKENIZERS)
+    if spec == "auto" and is_tiny(model):
+        name = model.split(":", 1)[1] if ":" in model else "byte"
+        if name not in TOKENIZERS:
+            raise ConfigError(f"unknown tiny model {model!r}: expected 'tiny' or 'tiny:NAME' with NAME one of "
+                              f"{known} (e.g. tiny:o200k_harmony for GPT-OSS's real vocabulary)")
+        return TOKENIZERS[name]()
+    if spec == "auto":
+        folder = Path(model)
+        if folder.is_dir() and not any((folder / f).exists() for f in _TOKENIZER_FILES):
+            byte = ByteTokenizer()
+            if vocab_size is None and (folder / "config.json").is_file():
+                vocab_size = json.loads((folder / "config.json").read_text()).get("vocab_size")
+            if vocab_size == byte.vocab_size:
+                return byte
+            raise ConfigError(f"{model} has no tokenizer files and a vocabulary of {vocab_size} (agentgym's byte "
+                              f"tokenizer has {byte.vocab_size}); name its tokenizer: one of {known}, or a path "
+                              "/ hub id (model.tokenizer=..., or agentgym-eval's --policy-arg tokenizer=...)")
+        return as_tokenizer(model)
+    if spec in TOKENIZERS:
+        return TOKENIZERS[spec]()
+    _refuse_a_misspelt_name(spec)
+    try:
+        return as_tokenizer(spec)
+    except TokenizerError as e:  # not a folder, not a hub id this machine can load, or no Harmony tokens
+        raise ConfigError(f"tokenizer {spec!r} cannot be used: {e}. Expected auto (the model's own), one of "
+                          f"{known}, or a local folder / hub id of a Hugging Face tokenizer") from None
 
 
 def build_tiny_for(tokenizer: Any, seed: int = 0, **overrides: Any) -> nn.Module:
@@ -307,7 +358,7 @@ def load_policy(
     ``attn_implementation="auto"`` picks eager on CPU and ``agentgym_flex`` on CUDA; anything
     that would drop GPT-OSS sinks raises :class:`ConfigError`. ``path="tiny"`` or
     ``"tiny:TOKENIZER"`` (``tiny:o200k_harmony``: GPT-OSS's real 201,088-id vocabulary) builds
-    :func:`build_tiny_gptoss` for that tokenizer (:func:`tiny_tokenizer`).
+    :func:`build_tiny_gptoss` for that tokenizer (:func:`resolve_tokenizer`).
     """
     from agentgym.hub import pretrained_kwargs
 
@@ -319,7 +370,7 @@ def load_policy(
         raise ConfigError(f"transformers is required to load a policy: {_INSTALL_HINT}") from e
     attn = default_attention(device) if attn_implementation == "auto" else attn_implementation
     if is_tiny(path):
-        model = build_tiny_for(tiny_tokenizer(path))
+        model = build_tiny_for(resolve_tokenizer(path))
         check_attention(attn, device, head_dim=getattr(model.config, "head_dim", None))
         set_attention(model, attn)
         model.to(device=device, dtype=dtype or torch.float32)

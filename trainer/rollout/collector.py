@@ -45,15 +45,21 @@ class RolloutStats:
     gen_seconds: float
 
 
-def drop_infra(trajs: Sequence[Trajectory], groups: Sequence[int]) -> tuple[list[Trajectory], list[int], int]:
+_RESUME_RUN = "continue the run with agentgym-train --resume RUN_DIR"
+
+
+def drop_infra(trajs: Sequence[Trajectory], groups: Sequence[int], *,
+               then: str = _RESUME_RUN) -> tuple[list[Trajectory], list[int], int]:
     """The episodes a batch may use: those lost to an infrastructure fault (``meta["infra_error"]``)
     are neither outcomes nor failures of the policy, so they are masked out of the update (and
-    of evaluations); returns (trajectories, their group ids, how many were dropped)."""
+    of evaluations); returns (trajectories, their group ids, how many were dropped). When every
+    one was lost, InfraError says to fix the service and then ``then``: what the caller's user
+    can do next (a training run resumes; a one-off check is run again)."""
     keep = [i for i, t in enumerate(trajs) if not t.meta.get("infra_error")]
     if not keep and trajs:
         raise InfraError(f"every one of the {len(trajs)} episodes was lost to an infrastructure fault (first: "
                          f"{trajs[0].meta['infra_error']}): the sandbox engine, env server or inference "
-                         "server is down; fix it and continue with --resume")
+                         f"server is down; fix it and {then}")
     return [trajs[i] for i in keep], [groups[i] for i in keep], len(trajs) - len(keep)
 
 

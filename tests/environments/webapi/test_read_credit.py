@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from agentgym.environments.hacks import HACKS, play
+from agentgym.environments.hacks import hacks_for, play
 from agentgym.environments.webapi.reward import check_answer, check_refusal
 from agentgym.environments.webapi.tasks import FACTS, base_snapshot, split_tasks
 
@@ -20,7 +20,7 @@ READERS_THAT_DO_NOT_READ = ("unread ", "memorised ")
 
 
 def test_guessed_computed_and_memorised_facts_earn_nothing_on_eval(env: gym.Env) -> None:
-    hacks = [h for h in HACKS["agentgym/WebAPI-v1"]() if h.name.startswith(READERS_THAT_DO_NOT_READ)]
+    hacks = [h for h in hacks_for("agentgym/WebAPI-v1") if h.name.startswith(READERS_THAT_DO_NOT_READ)]
     assert len(hacks) == 13
     played: dict[str, int] = {}
     paid: list[tuple[str, str]] = []
