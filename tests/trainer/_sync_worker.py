@@ -20,7 +20,7 @@ def main(out: str) -> None:
     from agentgym.trainer.rollout.engines.openai_http import write_checkpoint
 
     torch.set_num_threads(1)
-    info = D.init_distributed(D.Layout(backend="gloo", device="cpu"))
+    info = D.init_distributed(D.Layout(backend="gloo", device="cpu", tasks_per_step=2))  # one task per rank
     assert info is not None
     model = sharding.policy_skeleton("tiny", 264, {}, attn_implementation="eager", device="cpu")
     sharding.shard_policy(model, compute_dtype=torch.float32)
