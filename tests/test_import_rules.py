@@ -303,3 +303,66 @@ def test_the_wing_check_catches_a_planted_violation_and_a_lazy_cycle(tmp_path: P
     # metrics now imports the trainer, so algo's import of it is refused too
     assert any(f.startswith("trainer/algo/") and "-> agentgym.trainer.metrics (leaves): algo imports only" in f
                for f in found)
+
+
+# ------------------------------------------------------------------ narrow interfaces
+# The wings take the small configs they read, never the run's: no ``TrainConfig`` or ``Learner``
+# in their code, and no ``param.<section>.<field>`` read of a whole run config handed in as a
+# parameter (``cfg.env.id``, ``cfg.rollout.engine``): the caller passes ``cfg.env`` instead.
+
+def _sections() -> dict[str, set[str]]:
+    import dataclasses
+
+    from agentgym.trainer.config import TrainConfig
+
+    return {f.name: {g.name for g in dataclasses.fields(f.default_factory())}  # type: ignore[misc]
+            for f in dataclasses.fields(TrainConfig) if dataclasses.is_dataclass(f.default_factory)}  # type: ignore[arg-type]
+
+
+def interface_violations(root: Path) -> list[str]:
+    """``path: function: what`` for each wing function that takes or reads the run's config."""
+    sections, found = _sections(), []
+    for wing in ("algo", "model", "rollout"):
+        for path in sorted((root / "trainer" / wing).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Name) and node.id in ("TrainConfig", "Learner"):
+                    found.append(f"{rel}: names {node.id}")
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                params = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)} - {"self", "cls"}
+                for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs):
+                    if a.annotation is not None and any(w in ast.unparse(a.annotation) for w in ("TrainConfig", "Learner")):
+                        found.append(f"{rel}: {node.name}({a.arg}: {ast.unparse(a.annotation)})")
+                read: dict[str, set[str]] = {}  # parameter -> the run-config sections read off it
+                for sub in ast.walk(node):
+                    if (isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Attribute)
+                            and isinstance(sub.value.value, ast.Name) and sub.value.value.id in params
+                            and sub.attr in sections.get(sub.value.attr, ())):
+                        found.append(f"{rel}: {node.name} reads {ast.unparse(sub)}")
+                    if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id in params \
+                            and sub.attr in sections:
+                        read.setdefault(sub.value.id, set()).add(sub.attr)
+                found += [f"{rel}: {node.name} reads {', '.join(sorted(f'{p}.{s}' for s in got))}"
+                          for p, got in read.items() if len(got) > 1]  # a whole run config, taken apart
+    return sorted(set(found))
+
+
+def test_the_wings_take_their_own_small_configs() -> None:
+    assert interface_violations(ROOT) == []
+
+
+def test_the_interface_check_catches_a_run_config_in_a_wing(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "trainer", tmp_path / "trainer", ignore=shutil.ignore_patterns("__pycache__"))
+    assert interface_violations(tmp_path) == []
+    (tmp_path / "trainer" / "rollout" / "planted.py").write_text(
+        "from typing import Any\n\n\ndef collect(cfg: Any) -> int:\n    return cfg.env.max_turns\n\n\n"
+        "def step(learner: 'Learner') -> None:\n    pass\n")
+    (tmp_path / "trainer" / "algo" / "planted.py").write_text(
+        "def loss(model, ppo):\n    return model.model.layers, ppo.clip_eps\n\n\n"
+        "def build(cfg):\n    e, sc = cfg.env, cfg.sft\n    return e, sc\n")  # an HF model's .model: not a config
+    assert interface_violations(tmp_path) == [
+        "trainer/algo/planted.py: build reads cfg.env, cfg.sft",
+        "trainer/rollout/planted.py: collect reads cfg.env.max_turns",
+        "trainer/rollout/planted.py: step(learner: 'Learner')",
+    ]

@@ -42,7 +42,7 @@ from .rollout.collector import Collector, cut_actions, drop_infra, group_seeds, 
 from .rollout.demos import demonstrations, find_oracle
 from .rollout.engines import make_engine
 from .rollout.engines.base import engine_abilities
-from .rollout.heldout import HeldOut
+from .rollout.heldout import CHECK_SEED_BASE, HeldOut
 from .rollout.ray_collector import FAULT_COUNTS, RayCollector, drop_failed
 from .rollout.staleness import Producer, VersionedEngine, stale_episodes, staleness_metrics, stamp_versions
 from .rollout.tp_collector import GroupCollector, GroupEngine
@@ -54,6 +54,17 @@ __all__ = ["SFT_ARM_SEED_BASE", "TRAIN_SEED_BASE", "Rollouts"]
 
 TRAIN_SEED_BASE = 1_000_000  # task seeds of PPO step s: TRAIN_SEED_BASE + s * tasks_per_step + i
 SFT_ARM_SEED_BASE = 2_000_000  # algo=sft: step s demonstrates seeds SFT_ARM_SEED_BASE + s * episodes + i
+
+
+def held_out(cfg: TrainConfig, make_env: Any) -> HeldOut:
+    """The run's held-out problem sets: ``log.eval_episodes`` (or ``eval_episodes_final``, the
+    larger) evaluation problems from ``log.eval_seed_start``, and ``sft.check_problems``
+    stopping-check problems from the run's check stream when the warm start runs a check."""
+    sc = cfg.sft
+    checks = bool(sc.check_every) and max(sc.check_from, sc.check_every) <= sc.steps and not sc.load
+    return HeldOut.build(cfg.env, make_env, n_eval=max(cfg.log.eval_episodes, cfg.log.eval_episodes_final or 0),
+                         eval_seed_start=cfg.log.eval_seed_start, n_check=sc.check_problems if checks else 0,
+                         check_start=cfg.stream(CHECK_SEED_BASE))
 
 
 class Rollouts:
@@ -109,13 +120,14 @@ class Rollouts:
                 raise ConfigError("rollout.backend=ray under torchrun is not supported: each rank "
                                   "collects with its own engine; use rollout.backend=local")
             # one pool of train-split envs; evaluation passes split=eval as a reset option
-            self.collector = self.eval_collector = RayCollector.from_config(cfg, make_env, learner.model,
-                                                                            learner.pad_id)
+            self.collector = self.eval_collector = RayCollector.from_config(
+                cfg.rollout, make_env, learner.model, learner.pad_id, env_id=env_cfg.id, env_kwargs=env_cfg.kwargs,
+                max_new_tokens=env_cfg.max_action_tokens, threads=cfg.threads)
         else:
             n_train = cfg.derived()["episodes_per_step"] // learner.ranks.groups  # this engine's share
             self.collector = self._collector(make_env, n_train)
             self.eval_collector = self._collector(lambda: make_env(env_cfg.eval_split), cfg.log.eval_episodes)
-        self.held = HeldOut.build(cfg, make_env)
+        self.held = held_out(cfg, make_env)
         self.curriculum = CurriculumSampler(cfg.curriculum, seed=cfg.seed)
         self.producer: Any = None  # rollout.mode=async: the thread collecting the next steps
         self._demo_env: Any = None  # algo=sft: the oracle's train-split env

@@ -162,7 +162,7 @@ def test_two_seeds_train_on_different_tasks_and_demonstrations(tmp_path: Path) -
     stopping-check problems); the evaluation block is the same (``log.eval_seed_start`` names it)."""
     import gymnasium as gym
 
-    from agentgym.trainer.rollout.heldout import HeldOut
+    from agentgym.trainer.episodes import held_out
     from agentgym.trainer.sft import demo_seeds
 
     env = gym.make("agentgym/MathCalc-v1", prompt="compact")
@@ -177,7 +177,7 @@ def test_two_seeds_train_on_different_tasks_and_demonstrations(tmp_path: Path) -
                                              "sft.check_problems=8"])
         t = Trainer(cfg)
         trajs, _, _ = t.rollouts.collect(0)
-        held = HeldOut.build(cfg, t.rollouts.make_env)
+        held = held_out(cfg, t.rollouts.make_env)
         drawn[seed] = ({tr.task_id for tr in trajs}, ids(demo_seeds(cfg, 0) + demo_seeds(cfg, 1)),
                        {i for _, i in held.check},
                        held.eval_ids())

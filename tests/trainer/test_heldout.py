@@ -14,8 +14,9 @@ import agentgym  # noqa: F401  (registers the environments)
 from agentgym.environments.math.calc import MathCalcEnv
 from agentgym.errors import TrainerError
 from agentgym.trainer.config import load_config
+from agentgym.trainer.episodes import held_out
 from agentgym.trainer.rollout.demos import demonstrations, find_oracle
-from agentgym.trainer.rollout.heldout import HeldOut, distinct_problems, task_id_at
+from agentgym.trainer.rollout.heldout import distinct_problems, task_id_at
 from agentgym.trainer.train import Trainer
 
 SMALL = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false", "controls=[]",
@@ -145,7 +146,7 @@ def test_held_out_sets_are_a_pure_function_of_the_config(tmp_path: Path) -> None
     from agentgym.trainer.learner import Learner
 
     s = Rollouts(cfg, Learner(cfg))
-    a, b = HeldOut.build(cfg, s.make_env), HeldOut.build(cfg, s.make_env)
+    a, b = held_out(cfg, s.make_env), held_out(cfg, s.make_env)
     assert a.eval == b.eval and a.check == b.check and len(a.check) == 16
     assert not set(a.eval_ids()) & {tid for _, tid in a.check}  # stopping on check never scores on eval
     s.close()
@@ -160,8 +161,8 @@ def test_a_measurement_from_another_seed_start_never_scores_a_tuning_problem(tmp
     base = [*SMALL, f"log.run_dir={tmp_path}", "log.eval_episodes=256"]
     cfg = load_config("cpu-quickstart", base)
     s = Rollouts(cfg, Learner(cfg))
-    dev = HeldOut.build(load_config("cpu-quickstart", [*base, "log.eval_seed_start=0"]), s.make_env)
-    final = HeldOut.build(load_config("cpu-quickstart", [*base, "log.eval_seed_start=1000000"]), s.make_env)
+    dev = held_out(load_config("cpu-quickstart", [*base, "log.eval_seed_start=0"]), s.make_env)
+    final = held_out(load_config("cpu-quickstart", [*base, "log.eval_seed_start=1000000"]), s.make_env)
     assert len(set(final.eval_ids())) == 256 and final.eval_seeds()[0] >= 1_000_000
     assert not set(dev.eval_ids()) & set(final.eval_ids()) and final.skipped_tuning and not dev.skipped_tuning
     s.close()

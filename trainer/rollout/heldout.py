@@ -1,6 +1,7 @@
 """Held-out problems: what evaluations run on, and what training must never see.
 
-    held = HeldOut.build(cfg, make_env)         # probes the eval split for distinct problems
+    held = HeldOut.build(env_cfg, make_env, n_eval=64, eval_seed_start=0, n_check=32,
+                         check_start=CHECK_SEED_BASE)  # probes the eval split for distinct problems
     held.eval_seeds                             # [seed, ...]: one per distinct task id, fixed
     seeds = held.train_seeds(seeds, options)    # env.exclude_held_out: held-out tasks replaced
     held.overlap(trajs)                         # training episodes on held-out problems
@@ -97,23 +98,27 @@ class HeldOut:
         self.ids = frozenset(t for _, t in self.eval) | frozenset(t for _, t in self.check)
 
     @classmethod
-    def build(cls, cfg: Any, make_env: Callable[[str | None], Any]) -> HeldOut:
-        """Probe the eval split (``make_env(cfg.env.eval_split)``) for the run's problem sets."""
-        e, log, sc = cfg.env, cfg.log, cfg.sft
-        n_eval = max(log.eval_episodes, log.eval_episodes_final or 0)
+    def build(cls, env_cfg: Any, make_env: Callable[[str | None], Any], *, n_eval: int, eval_seed_start: int,
+              n_check: int, check_start: int) -> HeldOut:
+        """Probe the eval split (``make_env(env_cfg.eval_split)``) for the run's problem sets.
+
+        ``env_cfg``: the run's env config (``id``, ``train_split``, ``eval_split``,
+        ``eval_options``, ``exclude_held_out``); ``n_eval`` evaluation problems from seed
+        ``eval_seed_start`` up; ``n_check`` stopping-check problems (0: the run has no check)
+        from seed ``check_start`` up, none of them an evaluation problem."""
+        e = env_cfg
         env = make_env(e.eval_split)
         try:
             opts = _options(e.eval_split, e.eval_options)
-            start = log.eval_seed_start
+            start = eval_seed_start
             # above 0: also skip the problems a run from seed 0 evaluates on (where a recipe is
             # tuned), unless the split is too small to hold both sets (skipped_tuning says which)
             dev = {t for _, t in distinct_problems(env, n_eval, options=opts)} if start else set()
             ev = distinct_problems(env, n_eval, options=opts, start=start, exclude=dev)
             if dev and len(ev) < n_eval:
                 ev, dev = distinct_problems(env, n_eval, options=opts, start=start), set()
-            check = (distinct_problems(env, sc.check_problems, options=opts, start=cfg.stream(CHECK_SEED_BASE),
-                                       exclude={t for _, t in ev})
-                     if sc.check_every and max(sc.check_from, sc.check_every) <= sc.steps and not sc.load else [])
+            check = (distinct_problems(env, n_check, options=opts, start=check_start, exclude={t for _, t in ev})
+                     if n_check else [])
             needs_tool = bool(getattr(env.unwrapped, "tools", list)())
             stop_ids = tuple(int(t) for t in env.unwrapped.codec.stop_ids)
         finally:

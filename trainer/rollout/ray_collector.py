@@ -224,34 +224,35 @@ class RayCollector:
         self._closed = False
 
     @classmethod
-    def from_config(cls, cfg: Any, make_env: Callable[[], Any], model: Any, pad_id: int) -> RayCollector:
-        """The trainer's collector for ``rollout.backend: ray`` (``cfg`` is a TrainConfig).
+    def from_config(cls, r: Any, make_env: Callable[[], Any], model: Any, pad_id: int, *, env_id: str,
+                    env_kwargs: dict[str, Any], max_new_tokens: int, threads: int) -> RayCollector:
+        """The trainer's collector for ``rollout.backend: ray``: ``r`` is the run's rollout config
+        (``engine``, ``engine_kwargs``, ``prefix_cache``, ``max_workers``, ``ray``); ``make_env``
+        makes one of the env ``env_id`` (with ``env_kwargs``) in a worker.
 
         With the ``hf`` engine each worker gets a CPU copy of ``model`` and the driver's weights
         before every call; with ``openai-http`` the workers are clients of the same server.
         """
         import copy
 
-        r = cfg.rollout
         if r.engine == "hf":
             import functools
 
             spec = WorkerSpec(make_env, functools.partial(_hf_engine, prefix_cache=r.prefix_cache, pad_id=pad_id,
                                                           kwargs=dict(r.engine_kwargs)),
-                              max_new_tokens=cfg.env.max_action_tokens, model=copy.deepcopy(model).to("cpu"),
-                              max_env_threads=r.max_workers, threads=cfg.threads)
+                              max_new_tokens=max_new_tokens, model=copy.deepcopy(model).to("cpu"),
+                              max_env_threads=r.max_workers, threads=threads)
         elif r.engine == "openai-http":
             import functools
 
             spec = WorkerSpec(make_env, functools.partial(_named_engine, name=r.engine, kwargs=dict(r.engine_kwargs)),
-                              max_new_tokens=cfg.env.max_action_tokens, max_env_threads=r.max_workers,
-                              threads=cfg.threads)
+                              max_new_tokens=max_new_tokens, max_env_threads=r.max_workers, threads=threads)
         else:
             raise ConfigError(f"rollout.backend=ray supports rollout.engine hf or openai-http, got "
                               f"{r.engine!r}; serve vLLM over HTTP and use openai-http")
         ray_cfg = r.ray
         return cls(spec, num_workers=ray_cfg.num_workers, episodes_per_call=ray_cfg.episodes_per_call,
-                   env_id=cfg.env.id, env_kwargs=dict(cfg.env.kwargs), retry=ray_cfg.retry,
+                   env_id=env_id, env_kwargs=dict(env_kwargs), retry=ray_cfg.retry,
                    replayable_envs=ray_cfg.replayable, max_attempts=ray_cfg.max_attempts,
                    max_restarts=ray_cfg.max_restarts, call_timeout_s=ray_cfg.call_timeout_s,
                    cpus_per_worker=ray_cfg.cpus_per_worker, gpus_per_worker=ray_cfg.gpus_per_worker,
