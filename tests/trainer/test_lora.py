@@ -100,6 +100,35 @@ def test_merged_weights_are_peft_merge_under_the_base_names_and_leave_the_learne
                                    rtol=0, atol=1e-5)
 
 
+def test_an_adapted_output_head_acts_in_every_head_implementation() -> None:
+    """``model.lora.targets`` may name ``lm_head`` (the final norm and a frozen head cap the
+    logits' range: on the twin's warm start every answer token sat at its cap). PEFT then wraps
+    the head, and the wrapper's ``.weight`` is the base's alone: the fused head (CUDA's default)
+    must not read it, or the learner scores the base head while the engine samples the adapted
+    one. Both heads give the adapted model's own log-probs, and the head's adapters get gradients."""
+    from agentgym.trainer.config import LoRAConfig
+    from agentgym.trainer.model.logprobs import policy_forward
+    from agentgym.trainer.model.lora import add_adapters
+
+    model = build_tiny_gptoss(300, seed=0, num_hidden_layers=2)
+    add_adapters(model, LoRAConfig(rank=4, alpha=8, targets=["q_proj", "lm_head"]))
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if ".lora_B." in n:  # as after some updates (B starts at 0)
+                p.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(len(n)))
+    ids = torch.randint(0, 300, (2, 24), generator=torch.Generator().manual_seed(0))
+    model.eval()
+    with torch.no_grad():
+        want = torch.log_softmax(model(input_ids=ids).logits.float()[:, :-1], -1).gather(-1, ids[:, 1:, None])[..., 0]
+    for head in ("chunked", "fused"):
+        model.zero_grad()
+        out = policy_forward(model, ids, head=head, with_entropy=False)
+        torch.testing.assert_close(out.logprobs[:, 1:], want, rtol=0, atol=1e-5, msg=head)
+        out.logprobs.sum().backward()
+        head_adapters = [p.grad for n, p in model.named_parameters() if n.startswith("lm_head.lora_")]
+        assert len(head_adapters) == 2 and all(g is not None and g.abs().max() > 0 for g in head_adapters), head
+
+
 def test_lora_settings_are_checked() -> None:
     with pytest.raises(ConfigError, match="model.lora.rank: expected 0"):
         load_config("cpu-quickstart", [*SMALL, "model.lora.rank=-1"])
