@@ -97,7 +97,9 @@ class LoRAConfig:
     dropout: float = 0.0
     """Dropout on the adapters' input (0 keeps the PPO ratio of the first minibatch exactly 1)."""
     targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    """Linear modules (by name suffix) that get adapters: the attention projections by default."""
+    """Linear modules (by name suffix) that get adapters: the attention projections by default;
+    ``lm_head`` adds one on the output head, whose frozen weights otherwise cap how sure the policy
+    can be of a token (docs/training/lora.md)."""
     experts: bool = False
     """Also adapt the MoE experts' fused weights (``mlp.experts.gate_up_proj`` and
     ``mlp.experts.down_proj``, one adapter per expert) through PEFT's ``target_parameters``."""

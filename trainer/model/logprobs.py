@@ -29,7 +29,9 @@ Two implementations, the same function (checked against each other, values and g
 * ``fused`` (:class:`FusedLinearLogprob`): a custom autograd function that keeps per row only the
   log-sum-exp, and in the backward recomputes each chunk's logits and forms the gradient of the
   logits directly (``p - onehot``, and ``-p (log p + H)`` for the entropy) before the two matrix
-  products: no (n, V) log-softmax, gather or their gradients.
+  products: no (n, V) log-softmax, gather or their gradients. It reads ``head.weight``, so it
+  serves a bias-free ``nn.Linear`` only; any other head (one with a bias, or PEFT's LoRA wrapper
+  when ``model.lora.targets`` names ``lm_head``) runs chunked, through the module's own forward.
 
 ``head="auto"`` takes ``fused`` on CUDA (the profile of the H100 learner put ~30% of its time in
 the chunked head's log-softmax and gather) and ``chunked`` on CPU (where it is what the CPU
@@ -248,8 +250,10 @@ def forward_tuple(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
         h_sel, targets = h[sel], input_ids[:, 1:][sel]  # (N, H), (N,)
     if head == "auto":
         head = "fused" if h_sel.is_cuda else "chunked"
-    if head == "fused" and getattr(out_head, "bias", None) is not None:
-        head = "chunked"  # the fused head covers bias-free heads (GPT-OSS's)
+    if head == "fused" and (getattr(out_head, "bias", None) is not None or not isinstance(out_head, nn.Linear)):
+        # the fused head computes h @ weight.T: a bias-free nn.Linear (GPT-OSS's). A wrapped head
+        # (PEFT's LoRA on lm_head) adds its adapters in its forward, and its .weight is the base's alone
+        head = "chunked"
     run = _fused_head if head == "fused" else _chunked_head
     flat_lp, flat_ent = run(out_head, h_sel, targets, temperature, head_rows(head_chunk_bytes, vocab), entropy)
     if sel is None:
