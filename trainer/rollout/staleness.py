@@ -122,8 +122,8 @@ def staleness_metrics(episodes: Sequence[Episode], step: int, max_staleness: int
 class Producer:
     """Collects the batches of steps ``start .. end-1`` on a thread (module doc).
 
-    ``collect(n)`` returns step n's raw collection (its ``Episode`` records and what goes with them); it runs only once ``version() >= n -
-    max_staleness``. :meth:`take` hands the learner step n's result (re-raising an error of the
+    ``collect(n)`` returns step n's raw collection (its ``Episode`` records and what goes with
+    them); it runs only once ``version() >= n - max_staleness``. :meth:`take` hands the learner step n's result (re-raising an error of the
     producer), :meth:`notify` wakes the producer after a weight sync.
     """
 
