@@ -38,8 +38,9 @@ def test_pass_at_k_is_the_unbiased_estimator() -> None:
 def _traj(ok: bool, *, tool: bool = True, error: str | None = None, terminated: bool = True) -> Any:
     turns = [SimpleNamespace(tool="calculator" if tool else None, error=error, components={}),
              SimpleNamespace(tool=None, error=None, components={"outcome": 1.0 if ok else 0.0})]
-    return SimpleNamespace(turns=turns, terminated=terminated, truncated=not terminated, total_reward=float(ok),
+    traj = SimpleNamespace(turns=turns, terminated=terminated, truncated=not terminated, total_reward=float(ok),
                            num_policy_tokens=10, tokens=[0] * 20, meta={})
+    return SimpleNamespace(traj=traj, lost=False)
 
 
 def test_eval_record_with_samples_per_problem() -> None:
@@ -61,7 +62,7 @@ def test_a_lost_episode_keeps_its_place_and_pairs_nothing() -> None:
     lost_a, lost_b = 1, 5
     def run(lost: int) -> list[SimpleNamespace]:
         trajs = [_traj(ok) for ok in outcomes]
-        trajs[lost].meta["infra_error"] = "sandbox gone"
+        trajs[lost].lost = True  # Episode.lost: its infra_error is set
         return trajs
     a = eval_record(run(lost_a), 1.0, task_ids=[str(i) for i in range(8)])
     b = eval_record(run(lost_b), 1.0, task_ids=[str(i) for i in range(8)])
