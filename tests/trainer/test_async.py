@@ -16,10 +16,10 @@ import pytest
 
 import agentgym  # noqa: F401
 from agentgym.errors import ConfigError
+from agentgym.trainer.algo.episode import NO_VERSION, Episode
 from agentgym.trainer.config import load_config
 from agentgym.trainer.rollout.collector import Collector
 from agentgym.trainer.rollout.engines.replay import ReplayEngine
-from agentgym.trainer.algo.episode import NO_VERSION, Episode
 from agentgym.trainer.rollout.staleness import (
     Producer,
     VersionedEngine,

@@ -8,13 +8,13 @@ import gymnasium as gym
 import torch
 
 import agentgym  # noqa: F401
-from agentgym.trajectory import Trajectory
 from agentgym.trainer.algo.episode import NO_VERSION, Episode
 from agentgym.trainer.model.gptoss import build_tiny_gptoss
 from agentgym.trainer.model.logprobs import policy_forward
 from agentgym.trainer.rollout.collector import Collector, group_seeds, make_prefix_engine
 from agentgym.trainer.rollout.engines.hf import HFEngine
 from agentgym.trainer.rollout.staleness import VersionedEngine
+from agentgym.trajectory import Trajectory
 
 PAD = 263
 
