@@ -208,8 +208,8 @@ class Collector:
             traj = (Trajectory(env_id=u.env_id, seed=seeds[i], task_id="", tokenizer="")
                     if i in no_episode else u.trajectory.copy())
             size = len(traj.tokens)  # env tokens after the last action: no log-prob, NO_VERSION
-            lps, v = logprobs[i] + [None] * (size - len(logprobs[i])), versions[i]
-            out.append(Episode(traj, lps, None if v is None else v + [NO_VERSION] * (size - len(v)),
+            lps, vs = logprobs[i] + [None] * (size - len(logprobs[i])), versions[i]
+            out.append(Episode(traj, lps, None if vs is None else vs + [NO_VERSION] * (size - len(vs)),
                                infra_error=lost.get(i) or traj.infra_error))
         return out, RolloutStats(n, rounds, sampled, env_s, gen_s)
 

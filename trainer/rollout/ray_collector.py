@@ -388,10 +388,10 @@ class RayCollector:
                 else:
                     # Episodes an infrastructure fault ended inside the worker (its Collector keeps
                     # the others) are lost like a unit whose env server failed: retried if replayable.
-                    lost = [i for i, e in zip(idx, episodes) if e.infra_error]
-                    for i, e in zip(idx, episodes):
+                    lost = [i for i, ep in zip(idx, episodes) if ep.infra_error]
+                    for i, ep in zip(idx, episodes):
                         if i not in lost:
-                            out[i] = e
+                            out[i] = ep
                     if lost:
                         faults.env_failures += 1
                         note = str(episodes[idx.index(lost[0])].infra_error)
