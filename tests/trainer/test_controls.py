@@ -197,13 +197,14 @@ def test_rft_scores_its_loss_at_the_rollout_temperature(tmp_path: Path) -> None:
     import gymnasium as gym
 
     from agentgym.trainer.algo.batch import make_batch
+    from agentgym.trainer.algo.episode import Episode
     from agentgym.trainer.rollout.demos import demonstrations, find_oracle
 
     cfg = load_config("cpu-quickstart", [*TINY, f"log.run_dir={tmp_path}", "sft.steps=0", "algo=rft",
                                          "rollout.temperature=0.6", "ppo.minibatches=1", "ppo.epochs=1"])
     t = Trainer(cfg)
-    demos = demonstrations(gym.make("agentgym/MathCalc-v1", prompt="compact"), find_oracle("agentgym/MathCalc-v1"),
-                           [21, 22], {})
+    demos = [Episode.from_record(d) for d in demonstrations(gym.make("agentgym/MathCalc-v1", prompt="compact"),
+                                                            find_oracle("agentgym/MathCalc-v1"), [21, 22], {})]
     b = make_batch(demos, [0, 1], pad_id=t.learner.pad_id)
     with torch.no_grad():
         nll = {T: float(-(t.learner.forward(t.learner.model, b, temperature=T, entropy=False).logprobs
@@ -366,7 +367,7 @@ def test_the_warm_start_and_the_sft_arm_demonstrate_the_kind_sft_options_name(tm
                                      "rollout.tasks_per_step=2", "rollout.samples_per_task=2"])
     t = Trainer(cfg)
     arm = t.rollouts._demos(0)
-    assert arm and all(d.task_id.startswith(("lookup/d1/", "lookup/d2/")) for d in arm)
+    assert arm and all(d.traj.task_id.startswith(("lookup/d1/", "lookup/d2/")) for d in arm)
     env = gym.make("agentgym/Lookup-v1", prompt="compact", max_turns=8)
     warm = demonstrations(env, find_oracle("agentgym/Lookup-v1"), demo_seeds(cfg, 0)[:8],
                           {**t.rollouts.train_options(), **cfg.sft.options})
