@@ -60,7 +60,7 @@ def bench_collect(env_id: str, episodes: int, workers: list[int], per_call: int,
     local = Collector.from_factory(make_env, episodes, engine, max_new_tokens=4096)
     local.collect(seeds[: min(8, episodes)], temperature=1.0, sample_seed=0)  # warm-up (pools, imports)
     t0 = time.perf_counter()
-    trajs, _ = local.collect(seeds, temperature=1.0, sample_seed=0)
+    trajs = [e.traj for e in local.collect(seeds, temperature=1.0, sample_seed=0)[0]]
     dt = time.perf_counter() - t0
     local.close()
     reward = statistics.mean(t.total_reward for t in trajs)
@@ -77,7 +77,7 @@ def bench_collect(env_id: str, episodes: int, workers: list[int], per_call: int,
             col.collect(seeds[: n * per_call], temperature=1.0, sample_seed=0)  # starts every worker
             start = time.perf_counter() - t0
             t0 = time.perf_counter()
-            trajs, _ = col.collect(seeds, temperature=1.0, sample_seed=0)
+            trajs = [e.traj for e in col.collect(seeds, temperature=1.0, sample_seed=0)[0]]
             dt = time.perf_counter() - t0
             col.close()
             rows.append({"env": env_id, "collector": f"ray x{n}", "episodes": episodes, "seconds": dt,

@@ -77,6 +77,7 @@ def synthetic_batch(n: int, vocab: int, seed: int = 0) -> Any:
     import torch
 
     from agentgym.trainer.algo.batch import make_batch
+    from agentgym.trainer.algo.episode import Episode
     from agentgym.trajectory import Trajectory, Turn
 
     g = torch.Generator().manual_seed(seed)
@@ -99,7 +100,7 @@ def synthetic_batch(n: int, vocab: int, seed: int = 0) -> Any:
                 t.logprobs[j] = -float(torch.rand((), generator=g)) * 5
         t.terminated = True
         trajs.append(t)
-    return make_batch(trajs, [i // 8 for i in range(n)], pad_id=vocab - 1)
+    return make_batch([Episode.from_record(t) for t in trajs], [i // 8 for i in range(n)], pad_id=vocab - 1)
 
 
 def _learner(cfg: Any, model: Any, opt: Any, *, bf16: bool) -> Any:
@@ -166,6 +167,7 @@ def measure_plan(tiny: dict[str, Any], seq: int, tokens: int, dtype: str, ckpt: 
     import torch
 
     from agentgym.trainer.algo.batch import make_batch
+    from agentgym.trainer.algo.episode import Episode
     from agentgym.trainer.config import load_config
     from agentgym.trainer.memtrack import LiveBytes
     from agentgym.trainer.model.gptoss import build_tiny_gptoss
@@ -214,7 +216,7 @@ def measure_plan(tiny: dict[str, Any], seq: int, tokens: int, dtype: str, ckpt: 
         t.logprobs = [-1.0 if m else None for m in t.policy_mask]
         t.terminated = True
         trajs.append(t)
-    batch = make_batch(trajs, [0] * rows, pad_id=vocab - 1)
+    batch = make_batch([Episode.from_record(t) for t in trajs], [0] * rows, pad_id=vocab - 1)
     _update(s, cfg, batch, 0)  # the first step allocates AdamW's state
     opt.zero_grad(set_to_none=True)
     with LiveBytes() as live:

@@ -41,8 +41,8 @@ def run(dtype: str, lr: float, updates: int, batch: Any, tmp: str) -> dict[str, 
     if batch is None:
         seeds, groups = group_seeds(1_000_000, 2, 8)
         trajs, _ = t.rollouts.collector.collect(seeds, temperature=1.0, sample_seed=3, options={})
-        for i, tr in enumerate(trajs):
-            tr.turns[-1].reward += 0.1 * i
+        for i, ep in enumerate(trajs):
+            ep.traj.turns[-1].reward += 0.1 * i
         batch = make_batch(trajs, groups, pad_id=s.pad_id)
     if dtype == "bf16 params":  # the old meaning of model.dtype=bfloat16: no master copy
         s.model.to(torch.bfloat16)

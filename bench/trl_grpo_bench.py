@@ -162,14 +162,15 @@ def run_trl(cfg: Any, out_dir: str) -> tuple[dict[str, Any], Any]:
         i = step_counter["i"]
         step_counter["i"] += 1
         seeds = [1_000_000 + i * tasks + t for t in range(tasks) for _ in range(samples)]
-        trajs, _ = collector["c"].collect(seeds, temperature=cfg.rollout.temperature,
-                                          sample_seed=cfg.seed * 7919 + i * 131, options=cfg.env.train_options)
+        episodes, _ = collector["c"].collect(seeds, temperature=cfg.rollout.temperature,
+                                             sample_seed=cfg.seed * 7919 + i * 131, options=cfg.env.train_options)
         out: dict[str, Any] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],
                                "env_reward": []}
-        for t in trajs:
+        for e in episodes:
+            t = e.traj
             out["prompt_ids"].append(t.tokens[:t.prompt_len])
             out["completion_ids"].append(t.tokens[t.prompt_len:])
-            out["logprobs"].append([lp if lp is not None else 0.0 for lp in t.logprobs[t.prompt_len:]])
+            out["logprobs"].append([lp if lp is not None else 0.0 for lp in e.logprobs[t.prompt_len:]])
             out["env_mask"].append(t.policy_mask[t.prompt_len:])
             out["env_reward"].append(t.total_reward)
         return out

@@ -3,7 +3,8 @@
 They reuse the trainer's pieces rather than re-implementing them: ``make_engine`` builds the
 engine, ``load_policy`` / ``latest_checkpoint`` load a model from a run dir, a checkpoint or a
 model dir, and each episode is played by the trainer's :class:`Collector` on a pool of one env
-(token ids in and out, the engine's log-probs attached to the trajectory).
+(token ids in and out); the trajectory it hands back is the episode's record
+(``Episode.record``: the env's trajectory with the engine's log-probs in it).
 
 Sampling is per episode: round ``r`` of the episode with reset seed ``s`` samples with seed
 ``s + r`` and a batch of one, so an episode's tokens depend on nothing but the weights and its
@@ -78,9 +79,9 @@ class EnginePolicy:
             return c
 
     def play(self, env: Any, *, seed: int, options: dict[str, Any] | None = None) -> Trajectory:
-        trajs, _ = self._collector(env).collect([seed], temperature=self.temperature, sample_seed=seed,
-                                                options=options)
-        return trajs[0]  # type: ignore[no-any-return]
+        episodes, _ = self._collector(env).collect([seed], temperature=self.temperature, sample_seed=seed,
+                                                   options=options)
+        return episodes[0].record()  # type: ignore[no-any-return]
 
     def describe(self) -> dict[str, Any]:
         return {**self._info, "temperature": self.temperature}

@@ -284,9 +284,9 @@ def test_the_wing_check_catches_a_planted_violation_and_a_lazy_cycle(tmp_path: P
     n = len(ppo.read_text().splitlines())
     (tmp_path / "trainer" / "health.py").write_text(
         (ROOT / "trainer" / "health.py").read_text() + "\n\ndef _report():\n    from . import metrics\n")
-    batch = tmp_path / "trainer" / "algo" / "batch.py"
-    batch.write_text("import importlib\nimportlib.import_module('agentgym.trainer.rollout.collector')\n"
-                     + batch.read_text())
+    episode = tmp_path / "trainer" / "algo" / "episode.py"
+    episode.write_text("import importlib\nimportlib.import_module('agentgym.trainer.rollout.collector')\n"
+                       + episode.read_text())
     metrics = tmp_path / "trainer" / "metrics.py"
     metrics.write_text("from .health import KL_UNWATCHED\n" + metrics.read_text())
     found = wing_violations(tmp_path)
@@ -295,10 +295,10 @@ def test_the_wing_check_catches_a_planted_violation_and_a_lazy_cycle(tmp_path: P
     assert any(f.startswith("trainer/health.py:") and "-> agentgym.trainer.metrics (leaves): a trainer module "
                "imported inside a function" in f for f in found)
     assert "cycle: agentgym.trainer.health -> agentgym.trainer.metrics -> agentgym.trainer.health" in found
-    assert ("trainer/algo/batch.py:2: algo -> agentgym.trainer.rollout.collector (rollout): against the wing order "
-            "leaves < algo < model < rollout < run") in found
-    # rollout.collector imports algo.batch: the string import closes a loop as well
-    assert any(f.startswith("cycle: ") and "agentgym.trainer.algo.batch" in f and "rollout.collector" in f
+    assert ("trainer/algo/episode.py:2: algo -> agentgym.trainer.rollout.collector (rollout): against the wing "
+            "order leaves < algo < model < rollout < run") in found
+    # rollout.collector imports algo.episode: the string import closes a loop as well
+    assert any(f.startswith("cycle: ") and "agentgym.trainer.algo.episode" in f and "rollout.collector" in f
                for f in found)
     # metrics now imports the trainer, so algo's import of it is refused too
     assert any(f.startswith("trainer/algo/") and "-> agentgym.trainer.metrics (leaves): algo imports only" in f

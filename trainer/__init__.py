@@ -6,8 +6,8 @@ The package is in wings that import one way (an import inside a function counts)
 
 * leaves: ``metrics``, ``health``, ``plots``, ``stats``, ``curriculum``, ``distributed``,
   ``memtrack``, ``engine_names``: import nothing of the trainer but other leaves.
-* ``algo/``: the pure math (``ppo``, ``correction``, ``correction_modes``, ``batch``, ``imitation``,
-  ``optim``).
+* ``algo/``: the pure math (``ppo``, ``correction``, ``correction_modes``, ``episode``, ``batch``,
+  ``imitation``, ``optim``); ``episode`` is the record every collector returns.
 * ``model/``: the policy (``gptoss``, ``attention``, ``logprobs``, ``mxfp4``, ``routing``,
   ``lora``, ``sharding``, ``weights``, ``files``).
 * ``rollout/``: collection (``engines/``, ``collector``, ``staleness``, ``ray_collector``,

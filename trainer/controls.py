@@ -229,7 +229,7 @@ def kl_to_warm_start(run_dir: str | Path, *, problems: int = 256, samples: int =
     kl = float(per_ep.sum()) / n
     se = float(((per_ep - kl * n_ep) ** 2).sum().sqrt()) / n  # of a ratio of sums over episodes
     return {"kl": kl, "kl_se": se, "kl_k1": float(((logp - ref_logp) * mask).sum()) / n,
-            "success": sum(episode_success(x) for x in trajs) / len(trajs),
+            "success": sum(episode_success(x.traj) for x in trajs) / len(trajs),
             "episodes": float(len(trajs)), "tokens": n}
 
 

@@ -1,7 +1,8 @@
 """Mismatch doctor: does the trainer compute the log-probs the engine sampled with?
 
 Before spending GPU hours: sample a few real episodes of an environment with the rollout
-engine (the trainer's own ``Collector``, batched by its ``make_batch``), recompute the same
+engine (the trainer's own ``Collector``, whose ``Episode`` records carry the engine's log-probs,
+batched by its ``make_batch``), recompute the same
 tokens' log-probs with the trainer (``policy_forward`` with the chosen attention
 implementation), and report the mismatch statistics that training logs
 every step (``correction.mismatch_stats``) with a verdict:
@@ -33,10 +34,10 @@ import torch
 from torch import nn
 
 from agentgym.errors import ConfigError
-from agentgym.trajectory import Trajectory
 
 from .algo.batch import make_batch
 from .algo.correction import correction_weights, mismatch_stats
+from .algo.episode import Episode
 from .metrics import Progress
 from .model.attention import set_attention
 from .model.gptoss import SINK_DROPPING_ATTENTION, check_attention, load_policy, resolve_tokenizer
@@ -89,21 +90,21 @@ def verdict(stats: dict[str, float]) -> tuple[str, list[str]]:
 def _sample_episodes(
     engine: Engine, env_id: str, tokenizer: Any, episodes: int, *, max_new_tokens: int,
     temperature: float, seed: int, env_kwargs: dict[str, Any],
-) -> tuple[list[Trajectory], int]:
+) -> tuple[list[Episode], int]:
     """Play ``episodes`` episodes with the trainer's :class:`Collector` (task seeds ``seed + i``,
-    the engine's sampler seeded ``seed + round``) -> the trajectories the batch is made of, and
+    the engine's sampler seeded ``seed + round``) -> the Episode records the batch is made of, and
     how many episodes an infrastructure fault lost (left out, as training leaves them out)."""
     collector = Collector.from_factory(lambda: gym.make(env_id, tokenizer=tokenizer, **env_kwargs), episodes,
                                        engine, max_new_tokens=max_new_tokens)
     bar = Progress(episodes, "doctor: episodes sampled", file=sys.stderr)  # stdout is the report
     try:
-        trajs, rollout = collector.collect([seed + i for i in range(episodes)], temperature=temperature,
-                                           sample_seed=seed)
+        got, rollout = collector.collect([seed + i for i in range(episodes)], temperature=temperature,
+                                      sample_seed=seed)
         bar.update(episodes, f"after {rollout.rounds} turns")
     finally:
         bar.close()
         collector.close()
-    kept, _, lost = drop_infra(trajs, list(range(len(trajs))), then=RERUN_DOCTOR)
+    kept, _, lost = drop_infra(got, list(range(len(got))), then=RERUN_DOCTOR)
     return kept, lost
 
 
@@ -168,7 +169,7 @@ def run_doctor(
     try:
         trajs, lost = _sample_episodes(eng, env_id, tokenizer, episodes, max_new_tokens=max_new_tokens,
                                        temperature=temperature, seed=seed, env_kwargs=env_kwargs or {})
-        rows = [(t.tokens, t.policy_mask, [lp or 0.0 for lp in t.logprobs]) for t in trajs]
+        rows = [(e.traj.tokens, e.traj.policy_mask, [lp or 0.0 for lp in e.logprobs]) for e in trajs]
         engine_routes = _engine_routing(eng, engine_model, rows) if routing and routers(base) else None
     finally:
         if own_engine:

@@ -1,14 +1,14 @@
 """The rollout side of a run: the engine, the envs, and one step's collection.
 
     rollouts = Rollouts(cfg, learner)          # engine + collectors, synced with the learner
-    trajs, groups, metrics = rollouts.collect(step)
+    episodes, groups, metrics = rollouts.collect(step)   # Episode records (algo/episode.py)
     rollouts.sync(step + 1)                    # push the updated weights to the engine
 
 The engine samples from the learner's module itself (``rollout.engine_weights: shared``) or
 from its own copy (``copy``, ``rollout.engine_dtype``; always under torchrun), or is vLLM or a
 server, synced with the learner every ``rollout.sync_every`` steps; every training episode
-records the policy version that sampled it (``meta["policy_version"]``; per token:
-``meta["token_versions"]``). With ``rollout.mode: async`` a producer thread collects the next
+records the policy version that sampled it (``Episode.policy_version``; per token:
+``Episode.versions``), written with it to ``trajectories.jsonl`` (``Episode.record``). With ``rollout.mode: async`` a producer thread collects the next
 steps while the learner updates, at most ``rollout.max_staleness`` versions behind
 (``rollout/staleness.py``); with ``rollout.backend: ray`` the envs and engines are Ray actors
 (``rollout/ray_collector.py``); under torchrun each rollout group collects its share of the tasks
@@ -29,6 +29,7 @@ import torch
 from agentgym.errors import ConfigError
 
 from .algo.batch import Batch, make_batch
+from .algo.episode import Episode
 from .algo.imitation import informative_groups
 from .config import TrainConfig
 from .curriculum import CurriculumSampler
@@ -240,7 +241,7 @@ class Rollouts:
         return {**e.eval_options, **({"split": e.eval_split} if e.eval_split is not None else {})}
 
     # ------------------------------------------------------------------ one step's episodes
-    def collect(self, step: int) -> tuple[list[Any], list[int], dict[str, Any]]:
+    def collect(self, step: int) -> tuple[list[Episode], list[int], dict[str, Any]]:
         """Step ``step``'s usable episodes, their group (task) ids and the rollout metrics:
         sampled now (``sync``), taken from the producer (``async``), or oracle demonstrations
         of new problems (``algo: sft``; no groups)."""
@@ -263,7 +264,7 @@ class Rollouts:
                                      end=self.cfg.ppo.steps, max_staleness=self.cfg.rollout.max_staleness)
         return self.producer
 
-    def _gather(self, step: int) -> tuple[list[Any], list[int], Any, Any]:
+    def _gather(self, step: int) -> tuple[list[Episode], list[int], Any, Any]:
         """Step ``step``'s raw collection: (episodes, group ids, rollout stats, reset options).
         Runs on the producer thread in ``rollout.mode: async``."""
         cfg, learner = self.cfg, self.learner
@@ -276,15 +277,15 @@ class Rollouts:
             options = [per_task[mine.start + g] for g in groups]
         seeds = self.held.train_seeds(seeds, options if isinstance(options, list) else [options] * len(seeds))
         with learner.compute():
-            trajs, rstats = self.collector.collect(seeds, temperature=cfg.rollout.temperature,
-                                                   sample_seed=cfg.seed * 7919 + step * 131 + 7 * mine.start,
-                                                   options=options)
+            episodes, rstats = self.collector.collect(seeds, temperature=cfg.rollout.temperature,
+                                                      sample_seed=cfg.seed * 7919 + step * 131 + 7 * mine.start,
+                                                      options=options)
         # R3: the experts the engine chose for every token (before any later sync changes it)
-        self.step_routes = self._routes(trajs) if cfg.rollout.routing_replay else None
-        return trajs, groups, rstats, options
+        self.step_routes = self._routes(episodes) if cfg.rollout.routing_replay else None
+        return episodes, groups, rstats, options
 
-    def _finish(self, step: int, trajs: list[Any], groups: list[int], rstats: Any,
-                options: Any) -> tuple[list[Any], list[int], dict[str, Any]]:
+    def _finish(self, step: int, trajs: list[Episode], groups: list[int], rstats: Any,
+                options: Any) -> tuple[list[Episode], list[int], dict[str, Any]]:
         """The usable episodes of a collection (lost ones dropped and counted), each with its
         policy version(s), saved; the step's rollout metrics."""
 
@@ -293,7 +294,7 @@ class Rollouts:
         keep = ranks.rows(len(trajs))  # ranks of one engine split its episodes
         trajs, groups = trajs[keep.start:keep.stop], [mine.start + g for g in groups[keep.start:keep.stop]]
         levels = ([o[cfg.curriculum.option] for o, t in zip(options[keep.start:keep.stop], trajs)
-                   if "failed" not in t.meta] if self.curriculum.enabled else [])
+                   if t.failed is None] if self.curriculum.enabled else [])
         trajs, groups, failed = drop_failed(trajs, groups)  # episodes lost with a Ray worker
         trajs, groups, infra = drop_infra(trajs, groups)  # lost to a dead sandbox / server / engine: no outcome
         k = cfg.rollout.max_staleness
@@ -303,41 +304,40 @@ class Rollouts:
             trajs = [t for i, t in enumerate(trajs) if i not in stale]
             groups = [g for i, g in enumerate(groups) if i not in stale]
             for t in trajs:  # the oldest weights that sampled a token of it
-                t.meta["policy_version"] = min((v for v in t.meta.get("token_versions", []) if v >= 0),
-                                               default=self.version)
+                t.policy_version = min((v for v in t.versions or [] if v >= 0), default=self.version)
         else:
             for t in trajs:
-                t.meta["policy_version"] = self.version
+                t.policy_version = self.version
                 stamp_versions(t, self.version)
-        overlap = self.held.overlap(trajs, f"step {step + 1}")
-        everyone = ranks.gather(trajs)
+        overlap = self.held.overlap([t.traj for t in trajs], f"step {step + 1}")
+        everyone: list[Episode] = ranks.gather(trajs)
         if cfg.log.save_trajectories and ranks.main:
             from agentgym.trajectory import write_jsonl
 
-            write_jsonl(f"{cfg.log.run_dir}/trajectories.jsonl", everyone, append=True)
-        metrics: dict[str, Any] = episode_stats(everyone)
+            write_jsonl(f"{cfg.log.run_dir}/trajectories.jsonl", [e.record() for e in everyone], append=True)
+        metrics: dict[str, Any] = episode_stats([e.traj for e in everyone])
         if cfg.rollout.mode == "async":
             metrics.update(staleness_metrics(everyone, step, k), async_dropped_stale=len(stale))
         metrics.update(episodes_used=float(len(everyone)), gen_s=rstats.gen_seconds, env_s=rstats.env_seconds,
                        episodes_failed=ranks.sum(failed), episodes_infra=ranks.sum(infra),
                        held_out_overlap=ranks.sum(overlap),
-                       overlong_frac=sum(1 for t in everyone if self.cut(t)) / max(len(everyone), 1))
+                       overlong_frac=sum(1 for t in everyone if self.cut(t.traj)) / max(len(everyone), 1))
         if isinstance(self.collector, RayCollector):  # its workers' deaths and retries, since this process started
             metrics.update({f"ray_{k}": getattr(self.collector.total, k) for k in FAULT_COUNTS})
         if self.curriculum.enabled:  # every rank's episodes, so all ranks keep the same state
-            seen = ranks.gather(list(zip(levels, [float(episode_success(t)) for t in trajs])))
+            seen = ranks.gather(list(zip(levels, [float(episode_success(t.traj)) for t in trajs])))
             self.curriculum.update(step + 1, [lv for lv, _ in seen], [ok for _, ok in seen])
             metrics.update(self.curriculum.metrics())
         return trajs, groups, metrics
 
-    def batch(self, trajs: list[Any], groups: list[int], metrics: dict[str, Any]) -> Batch | None:
+    def batch(self, trajs: list[Episode], groups: list[int], metrics: dict[str, Any]) -> Batch | None:
         """The step's episodes as a batch, after dynamic sampling (``ppo.drop_uniform_groups``;
         None: every group uniform, nothing to learn), with the engine's routes (R3) and without
         policy loss on overlong episodes (``ppo.mask_overlong``; their score still counts in
         the baseline). Adds the dropping's metrics to ``metrics``."""
         cfg = self.cfg
         if cfg.ppo.drop_uniform_groups:
-            keep = informative_groups(trajs, groups)
+            keep = informative_groups([t.traj for t in trajs], groups)
             metrics["groups_dropped_frac"] = 1 - len({groups[i] for i in keep}) / max(len(set(groups)), 1)
             if not keep:
                 metrics["update_skipped"] = 1.0
@@ -348,14 +348,14 @@ class Rollouts:
 
             batch.routes = batch_routes([self.step_routes[id(t)] for t in trajs], batch.input_ids.shape[1])
         if cfg.ppo.mask_overlong:
-            batch.policy_mask[torch.tensor([self.cut(t) for t in trajs])] = 0.0
+            batch.policy_mask[torch.tensor([self.cut(t.traj) for t in trajs])] = 0.0
         return batch
 
     def cut(self, traj: Any) -> bool:
         """An action of ``traj`` was cut at the token limit (overlong)."""
         return cut_actions(traj, self.cfg.env.max_action_tokens, self.held.stop_ids) > 0
 
-    def _demos(self, step: int) -> list[Any]:
+    def _demos(self, step: int) -> list[Episode]:
         """``algo: sft``: oracle demonstrations of as many new train problems as PPO's episodes, of
         the warm start's kind (``sft.options``): continued SFT, the control for "more imitation"."""
 
@@ -367,15 +367,15 @@ class Rollouts:
         options = {**self.train_options(), **cfg.sft.options}  # the warm start's kind of demonstration
         trajs = demonstrations(self._demo_env, find_oracle(cfg.env.id), seeds, options, self.held)
         self.held.overlap(trajs, f"step {step + 1}")
-        return trajs
+        return [Episode.from_record(t) for t in trajs]  # no log-probs: nothing was sampled
 
-    def _routes(self, trajs: list[Any]) -> dict[int, Any]:
+    def _routes(self, trajs: list[Episode]) -> dict[int, Any]:
         """The engine's experts for every token of ``trajs`` (all of this rollout group's episodes:
         a tensor-parallel engine needs the same call on each of its ranks), by episode."""
 
         engine = self.own_engine  # not the GroupEngine: every rank of a group calls it alike
         with self.learner.compute():
-            found = engine_routing(engine, [t.tokens for t in trajs])
+            found = engine_routing(engine, [t.traj.tokens for t in trajs])
         return {id(t): r for t, r in zip(trajs, found, strict=True)}
 
     # ------------------------------------------------------------------ the end

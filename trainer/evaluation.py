@@ -31,6 +31,7 @@ from typing import Any
 from agentgym.errors import WarmStartFailed
 from agentgym.scores import wilson
 
+from .algo.episode import Episode
 from .config import config_from_dict
 from .health import KL_UNWATCHED, LABELS, health_summary
 from .learner import WARM_START
@@ -46,7 +47,7 @@ __all__ = ["STAGE_NAMES", "Evaluator", "arm_label", "collect_fixed", "episode_we
 STAGE_NAMES = {"init": "untrained", "warm_start": "warm start", "ppo": "after {arm}"}
 def collect_fixed(collector: Any, episodes: int | None = None, *, temperature: float, sample_seed: int,
                   options: Any = None, seed_base: int = 0, seeds: Sequence[int] | None = None,
-                  samples: int = 1, on_chunk: Callable[[int], None] | None = None) -> list[Any]:
+                  samples: int = 1, on_chunk: Callable[[int], None] | None = None) -> list[Episode]:
     """Play each problem seed ``samples`` times (problem-major: seed 0's samples first), in
     chunks of the collector's pool. ``seeds`` default: ``seed_base .. seed_base + episodes - 1``.
 
@@ -58,14 +59,14 @@ def collect_fixed(collector: Any, episodes: int | None = None, *, temperature: f
         seeds = [seed_base + i for i in range(episodes or 0)]
     order = [s for s in seeds for _ in range(samples)]
     chunk = len(collector.pool)
-    trajs: list[Any] = []
+    out: list[Episode] = []
     for c, start in enumerate(range(0, len(order), chunk)):
         got, _ = collector.collect(order[start:start + chunk], temperature=temperature,
                                    sample_seed=sample_seed + c, options=options)
-        trajs += got
+        out += got
         if on_chunk is not None:
-            on_chunk(len(trajs))
-    return trajs
+            on_chunk(len(out))
+    return out
 
 
 def episode_wellformed(traj: Any, needs_tool: bool) -> bool:
@@ -77,21 +78,16 @@ def episode_wellformed(traj: Any, needs_tool: bool) -> bool:
             and (not needs_tool or any(u.tool for u in turns)))
 
 
-def _lost(traj: Any) -> bool:
-    """Lost to the infrastructure (a dead sandbox, a Ray worker): no outcome either way."""
-    return bool(traj.meta.get("infra_error")) or "failed" in traj.meta
-
-
-def eval_record(trajs: Sequence[Any], temperature: float, prefix: str = "", *, samples: int = 1,
+def eval_record(episodes: Sequence[Episode], temperature: float, prefix: str = "", *, samples: int = 1,
                 needs_tool: bool = False, task_ids: Sequence[str] | None = None) -> dict[str, Any]:
     """Episode statistics of one evaluation (module doc), ``samples`` consecutive episodes per
-    problem. Episodes lost to the infrastructure keep their place in ``outcomes`` (as ``-``) and
-    count nowhere else."""
+    problem. Episodes lost to the infrastructure (``Episode.lost``: a dead sandbox, a Ray worker)
+    keep their place in ``outcomes`` (as ``-``) and count nowhere else."""
 
-    kept = [t for t in trajs if not _lost(t)]
+    kept = [e.traj for e in episodes if not e.lost]
     ok = [episode_success(t) for t in kept]
-    outcomes = "".join("-" if _lost(t) else "1" if episode_success(t) else "0" for t in trajs)
-    n_prob = len(trajs) // max(samples, 1)
+    outcomes = "".join("-" if e.lost else "1" if episode_success(e.traj) else "0" for e in episodes)
+    n_prob = len(episodes) // max(samples, 1)
     means = [x for x in per_problem(outcomes, samples) if x is not None]
     mean = sum(ok) / len(ok) if ok else 0.0
     if samples == 1:
@@ -303,17 +299,17 @@ class Evaluator:
             bar = Progress(len(mine) * samples, f"eval {what} T={temperature:g}", cfg.log.progress and ranks.main)
             try:
                 with learner.compute():
-                    trajs = collect_fixed(self.rollouts.eval_collector, temperature=temperature,
-                                          sample_seed=12345 + mine.start * samples,
-                                          options=self.rollouts.eval_options(), seeds=[seeds[i] for i in mine],
-                                          samples=samples, on_chunk=bar.update)
+                    episodes = collect_fixed(self.rollouts.eval_collector, temperature=temperature,
+                                             sample_seed=12345 + mine.start * samples,
+                                             options=self.rollouts.eval_options(), seeds=[seeds[i] for i in mine],
+                                             samples=samples, on_chunk=bar.update)
             finally:
                 bar.close()
-            kept, _, _ = drop_failed(trajs, list(range(len(trajs))))  # lost with a Ray worker
+            kept, _, _ = drop_failed(episodes, list(range(len(episodes))))  # lost with a Ray worker
             _, _, infra = drop_infra(kept, list(range(len(kept))))  # no outcome: not a failure either
             if ranks.tp_follower:
-                trajs, infra = [], 0  # the other ranks of this engine hold the same episodes
-            m.update(eval_record(ranks.gather(trajs), temperature, prefix, samples=samples,
+                episodes, infra = [], 0  # the other ranks of this engine hold the same episodes
+            m.update(eval_record(ranks.gather(episodes), temperature, prefix, samples=samples,
                                  needs_tool=self.held.needs_tool, task_ids=ids))
             m[prefix + "episodes_infra"] = ranks.sum(infra)
         self.log.log("eval", step, m)

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from .algo.batch import make_batch, micro_batches
+from .algo.episode import Episode
 from .algo.optim import adam_step_rms, check_finite
 from .config import TrainConfig
 
@@ -32,9 +33,9 @@ if TYPE_CHECKING:
 __all__ = ["imitation_update"]
 
 
-def imitation_update(learner: Learner, cfg: TrainConfig, trajs: Sequence[Any], step: int, *,
+def imitation_update(learner: Learner, cfg: TrainConfig, trajs: Sequence[Episode], step: int, *,
                      temperature: float = 1.0) -> dict[str, float]:
-    """NLL of ``trajs``' policy tokens with the run's optimizer (module doc), under the policy at
+    """NLL of the policy tokens of ``trajs`` (Episode records) with the run's optimizer (module doc), under the policy at
     ``temperature`` (RFT: the rollout temperature its episodes were sampled at) -> metrics:
     ``loss`` (mean over the update's optimizer steps), ``grad_norm``, ``adam_step_rms``,
     ``imitation_episodes`` and ``imitation_tokens``."""

@@ -35,6 +35,7 @@ from agentgym.registration import capabilities
 from agentgym.trajectory import Trajectory
 
 from .algo.batch import make_batch, micro_batches
+from .algo.episode import Episode
 from .algo.optim import carry_moments, lr_factor
 from .learner import Learner, batch_forward
 from .metrics import Progress
@@ -80,7 +81,7 @@ def sft_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trajs: li
     total = sum(t.num_policy_tokens for t in trajs)
     optimizer.zero_grad(set_to_none=True)
     loss_sum = p_sum = 0.0
-    full = make_batch(trajs, list(range(len(trajs))), pad_id=pad_id)
+    full = make_batch([Episode.from_record(t) for t in trajs], list(range(len(trajs))), pad_id=pad_id)
     for rows in micro_batches(full.lengths, torch.arange(len(full)), max_tokens):
         b = full.select(rows).to(device)
         out = batch_forward(model, b, with_entropy=False)

@@ -33,6 +33,7 @@ import yaml
 
 from agentgym.errors import CheckpointError, ConfigError, Preempted
 
+from .algo.episode import Episode
 from .algo.imitation import best_of_group, successful
 from .algo.ppo import AdaptiveKL, RewardNorm
 from .checkpoint import check_resume_identity, clean_stray, resume_learner, save_learner
@@ -119,12 +120,12 @@ class Trainer:
         """One step of ``cfg.algo``: collect -> score -> advantages -> update -> sync."""
         cfg, learner, rollouts = self.cfg, self.learner, self.rollouts
         t_start = time.perf_counter()
-        trajs, groups, metrics = rollouts.collect(step)
+        episodes, groups, metrics = rollouts.collect(step)
         t_rollout, t0 = time.perf_counter() - t_start, time.perf_counter()
         rollouts.sleep()
         if cfg.algo != "ppo":
-            metrics.update(self._imitate(trajs, groups, step))
-        elif (batch := rollouts.batch(trajs, groups, metrics)) is not None:
+            metrics.update(self._imitate(episodes, groups, step))
+        elif (batch := rollouts.batch(episodes, groups, metrics)) is not None:
             batch = score(batch.to(learner.device), cfg, step, self.ranks, self.reward_norm)
             metrics.update(compute_advantages(learner, batch, cfg, step))
             if self._no_signal(batch):  # as in the imitation arms: nothing to learn, no optimizer step
@@ -150,16 +151,19 @@ class Trainer:
         return not other and batch.advantages is not None and not bool(
             self.ranks.sum(float(batch.advantages.abs().sum())))
 
-    def _imitate(self, trajs: list[Any], groups: list[int], step: int) -> dict[str, Any]:
+    def _imitate(self, episodes: list[Episode], groups: list[int], step: int) -> dict[str, Any]:
         """The control arms' update: NLL of the policy's own successes (``rft``), of each group's
         best episode (``raft``) or of oracle demonstrations (``sft``), with PPO's optimizer and
         budget (``imitation.py``, ``algo/imitation.py``). Own episodes are scored at the temperature they were sampled at."""
 
         algo = self.cfg.algo
         if algo == "sft":
-            return imitation_update(self.learner, self.cfg, trajs, step)
-        chosen = successful(trajs) if algo == "rft" else best_of_group(trajs, groups)
-        return {f"{algo}_kept_frac": len(chosen) / max(len(trajs), 1),
+            return imitation_update(self.learner, self.cfg, episodes, step)
+        trajs = [e.traj for e in episodes]
+        picked = successful(trajs) if algo == "rft" else best_of_group(trajs, groups)
+        of_traj = {id(e.traj): e for e in episodes}
+        chosen = [of_traj[id(t)] for t in picked]  # in the order the selection gives
+        return {f"{algo}_kept_frac": len(chosen) / max(len(episodes), 1),
                 **imitation_update(self.learner, self.cfg, chosen, step, temperature=self.cfg.rollout.temperature)}
 
     # ------------------------------------------------------------------ driver

@@ -288,16 +288,16 @@ def test_the_collector_masks_the_episodes_a_restart_cut_and_goes_on(
     try:
         hit, _ = col.collect([solved, unknown], temperature=1.0, sample_seed=0)  # no exception
         assert replay.calls == 2
-        assert hit[0].infra_error is not None and hit[0].total_reward == 0.0  # in flight at the restart
+        assert hit[0].infra_error is not None and hit[0].traj.total_reward == 0.0  # in flight at the restart
         assert "sandbox" in hit[0].infra_error.lower(), hit[0].infra_error
-        assert hit[1].infra_error is None and hit[1].total_reward == 0.0  # it had ended: a real outcome
+        assert hit[1].infra_error is None and hit[1].traj.total_reward == 0.0  # it had ended: a real outcome
         kept, groups, dropped = drop_infra(hit, [0, 1])
         assert dropped == 1 and kept == [hit[1]] and groups == [1]
 
         col.engine = replay  # no more restarts: new sandboxes from the restarted engine
         after, _ = col.collect([solved, unknown], temperature=1.0, sample_seed=0)
         assert [t.infra_error for t in after] == [None, None]
-        assert [t.total_reward for t in after] == [1.0, 0.0]
+        assert [t.traj.total_reward for t in after] == [1.0, 0.0]
     finally:
         col.close()
 

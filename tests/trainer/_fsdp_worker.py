@@ -22,6 +22,7 @@ import torch
 def main(episodes: str, out: str, overrides: list[str]) -> None:
     from agentgym.trainer import distributed as D
     from agentgym.trainer.algo.batch import make_batch
+    from agentgym.trainer.algo.episode import Episode
     from agentgym.trainer.config import load_config
     from agentgym.trainer.train import Trainer
     from agentgym.trainer.update import compute_advantages, ppo_update, score
@@ -31,7 +32,7 @@ def main(episodes: str, out: str, overrides: list[str]) -> None:
     cfg = load_config("cpu-quickstart", [f"log.run_dir={out}/run", *overrides])
     trainer = Trainer(cfg)
     s = trainer.learner
-    trajs = read_jsonl(episodes)
+    trajs = [Episode.from_record(t) for t in read_jsonl(episodes)]
     k = cfg.rollout.samples_per_task
     mine = D.group_tasks(cfg.rollout.tasks_per_step, s.dist)
     rows = [i for i in range(len(trajs)) if i // k in mine]

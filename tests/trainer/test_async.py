@@ -16,11 +16,11 @@ import pytest
 
 import agentgym  # noqa: F401
 from agentgym.errors import ConfigError
+from agentgym.trainer.algo.episode import NO_VERSION, Episode
 from agentgym.trainer.config import load_config
 from agentgym.trainer.rollout.collector import Collector
 from agentgym.trainer.rollout.engines.replay import ReplayEngine
 from agentgym.trainer.rollout.staleness import (
-    NO_VERSION,
     Producer,
     VersionedEngine,
     stale_episodes,
@@ -93,23 +93,23 @@ def test_episodes_in_flight_continue_across_a_weight_update_and_keep_their_versi
     engine = VersionedEngine(oracle)
     col = Collector.from_factory(make_env, len(SEEDS), SyncBetweenRounds(engine), max_new_tokens=96)
     try:
-        trajs, _ = col.collect(SEEDS, temperature=1.0, sample_seed=1)
+        episodes, _ = col.collect(SEEDS, temperature=1.0, sample_seed=1)
     finally:
         col.close()
-    assert len(trajs) == len(SEEDS) and not any(t.meta.get("infra_error") for t in trajs)
-    assert sum(t.total_reward for t in trajs) == len(SEEDS)  # every episode finished, solved
-    for t in trajs:
-        v = t.meta["token_versions"]
-        assert len(v) == len(t.tokens)
+    assert len(episodes) == len(SEEDS) and not any(e.infra_error for e in episodes)
+    assert sum(e.traj.total_reward for e in episodes) == len(SEEDS)  # every episode finished, solved
+    for e in episodes:
+        t, v = e.traj, e.versions
+        assert v is not None and len(v) == len(t.tokens)
         assert all((x == NO_VERSION) == (not m) for x, m in zip(v, t.policy_mask))  # env tokens: -1
         assert len(t.turns) == 2  # tool call, then the answer after the update
         first, second = t.turns
         assert set(v[first.action_start:first.action_end]) == {0}
         assert set(v[second.action_start:second.action_end]) == {1}
-        assert token_staleness(t, 2) == [2] * (first.action_end - first.action_start) + [1] * (
+        assert token_staleness(e, 2) == [2] * (first.action_end - first.action_start) + [1] * (
             second.action_end - second.action_start)
-        again = Trajectory.from_json(t.to_json())  # saved with the trajectory
-        assert again.meta["token_versions"] == v
+        again = Trajectory.from_json(e.record().to_json())  # saved with the trajectory
+        assert again.meta["token_versions"] == v and Episode.from_record(again).versions == v
 
 
 def test_a_sync_never_lands_inside_a_batched_generate_call() -> None:
@@ -189,16 +189,15 @@ def _train(t: Any, steps: int) -> list[dict[str, Any]]:
     return out
 
 
-def _traj(versions: list[int]) -> Trajectory:
+def _episode(versions: list[int]) -> Episode:
     t = Trajectory(env_id=ENV, seed=0, task_id="", tokenizer="")
     t.tokens = list(range(len(versions)))
     t.policy_mask = [int(v != NO_VERSION) for v in versions]
-    t.meta["token_versions"] = versions
-    return t
+    return Episode(t, [None] * len(versions), versions)
 
 
 def test_staleness_histogram_and_the_guard() -> None:
-    trajs = [_traj([-1, 3, 3, -1, 4]), _traj([-1, 4, 4]), _traj([-1, 1, 2])]
+    trajs = [_episode([-1, 3, 3, -1, 4]), _episode([-1, 4, 4]), _episode([-1, 1, 2])]
     m = staleness_metrics(trajs[:2], step=4, max_staleness=2)
     assert m["staleness_frac_0"] == 3 / 5 and m["staleness_frac_1"] == 2 / 5 and m["staleness_frac_2"] == 0
     assert m["staleness_max"] == 1 and m["episodes_partial"] == 1
@@ -242,7 +241,7 @@ def test_a_short_async_run_trains_within_the_bound(tmp_path: Path) -> None:
     for i, tr in enumerate(trajs):  # saved in step order, 4 per step
         v = tr.meta["token_versions"]
         assert len(v) == len(tr.tokens) and any(x >= 0 for x in v)
-        assert max(token_staleness(tr, i // 4)) <= k
+        assert max(token_staleness(Episode.from_record(tr), i // 4)) <= k
         assert tr.meta["policy_version"] == min(x for x in v if x >= 0)
     json.dumps(rows)  # metrics.jsonl rows stay plain JSON
 

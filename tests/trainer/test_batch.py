@@ -8,8 +8,9 @@ import torch
 
 import agentgym  # noqa: F401
 from agentgym.environments.math.oracle import oracle_actions
-from agentgym.errors import NonFiniteError
+from agentgym.errors import NonFiniteError, TrainerError
 from agentgym.trainer.algo.batch import make_batch, shared_prefix_len
+from agentgym.trainer.algo.episode import NO_VERSION, Episode
 from agentgym.trainer.learner import batch_forward
 from agentgym.trainer.model.gptoss import ValueHead, build_tiny_gptoss
 from agentgym.trainer.model.logprobs import policy_forward
@@ -19,7 +20,7 @@ from agentgym.trajectory import Trajectory, Turn
 PAD = 263
 
 
-def _traj(reward: float = 1.0, truncated: bool = False) -> Trajectory:
+def _traj(reward: float = 1.0, truncated: bool = False) -> Episode:
     # prompt 3 | action 2 | obs 2 | action 3
     t = Trajectory("agentgym/X-v0", 0, "t", "byte")
     t.append([1, 2, 3], policy=False)
@@ -29,10 +30,8 @@ def _traj(reward: float = 1.0, truncated: bool = False) -> Trajectory:
     t.turns.append(Turn(3, 5, 7, 0.25))
     t.append([12, 13, 14], policy=True)
     t.turns.append(Turn(7, 10, 10, reward))
-    t.logprobs[3:5] = [-0.5, -0.25]
-    t.logprobs[7:10] = [-1.0, -2.0, -3.0]
     t.terminated, t.truncated = not truncated, truncated
-    return t
+    return Episode(t, [None] * 3 + [-0.5, -0.25] + [None] * 2 + [-1.0, -2.0, -3.0])
 
 
 def test_layout_masks_rewards_and_pad_column() -> None:
@@ -40,8 +39,7 @@ def test_layout_masks_rewards_and_pad_column() -> None:
     short.append([1, 2, 3], policy=False)
     short.append([20], policy=True)
     short.turns.append(Turn(3, 4, 4, -1.0))
-    short.logprobs[3] = -0.1
-    b = make_batch([_traj(), short], [0, 0], pad_id=PAD)
+    b = make_batch([_traj(), Episode(short, [None] * 3 + [-0.1])], [0, 0], pad_id=PAD)
     assert b.input_ids.shape == (2, 11)  # longest row + one pad column
     assert b.input_ids[0, :10].tolist() == [1, 2, 3, 10, 11, 4, 5, 12, 13, 14]
     assert b.input_ids[0, 10] == PAD and b.input_ids[1, 4:].eq(PAD).all()
@@ -52,6 +50,18 @@ def test_layout_masks_rewards_and_pad_column() -> None:
     assert b.rewards[1, 3] == -1.0 and b.scores.tolist() == [1.25, -1.0]
     assert b.behaviour_logp[0, 3:5].tolist() == [-0.5, -0.25] and b.behaviour_logp[0, 5] == 0
     assert b.lengths.tolist() == [10, 4]
+    assert b.versions is None  # no episode records its versions
+
+
+def test_versions_come_from_the_episodes_and_need_every_one() -> None:
+    a, b = _traj(), _traj()
+    a.versions = [NO_VERSION] * 3 + [2, 2] + [NO_VERSION] * 2 + [3, 3, 3]
+    assert make_batch([a, b], [0, 1], pad_id=PAD).versions is None  # b has none: no versions at all
+    b.versions = [NO_VERSION] * 10
+    v = make_batch([a, b], [0, 1], pad_id=PAD).versions
+    assert v is not None and v.shape == (2, 11) and v[0].tolist() == [*a.versions, NO_VERSION]
+    with pytest.raises(TrainerError, match="10 tokens, 9 log-probs"):
+        Episode(a.traj, a.logprobs[:-1])
 
 
 def test_truncated_flag_and_select() -> None:
@@ -69,7 +79,8 @@ def test_non_finite_reward_raises(bad: float) -> None:
 
 def test_prefix_forward_matches_full_forward_values_and_gradients() -> None:
     env = gym.make("agentgym/MathCalc-v1")
-    b = make_batch(demonstrations(env, oracle_actions, [0, 1, 2, 3]), [0, 1, 2, 3], pad_id=PAD)
+    b = make_batch([Episode.from_record(t) for t in demonstrations(env, oracle_actions, [0, 1, 2, 3])],
+                   [0, 1, 2, 3], pad_id=PAD)
     assert shared_prefix_len(b.input_ids, b.policy_mask, b.lengths) > 500  # system + developer
     model = build_tiny_gptoss(264, seed=1)
     head = ValueHead(128)

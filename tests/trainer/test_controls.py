@@ -106,6 +106,7 @@ def test_imitation_update_raises_the_likelihood_of_what_it_imitates(tmp_path: Pa
     import gymnasium as gym
 
     from agentgym.trainer.algo.batch import make_batch
+    from agentgym.trainer.algo.episode import Episode
     from agentgym.trainer.rollout.demos import demonstrations, find_oracle
 
     cfg = load_config("cpu-quickstart", [*TINY, f"log.run_dir={tmp_path}", "sft.steps=0", "algo=sft",
@@ -113,7 +114,8 @@ def test_imitation_update_raises_the_likelihood_of_what_it_imitates(tmp_path: Pa
     t = Trainer(cfg)
     demos = demonstrations(gym.make("agentgym/MathCalc-v1", prompt="compact"), find_oracle("agentgym/MathCalc-v1"),
                            [11, 12, 13, 14], {})
-    b = make_batch(demos, [0, 1, 2, 3], pad_id=t.learner.pad_id)
+    episodes = [Episode.from_record(d) for d in demos]  # no log-probs: nothing was sampled
+    b = make_batch(episodes, [0, 1, 2, 3], pad_id=t.learner.pad_id)
 
     def nll() -> float:
         with torch.no_grad():
@@ -121,7 +123,7 @@ def test_imitation_update_raises_the_likelihood_of_what_it_imitates(tmp_path: Pa
         return float(-(out.logprobs * b.policy_mask).sum() / b.policy_mask.sum())
 
     before = nll()
-    m = imitation_update(t.learner, cfg, demos, 0)
+    m = imitation_update(t.learner, cfg, episodes, 0)
     assert nll() < before - 0.3 and m["imitation_episodes"] == 4.0
     assert t.learner.optimizer.state[next(iter(t.learner.model.parameters()))]["step"] == 4  # 2 epochs x 2 minibatches
     assert imitation_update(t.learner, cfg, [], 1)["update_skipped"] == 1.0
@@ -178,7 +180,7 @@ def test_two_seeds_train_on_different_tasks_and_demonstrations(tmp_path: Path) -
         t = Trainer(cfg)
         trajs, _, _ = t.rollouts.collect(0)
         held = held_out(cfg, t.rollouts.make_env)
-        drawn[seed] = ({tr.task_id for tr in trajs}, ids(demo_seeds(cfg, 0) + demo_seeds(cfg, 1)),
+        drawn[seed] = ({tr.traj.task_id for tr in trajs}, ids(demo_seeds(cfg, 0) + demo_seeds(cfg, 1)),
                        {i for _, i in held.check},
                        held.eval_ids())
         t.close()
@@ -195,13 +197,14 @@ def test_rft_scores_its_loss_at_the_rollout_temperature(tmp_path: Path) -> None:
     import gymnasium as gym
 
     from agentgym.trainer.algo.batch import make_batch
+    from agentgym.trainer.algo.episode import Episode
     from agentgym.trainer.rollout.demos import demonstrations, find_oracle
 
     cfg = load_config("cpu-quickstart", [*TINY, f"log.run_dir={tmp_path}", "sft.steps=0", "algo=rft",
                                          "rollout.temperature=0.6", "ppo.minibatches=1", "ppo.epochs=1"])
     t = Trainer(cfg)
-    demos = demonstrations(gym.make("agentgym/MathCalc-v1", prompt="compact"), find_oracle("agentgym/MathCalc-v1"),
-                           [21, 22], {})
+    demos = [Episode.from_record(d) for d in demonstrations(gym.make("agentgym/MathCalc-v1", prompt="compact"),
+                                                            find_oracle("agentgym/MathCalc-v1"), [21, 22], {})]
     b = make_batch(demos, [0, 1], pad_id=t.learner.pad_id)
     with torch.no_grad():
         nll = {T: float(-(t.learner.forward(t.learner.model, b, temperature=T, entropy=False).logprobs
@@ -222,7 +225,7 @@ def test_a_step_with_no_gradient_takes_no_optimizer_step_in_any_arm(tmp_path: Pa
     t = Trainer(load_config("cpu-quickstart", base))
     before = [p.detach().clone() for p in t.learner.params]
     trajs, groups, _ = t.rollouts.collect(0)
-    assert trajs and all(tr.total_reward == 0 for tr in trajs)  # the untrained policy solves nothing
+    assert trajs and all(tr.traj.total_reward == 0 for tr in trajs)  # the untrained policy solves nothing
     t.rollouts.collect = lambda step: (trajs, groups, {})  # type: ignore[method-assign]
     m = t.train_step(0)
     assert m.get("update_skipped") == 1.0 and "ratio_max" not in m
@@ -287,7 +290,7 @@ def test_the_stopping_check_samples_at_its_own_temperature(tmp_path: Path, monke
     def spy(*args, **kw):  # the real collector; records what the check sampled
         trajs = real(*args, **kw)
         if kw.get("sample_seed") == 777_000:
-            seen.append((kw["temperature"], [list(t.tokens) for t in trajs]))
+            seen.append((kw["temperature"], [list(e.traj.tokens) for e in trajs]))
         return trajs
 
     monkeypatch.setattr(evaluation, "collect_fixed", spy)
@@ -364,7 +367,7 @@ def test_the_warm_start_and_the_sft_arm_demonstrate_the_kind_sft_options_name(tm
                                      "rollout.tasks_per_step=2", "rollout.samples_per_task=2"])
     t = Trainer(cfg)
     arm = t.rollouts._demos(0)
-    assert arm and all(d.task_id.startswith(("lookup/d1/", "lookup/d2/")) for d in arm)
+    assert arm and all(d.traj.task_id.startswith(("lookup/d1/", "lookup/d2/")) for d in arm)
     env = gym.make("agentgym/Lookup-v1", prompt="compact", max_turns=8)
     warm = demonstrations(env, find_oracle("agentgym/Lookup-v1"), demo_seeds(cfg, 0)[:8],
                           {**t.rollouts.train_options(), **cfg.sft.options})

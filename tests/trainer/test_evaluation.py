@@ -35,6 +35,10 @@ def test_pass_at_k_is_the_unbiased_estimator() -> None:
     assert pass_at_k(4, 1, 4) == 1.0 and pass_at_k(4, 0, 4) == 0.0 and pass_at_k(8, 8, 1) == 1.0
 
 
+def _episode(ok: bool, *, tool: bool = True, error: str | None = None, terminated: bool = True) -> Any:
+    return SimpleNamespace(traj=_traj(ok, tool=tool, error=error, terminated=terminated), lost=False)
+
+
 def _traj(ok: bool, *, tool: bool = True, error: str | None = None, terminated: bool = True) -> Any:
     turns = [SimpleNamespace(tool="calculator" if tool else None, error=error, components={}),
              SimpleNamespace(tool=None, error=None, components={"outcome": 1.0 if ok else 0.0})]
@@ -44,7 +48,8 @@ def _traj(ok: bool, *, tool: bool = True, error: str | None = None, terminated: 
 
 def test_eval_record_with_samples_per_problem() -> None:
     # 3 problems x 2 samples, problem-major: solved 2/2, 1/2, 0/2
-    trajs = [_traj(True), _traj(True), _traj(True), _traj(False), _traj(False, tool=False), _traj(False)]
+    trajs = [_episode(True), _episode(True), _episode(True), _episode(False), _episode(False, tool=False),
+             _episode(False)]
     r = eval_record(trajs, 1.0, "sampled_", samples=2, needs_tool=True, task_ids=["a", "b", "c"])
     assert r["sampled_success"] == pytest.approx(0.5) and r["sampled_problems"] == 3
     assert r["sampled_outcomes"] == "111000" and r["sampled_samples"] == 2
@@ -60,8 +65,8 @@ def test_a_lost_episode_keeps_its_place_and_pairs_nothing() -> None:
     outcomes = [True, False, True, True, False, True, False, False]
     lost_a, lost_b = 1, 5
     def run(lost: int) -> list[SimpleNamespace]:
-        trajs = [_traj(ok) for ok in outcomes]
-        trajs[lost].meta["infra_error"] = "sandbox gone"
+        trajs = [_episode(ok) for ok in outcomes]
+        trajs[lost].lost = True  # Episode.lost: its infra_error is set
         return trajs
     a = eval_record(run(lost_a), 1.0, task_ids=[str(i) for i in range(8)])
     b = eval_record(run(lost_b), 1.0, task_ids=[str(i) for i in range(8)])
@@ -71,7 +76,7 @@ def test_a_lost_episode_keeps_its_place_and_pairs_nothing() -> None:
     # with samples: a problem keeps the samples that were scored; all lost -> no rate
     assert per_problem("1-0--", 1) == [1.0, None, 0.0, None, None]
     assert per_problem("1-00--", 2) == [1.0, 0.0, None]
-    r = eval_record([_traj(True), _traj(False), *run(0)[:2]], 1.0, samples=2)
+    r = eval_record([_episode(True), _episode(False), *run(0)[:2]], 1.0, samples=2)
     assert r["outcomes"] == "10-0" and r["pass_at_2"] == pytest.approx(1.0)  # problem 2 has one sample: no pass@2
 
 

@@ -55,9 +55,9 @@ def _episodes(tmp: Path) -> Path:
     trajs, _ = t.rollouts.collector.collect(seeds, temperature=1.0, sample_seed=5, options={})
     t.close()
     for i, tr in enumerate(trajs):  # distinct returns: non-zero group advantages
-        tr.turns[-1].reward += 0.1 * i
+        tr.traj.turns[-1].reward += 0.1 * i
     path = tmp / "episodes.jsonl"
-    write_jsonl(path, trajs)
+    write_jsonl(path, [e.record() for e in trajs])  # the file keeps the behaviour log-probs
     return path
 
 

@@ -124,7 +124,7 @@ def test_codefix_trains_on_train_and_evaluates_on_eval(tmp_path: Path) -> None:
     train_ids = {x.id for x in select_tasks("train", None)}
     eval_ids = {x.id for x in select_tasks("eval", None)}
     assert set(t.rollouts.held.eval_ids()) <= eval_ids and len(t.rollouts.held.eval) == 8
-    assert trajs and all(x.task_id in train_ids for x in trajs)
+    assert trajs and all(x.traj.task_id in train_ids for x in trajs)
     t.close()
 
 
@@ -132,7 +132,7 @@ def test_codefix_trains_on_train_and_evaluates_on_eval(tmp_path: Path) -> None:
 def test_math_envs_train_on_train_and_evaluate_on_eval(env_id: str, tmp_path: Path) -> None:
     t, trajs = _split_run(env_id, tmp_path, ["log.eval_episodes=64"])
     assert t.rollouts.held.splits and len(set(t.rollouts.held.eval_ids())) == 64
-    assert trajs and not any(t.rollouts.held.is_held_out(x.task_id) for x in trajs)
+    assert trajs and not any(t.rollouts.held.is_held_out(x.traj.task_id) for x in trajs)
     eval_env = t.rollouts.make_env("eval")
     train_ids = {task_id_at(eval_env, s, {"split": "train"}) for s in range(2000)}
     assert not train_ids & set(t.rollouts.held.eval_ids())  # disjoint problem sets, drawn both ways

@@ -72,7 +72,7 @@ def test_infra_episodes_never_reach_the_update_and_are_counted(tmp_path: Path,
         assert m["episodes_infra"] == 4.0
         (trajs,) = batched
         assert len(trajs) == 4 and all(t.infra_error is None for t in trajs)
-        assert {t.seed % 4 for t in trajs} == {0, 3}
+        assert {t.traj.seed % 4 for t in trajs} == {0, 3}
         lost = sum(1 for seed in trainer.rollouts.held.eval_seeds(8) if seed % 4 == 2)
         assert lost > 0
         e = trainer._evaluate("ppo")
@@ -82,12 +82,13 @@ def test_infra_episodes_never_reach_the_update_and_are_counted(tmp_path: Path,
 
 
 def test_a_step_where_every_episode_is_lost_stops_the_run_with_the_fault() -> None:
+    from agentgym.trainer.algo.episode import Episode
     from agentgym.trajectory import Trajectory
 
-    lost = [Trajectory("x", i, "t", "byte", meta={"infra_error": "SandboxLost: gone"}) for i in range(3)]
+    lost = [Episode(Trajectory("x", i, "t", "byte"), [], infra_error="SandboxLost: gone") for i in range(3)]
     with pytest.raises(InfraError, match="every one of the 3 episodes.*SandboxLost: gone"):
         drop_infra(lost, [0, 1, 2])
-    ok = Trajectory("x", 9, "t", "byte")
+    ok = Episode(Trajectory("x", 9, "t", "byte"), [])
     assert drop_infra([*lost, ok], [0, 1, 2, 3]) == ([ok], [3], 3)
 
 
@@ -122,7 +123,7 @@ def test_an_engine_that_times_out_loses_the_episodes_in_flight_as_infra_faults()
         trajs, _ = col.collect([0, 1], temperature=1.0, sample_seed=None)
         assert [t.infra_error is not None and t.infra_error.startswith("ServiceLost: request to") for t in trajs] == \
             [True, True]
-        assert all(len(t.turns) == 0 and t.prompt_len > 0 for t in trajs)  # the prompts, no outcome
+        assert all(len(t.traj.turns) == 0 and t.traj.prompt_len > 0 for t in trajs)  # the prompts, no outcome
         with pytest.raises(InfraError, match="every one of the 2 episodes"):
             drop_infra(trajs, [0, 1])
     finally:

@@ -77,7 +77,7 @@ def test_containers_killed_between_collections_are_replaced_not_lost(pool: Any) 
     try:
         before, _ = col.collect(SEEDS, temperature=1.0, sample_seed=0)
         assert [t.infra_error for t in before] == [None, None]
-        assert [t.total_reward for t in before] == [1.0, 1.0]
+        assert [t.traj.total_reward for t in before] == [1.0, 1.0]
 
         _wait_warm(pool, 2)
         killed = _kill_all(pool)  # the engine restarts: the warm containers are dead
@@ -85,7 +85,7 @@ def test_containers_killed_between_collections_are_replaced_not_lost(pool: Any) 
 
         after, _ = col.collect(SEEDS, temperature=1.0, sample_seed=0)  # new sandboxes, nothing lost
         assert [t.infra_error for t in after] == [None, None]
-        assert [t.total_reward for t in after] == [1.0, 1.0]
+        assert [t.traj.total_reward for t in after] == [1.0, 1.0]
         in_use = {e.unwrapped.sandbox.container_id for e in col.pool.envs}
         assert not in_use & killed
         assert all(e.unwrapped.sandbox.runner_losses == 0 for e in col.pool.envs)

@@ -57,7 +57,7 @@ def local_records(engine: ReplayEngine) -> list[dict[str, Any]]:
     col = Collector.from_factory(make_env, len(SEEDS), engine, max_new_tokens=96)
     trajs, _ = col.collect(SEEDS, temperature=1.0, sample_seed=5)
     col.close()
-    return [t.to_dict() for t in trajs]
+    return [t.record().to_dict() for t in trajs]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -114,10 +114,10 @@ def test_ray_collects_the_same_records_as_the_local_collector(engine, local_reco
     col = _collector(engine, num_workers=2, episodes_per_call=3)
     try:
         trajs, stats = col.collect(SEEDS, temperature=1.0, sample_seed=5)
-        assert [t.to_dict() for t in trajs] == local_records
+        assert [t.record().to_dict() for t in trajs] == local_records
         assert stats.episodes == len(SEEDS) and stats.sampled_tokens > 0
         assert col.last.worker_deaths == col.last.failed_episodes == 0
-        assert sum(t.total_reward for t in trajs) == len(SEEDS) - 2  # the oracle's episodes are solved
+        assert sum(t.traj.total_reward for t in trajs) == len(SEEDS) - 2  # the oracle's episodes are solved
     finally:
         col.close()
 
@@ -131,10 +131,10 @@ def test_a_killed_worker_loses_only_its_unit_which_is_retried_elsewhere(engine, 
         timer.join()
         assert col.last.worker_deaths == 1 and col.last.retried_episodes >= 1
         assert col.last.failed_episodes == 0
-        assert [t.to_dict() for t in trajs] == local_records  # nothing lost, nothing changed
+        assert [t.record().to_dict() for t in trajs] == local_records  # nothing lost, nothing changed
         assert col.worker_pids()[0] != pids[0]  # Ray restarted it; it takes work again
         trajs, _ = col.collect(SEEDS[:4], temperature=1.0, sample_seed=5)
-        assert [t.to_dict() for t in trajs] == local_records[:4]
+        assert [t.record().to_dict() for t in trajs] == local_records[:4]
     finally:
         col.close()
 
@@ -146,20 +146,20 @@ def test_episodes_that_may_have_had_side_effects_are_failed_and_masked(engine, l
         timer = _kill_when_reset(pids[0] or 0, str(tmp_path / "resets"))
         trajs, _ = col.collect(SEEDS, temperature=1.0, sample_seed=5)
         timer.join()
-        failed = [i for i, t in enumerate(trajs) if "failed" in t.meta]
+        failed = [i for i, t in enumerate(trajs) if t.failed is not None]
         assert 1 <= len(failed) <= 2 and col.last.failed_episodes == len(failed)  # one unit in flight
-        assert "worker 0 died" in trajs[failed[0]].meta["failed"] and trajs[failed[0]].seed == SEEDS[failed[0]]
+        assert "worker 0 died" in str(trajs[failed[0]].failed) and trajs[failed[0]].traj.seed == SEEDS[failed[0]]
         for i, t in enumerate(trajs):  # every other episode is intact, including the dead worker's earlier ones
             if i not in failed:
-                assert t.to_dict() == local_records[i]
+                assert t.record().to_dict() == local_records[i]
         groups = [i // 2 for i in range(len(SEEDS))]
         kept, kept_groups, dropped = drop_failed(trajs, groups)
         assert dropped == len(failed) and len(kept) == len(kept_groups) == len(SEEDS) - len(failed)
-        assert all("failed" not in t.meta for t in kept)
+        assert all(t.failed is None for t in kept)
         # max_restarts=0: the dead worker is retired, the other carries on alone
         assert col.alive == [False, True]
         trajs, _ = col.collect(SEEDS[:4], temperature=1.0, sample_seed=5)
-        assert [t.to_dict() for t in trajs] == local_records[:4]
+        assert [t.record().to_dict() for t in trajs] == local_records[:4]
     finally:
         col.close()
 
@@ -172,7 +172,7 @@ def test_when_every_worker_is_gone_the_rest_is_reported_failed_and_kept_work_is_
         timer = _kill_when_reset(pid or 0, str(tmp_path / "resets"), seed=SEEDS[2])
         trajs, _ = col.collect(SEEDS, temperature=1.0, sample_seed=5)
         timer.join()
-        reasons = [t.meta.get("failed") for t in trajs]
+        reasons = [t.failed for t in trajs]
         assert reasons[0] is None and reasons[1] is None  # collected before the death: kept
         assert reasons[-1] == "no live Ray workers"
         with pytest.raises(TrainerError, match="all 2 episodes of this step failed"):
@@ -238,13 +238,13 @@ def test_an_env_server_killed_mid_rollout_fails_only_the_episodes_in_flight(engi
         timer.start()
         trajs, _ = col.collect(SEEDS, temperature=1.0, sample_seed=5)
         timer.join()
-        failed = [i for i, t in enumerate(trajs) if "failed" in t.meta]
+        failed = [i for i, t in enumerate(trajs) if t.failed is not None]
         # the units in flight (one per worker) lost their sessions; Remote-v0 is not replayable
         assert 1 <= len(failed) <= 4 and col.last.env_failures in (1, 2) and col.last.worker_deaths == 0
-        assert all("env service failed" in trajs[i].meta["failed"] for i in failed)
+        assert all("env service failed" in str(trajs[i].failed) for i in failed)
         for i, t in enumerate(trajs):  # the rest, before and after the restart, as the local env gives
             if i not in failed:
-                assert t.to_dict() == local_records[i]
+                assert t.record().to_dict() == local_records[i]
     finally:
         col.close()
         for s in servers:

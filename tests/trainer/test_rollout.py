@@ -8,10 +8,13 @@ import gymnasium as gym
 import torch
 
 import agentgym  # noqa: F401
+from agentgym.trainer.algo.episode import NO_VERSION, Episode
 from agentgym.trainer.model.gptoss import build_tiny_gptoss
 from agentgym.trainer.model.logprobs import policy_forward
 from agentgym.trainer.rollout.collector import Collector, group_seeds, make_prefix_engine
 from agentgym.trainer.rollout.engines.hf import HFEngine
+from agentgym.trainer.rollout.staleness import VersionedEngine
+from agentgym.trajectory import Trajectory
 
 PAD = 263
 
@@ -44,8 +47,9 @@ def test_collect_records_exact_tokens_logprobs_and_groups() -> None:
     col = Collector.from_factory(_env, 4, engine, max_new_tokens=24)
     seeds, groups = group_seeds(100, 2, 2)
     assert seeds == [100, 100, 101, 101] and groups == [0, 0, 1, 1]
-    trajs, stats = col.collect(seeds, temperature=1.0, sample_seed=7)
+    episodes, stats = col.collect(seeds, temperature=1.0, sample_seed=7)
     col.close()
+    trajs = [e.traj for e in episodes]
     assert stats.episodes == 4 and stats.rounds == len(engine.calls) >= 1
     assert trajs[0].task_id == trajs[1].task_id and trajs[2].task_id == trajs[3].task_id
     # the stop ids handed to the engine are Harmony's <|call|> and <|return|>
@@ -59,15 +63,50 @@ def test_collect_records_exact_tokens_logprobs_and_groups() -> None:
             t, turn = trajs[i], trajs[i].turns[k]
             assert prompts[active.index(i)] == t.tokens[:turn.action_start]  # no re-tokenization
             assert t.tokens[turn.action_start:turn.action_end] == s.tokens
-            assert t.logprobs[turn.action_start:turn.action_end] == s.logprobs
-    for t in trajs:  # log-probs exactly on the policy tokens
-        assert all((lp is not None) == bool(m) for lp, m in zip(t.logprobs, t.policy_mask))
+            assert episodes[i].logprobs[turn.action_start:turn.action_end] == s.logprobs
+    for e in episodes:  # log-probs exactly on the policy tokens
+        t = e.traj
+        assert all((lp is not None) == bool(m) for lp, m in zip(e.logprobs, t.policy_mask))
         # the trainer's log-probs of the same tokens agree with the engine's
         ids = torch.tensor([t.tokens])
         lp = policy_forward(model, ids).logprobs[0]
         mask = torch.tensor(t.policy_mask, dtype=torch.bool)
-        eng = torch.tensor([x if x is not None else 0.0 for x in t.logprobs])
+        eng = torch.tensor([x if x is not None else 0.0 for x in e.logprobs])
         assert torch.allclose(lp[mask], eng[mask], atol=1e-4)
+
+
+def test_collect_returns_what_it_sampled_typed_and_leaves_the_envs_trajectory_alone() -> None:
+    """The loop owns what it sampled: log-probs and versions are Episode fields; neither the env's
+    own trajectory nor the copy handed back carries a log-prob or a version the collector wrote.
+    A VersionedEngine's versions arrive typed, one per token; a plain engine's are None."""
+    model = build_tiny_gptoss(264, seed=0)
+    engine = VersionedEngine(make_prefix_engine(model, pad_id=PAD), version=3)
+    col = Collector.from_factory(_env, 2, engine, max_new_tokens=24)
+    episodes, _ = col.collect([5, 6], temperature=1.0, sample_seed=1)
+    for e, env in zip(episodes, col.pool.envs):
+        own = env.unwrapped.trajectory
+        for t in (own, e.traj):
+            assert t.logprobs == [None] * len(t.tokens)  # written by nobody
+            assert "token_versions" not in t.meta and "policy_version" not in t.meta
+            assert "infra_error" not in t.meta
+        assert e.traj.tokens == own.tokens and e.traj is not own
+        assert e.infra_error is None and e.failed is None and not e.lost
+        assert len(e.logprobs) == len(e.versions or []) == len(e.traj.tokens)
+        for lp, v, m in zip(e.logprobs, e.versions or [], e.traj.policy_mask):
+            assert (lp is not None) == bool(m) and v == (3 if m else NO_VERSION)
+        # the file keeps its format: a written episode carries its log-probs and versions
+        rec = e.record()
+        assert rec.logprobs == e.logprobs and rec.meta["token_versions"] == e.versions
+        back = Episode.from_record(Trajectory.from_json(rec.to_json()))
+        assert (back.logprobs, back.versions, back.traj.meta) == (e.logprobs, e.versions, e.traj.meta)
+    engine.sync_weights(model)  # version 4, and a plain engine: no versions at all
+    assert {v for e in col.collect([5], temperature=1.0, sample_seed=1)[0] for v in e.versions or []} \
+        == {4, NO_VERSION}
+    col.engine = engine.inner
+    plain, _ = col.collect([5, 6], temperature=1.0, sample_seed=1)
+    col.close()
+    assert [e.versions for e in plain] == [None, None]
+    assert [e.logprobs for e in plain] == [e.logprobs for e in episodes]  # same weights, same seeds
 
 
 def test_prefix_engine_samples_what_the_plain_hf_engine_samples() -> None:

@@ -11,6 +11,7 @@ import torch
 import agentgym
 from agentgym.errors import ConfigError
 from agentgym.trainer.algo.batch import make_batch, micro_batches
+from agentgym.trainer.algo.episode import Episode
 from agentgym.trainer.config import SFTConfig
 from agentgym.trainer.model.gptoss import build_tiny_gptoss
 from agentgym.trainer.rollout.demos import demonstrations, find_oracle
@@ -38,7 +39,7 @@ def test_sft_loss_ignores_environment_tokens_and_decreases() -> None:
     model = build_tiny_gptoss(264, seed=0)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     # changing a tool-result token changes no loss term it is the *target* of
-    b = make_batch(demos[:2], [0, 1], pad_id=PAD)
+    b = make_batch([Episode.from_record(t) for t in demos[:2]], [0, 1], pad_id=PAD)
     assert b.policy_mask[:, :b.lengths.min()].sum() < b.lengths.sum()
     first = sft_step(model, opt, demos, pad_id=PAD, max_grad_norm=1.0, device=torch.device("cpu"))
     for _ in range(6):
@@ -141,7 +142,7 @@ def test_sft_micro_batches_by_length_give_the_one_batch_step(defect_teachers: No
     env = gym.make("agentgym/MathCalc-v1", prompt="compact")  # short prompt: lengths differ a lot
     sc = SFTConfig(teacher="defect-blind-guesser", teacher_kwargs={"skip_tool": 0.5})
     demos = demonstrations(env, make_teacher("agentgym/MathCalc-v1", sc), list(range(16)))
-    b = make_batch(demos, list(range(len(demos))), pad_id=PAD)
+    b = make_batch([Episode.from_record(t) for t in demos], list(range(len(demos))), pad_id=PAD)
     assert len(micro_batches(b.lengths, torch.arange(len(b)), 2000)) >= 3  # the budget really splits
     updates, stats = [], []
     for max_tokens in (0, 2000):  # 0: one padded batch

@@ -173,7 +173,7 @@ def test_an_engine_copy_is_off_the_learner_and_synced_every_k_steps(tmp_path: Pa
     t.step = 2
     assert t.train_step(2)["engine_staleness"] == 0
     trajs, _, _ = t.rollouts.collect(3)
-    assert {x.meta["policy_version"] for x in trajs} == {2}
+    assert {x.policy_version for x in trajs} == {2}
     t.close()
 
 
@@ -229,7 +229,7 @@ def test_placebo_permutes_the_scores_of_the_batch(tmp_path: Path) -> None:
         t = Trainer(cfg)
         trajs, groups, _ = t.rollouts.collect(0)
         for i, tr in enumerate(trajs):  # rewards that differ within the groups
-            tr.turns[-1].reward = float(i % 3 == 0)
+            tr.traj.turns[-1].reward = float(i % 3 == 0)
         stats[placebo] = _ppo(t, trajs, groups, 0)
         t.close()
     assert stats[True]["pg_loss"] != stats[False]["pg_loss"]  # other episodes' returns, same samples
@@ -246,7 +246,7 @@ def _first_step_advantages(tmp_path: Path,
     t = Trainer(cfg)
     trajs, groups, _ = t.rollouts.collect(0)
     for i, tr in enumerate(trajs):
-        tr.turns[-1].reward = float(i != 3)
+        tr.traj.turns[-1].reward = float(i != 3)
     b = score(t.rollouts.batch(trajs, groups, {}), cfg, 0, t.ranks)
     compute_advantages(t.learner, b, cfg, 0)
     t.close()
@@ -292,7 +292,7 @@ def test_dynamic_sampling_drops_uniform_groups_and_overlong_actions_are_masked(t
     assert torch.equal(before, _params(t.learner.model))
     trajs, groups, _ = t.rollouts.collect(1)
     for i, tr in enumerate(trajs):
-        tr.turns[-1].reward = float(i == 0)  # group 0 informative, group 1 uniform
+        tr.traj.turns[-1].reward = float(i == 0)  # group 0 informative, group 1 uniform
     assert _ppo(t, trajs, groups, 1)["groups_dropped_frac"] == 0.5
     t.close()
     cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path / 'ol'}", "ppo.mask_overlong=true",
@@ -453,7 +453,7 @@ def test_bf16_compute_update_tracks_the_fp32_update(tmp_path: Path) -> None:
             seeds, groups = group_seeds(1_000_000, 2, 4)
             trajs, _ = t.rollouts.collector.collect(seeds, temperature=1.0, sample_seed=3, options={})
             for i, tr in enumerate(trajs):
-                tr.turns[-1].reward += 0.1 * i
+                tr.traj.turns[-1].reward += 0.1 * i
             batch = make_batch(trajs, groups, pad_id=t.learner.pad_id)
         before = torch.cat([p.detach().flatten() for p in t.learner.params])
         scored = score(batch, cfg, 0, t.learner.ranks)

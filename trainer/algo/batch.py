@@ -1,5 +1,7 @@
-"""Trajectories -> padded (B, T) tensors for the PPO update. No re-tokenization: the rows are
-the trajectories' token streams exactly as the policy sampled and saw them.
+"""Episodes -> padded (B, T) tensors for the PPO update. No re-tokenization: the rows are
+the trajectories' token streams exactly as the policy sampled and saw them; the behaviour
+log-probs and versions come from the :class:`~agentgym.trainer.algo.episode.Episode` records
+(what the collector sampled), never from the env's trajectory.
 
 Layout (right padding, one extra pad column so every row has a position *after* its last
 token; ``ForwardOut.values`` at that column is the value of the final state, which is what a
@@ -9,7 +11,7 @@ truncated episode bootstraps from; the forward pass of a batch is
 * ``input_ids``      (B, T) long   the episode's tokens, then ``pad_id``
 * ``attention_mask`` (B, T) long   1 on real tokens
 * ``policy_mask``    (B, T) float  1 where the policy sampled the token (Trajectory.policy_mask)
-* ``behaviour_logp`` (B, T) float  the engine's log-prob of each sampled token (0 elsewhere)
+* ``behaviour_logp`` (B, T) float  the engine's log-prob of each sampled token (0 elsewhere; Episode.logprobs)
 * ``rewards``        (B, T) float  each turn's reward on the last action token of that turn
 * ``scores``         (B,)   float  episode return (sum of turn rewards)
 * ``group_ids``      (B,)   long   samples of the same task share an id (group baseline)
@@ -18,7 +20,7 @@ truncated episode bootstraps from; the forward pass of a batch is
 * ``routes``   (B, T, L, k) long   the engine's experts per token and layer, with routing
                                    replay (``rollout.routing_replay``), else None
 * ``versions``       (B, T) long   the policy version that sampled each token (-1 elsewhere),
-                                   when the trajectories record it (``meta["token_versions"]``)
+                                   when every episode records them (``Episode.versions``)
 
 What :func:`~agentgym.trainer.update.compute_advantages` adds before the update, all (B, T):
 ``advantages``, ``returns`` (GAE), ``old_logp`` (when the update needs them before its first
@@ -37,10 +39,9 @@ import torch
 from agentgym.errors import NonFiniteError
 from agentgym.trajectory import Trajectory
 
-__all__ = ["NO_VERSION", "Batch", "batch_versions", "make_batch", "micro_batches", "shared_prefix_len"]
+from .episode import NO_VERSION, Episode
 
-NO_VERSION = -1  # token_versions of tokens the env wrote (prompt, tool results)
-
+__all__ = ["Batch", "batch_versions", "make_batch", "micro_batches", "shared_prefix_len"]
 
 @dataclass
 class Batch:
@@ -100,15 +101,16 @@ def _reward_position(traj: Trajectory, turn_index: int) -> int | None:
     return None
 
 
-def make_batch(trajectories: Sequence[Trajectory], group_ids: Sequence[int], *, pad_id: int) -> Batch:
+def make_batch(episodes: Sequence[Episode], group_ids: Sequence[int], *, pad_id: int) -> Batch:
     """Stack trajectories into a :class:`Batch` (see the module doc for the layout).
 
     Raises :class:`NonFiniteError` if a reward is NaN or infinite: that is a bug in the
     environment or reward function, and training on it would poison the weights.
     """
-    B = len(trajectories)
+    B = len(episodes)
     if B == 0 or len(group_ids) != B:
-        raise ValueError(f"need >= 1 trajectory and one group id each, got {B} and {len(group_ids)}")
+        raise ValueError(f"need >= 1 episode and one group id each, got {B} and {len(group_ids)}")
+    trajectories = [e.traj for e in episodes]
     lengths = [len(t.tokens) for t in trajectories]
     T = max(lengths) + 1
     input_ids = torch.full((B, T), pad_id, dtype=torch.long)
@@ -117,12 +119,12 @@ def make_batch(trajectories: Sequence[Trajectory], group_ids: Sequence[int], *, 
     behaviour = torch.zeros(B, T)
     rewards = torch.zeros(B, T)
     scores = torch.zeros(B)
-    for b, traj in enumerate(trajectories):
+    for b, (traj, ep) in enumerate(zip(trajectories, episodes)):
         n = lengths[b]
         input_ids[b, :n] = torch.tensor(traj.tokens, dtype=torch.long)
         attention[b, :n] = 1
         policy[b, :n] = torch.tensor(traj.policy_mask, dtype=torch.float32)
-        behaviour[b, :n] = torch.tensor([lp if lp is not None else 0.0 for lp in traj.logprobs])
+        behaviour[b, :n] = torch.tensor([lp if lp is not None else 0.0 for lp in ep.logprobs])
         for k, turn in enumerate(traj.turns):
             if not math.isfinite(turn.reward):
                 raise NonFiniteError(
@@ -139,7 +141,7 @@ def make_batch(trajectories: Sequence[Trajectory], group_ids: Sequence[int], *, 
         group_ids=torch.tensor(list(group_ids), dtype=torch.long),
         lengths=torch.tensor(lengths, dtype=torch.long),
         truncated=torch.tensor([t.truncated and not t.terminated for t in trajectories]),
-        versions=batch_versions(trajectories, T),
+        versions=batch_versions(episodes, T),
     )
 
 
@@ -169,14 +171,14 @@ def micro_batches(lengths: torch.Tensor, rows: torch.Tensor, max_tokens: int) ->
     return out
 
 
-def batch_versions(trajs: Sequence[Trajectory], width: int) -> torch.Tensor | None:
+def batch_versions(episodes: Sequence[Episode], width: int) -> torch.Tensor | None:
     """(B, width) long: each token's policy version (``NO_VERSION`` elsewhere), or None when an
     episode has no record of its versions."""
-    if not trajs or any("token_versions" not in t.meta for t in trajs):
+    known = [e.versions for e in episodes if e.versions is not None]
+    if not episodes or len(known) != len(episodes):
         return None
-    out = torch.full((len(trajs), width), NO_VERSION, dtype=torch.long)
-    for b, t in enumerate(trajs):
-        v = t.meta["token_versions"]
+    out = torch.full((len(episodes), width), NO_VERSION, dtype=torch.long)
+    for b, v in enumerate(known):
         out[b, :len(v)] = torch.tensor(v, dtype=torch.long)
     return out
 

@@ -3,17 +3,22 @@
 Each round, every episode still running contributes its full token stream as a prompt; the
 engine samples all of them in one batched ``generate`` call (stopping at Harmony's
 ``<|call|>`` / ``<|return|>``), the pool steps the environments concurrently with the exact
-sampled ids, and the engine's log-probs are attached to the trajectory of each env (and, from a
-``VersionedEngine``, the policy version of every sampled token). The
-next prompt is the trajectory's token stream itself: nothing is decoded and re-encoded.
+sampled ids, and the engine's log-probs (and, from a ``VersionedEngine``, the policy version of
+every sampled token) are kept by the collector beside each env's trajectory, never written into
+it. The next prompt is the trajectory's token stream itself: nothing is decoded and re-encoded.
+
+What comes back is one :class:`~agentgym.trainer.algo.episode.Episode` per seed: a copy of the
+env's trajectory, and the loop's own typed fields (``logprobs``, ``versions``, ``infra_error``);
+the Ray and tensor-parallel collectors and the asynchronous producer return the same records.
 
 Group sampling: ``seeds`` may repeat; the same seed gives the same task, so the samples of a
 task form the group of the group baseline.
 
 Infrastructure faults (``agentgym.errors.InfraError``: a container that cannot start at reset,
 a remote env whose server is gone, an engine that times out, or an env's own
-``info["infra_error"]``) end only the episodes they hit: those come back with
-``trajectory.meta["infra_error"]`` set, and :func:`drop_infra` leaves them out of the batch.
+``info["infra_error"]``, which the env also notes in its trajectory's ``meta``) end only the
+episodes they hit: those come back with ``Episode.infra_error`` set, and :func:`drop_infra`
+leaves them out of the batch.
 """
 
 from __future__ import annotations
@@ -29,9 +34,8 @@ from agentgym.errors import InfraError, PoolStepError, TrainerError, infra_note
 from agentgym.trajectory import Trajectory
 from agentgym.vector import EnvPool
 
-from ..algo.batch import NO_VERSION
+from ..algo.episode import NO_VERSION, Episode
 from .engines.hf import HFEngine, decode, decoding_attention
-from .staleness import record_turn_versions
 
 __all__ = ["Collector", "RolloutStats", "cut_actions", "drop_infra", "group_seeds", "make_prefix_engine"]
 
@@ -48,19 +52,19 @@ class RolloutStats:
 _RESUME_RUN = "continue the run with agentgym-train --resume RUN_DIR"
 
 
-def drop_infra(trajs: Sequence[Trajectory], groups: Sequence[int], *,
-               then: str = _RESUME_RUN) -> tuple[list[Trajectory], list[int], int]:
-    """The episodes a batch may use: those lost to an infrastructure fault (``meta["infra_error"]``)
+def drop_infra(episodes: Sequence[Episode], groups: Sequence[int], *,
+               then: str = _RESUME_RUN) -> tuple[list[Episode], list[int], int]:
+    """The episodes a batch may use: those lost to an infrastructure fault (``Episode.infra_error``)
     are neither outcomes nor failures of the policy, so they are masked out of the update (and
-    of evaluations); returns (trajectories, their group ids, how many were dropped). When every
+    of evaluations); returns (episodes, their group ids, how many were dropped). When every
     one was lost, InfraError says to fix the service and then ``then``: what the caller's user
     can do next (a training run resumes; a one-off check is run again)."""
-    keep = [i for i, t in enumerate(trajs) if not t.meta.get("infra_error")]
-    if not keep and trajs:
-        raise InfraError(f"every one of the {len(trajs)} episodes was lost to an infrastructure fault (first: "
-                         f"{trajs[0].meta['infra_error']}): the sandbox engine, env server or inference "
+    keep = [i for i, e in enumerate(episodes) if not e.infra_error]
+    if not keep and episodes:
+        raise InfraError(f"every one of the {len(episodes)} episodes was lost to an infrastructure fault (first: "
+                         f"{episodes[0].infra_error}): the sandbox engine, env server or inference "
                          f"server is down; fix it and {then}")
-    return [trajs[i] for i in keep], [groups[i] for i in keep], len(trajs) - len(keep)
+    return [episodes[i] for i in keep], [groups[i] for i in keep], len(episodes) - len(keep)
 
 
 def _faults(e: PoolStepError) -> dict[int, str]:
@@ -109,8 +113,8 @@ class Collector:
 
     def collect(self, seeds: Sequence[int], *, temperature: float, sample_seed: int | None,
                 options: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
-                ) -> tuple[list[Trajectory], RolloutStats]:
-        """One episode per seed (``len(seeds) <= len(pool)``); returns the finished trajectories.
+                ) -> tuple[list[Episode], RolloutStats]:
+        """One episode per seed (``len(seeds) <= len(pool)``), in order (module doc).
 
         ``sample_seed`` seeds the engine's sampler (round ``r`` uses ``sample_seed + r``), so a
         collection is reproducible given the weights. ``options``: the reset options of every
@@ -141,6 +145,9 @@ class Collector:
                 except InfraError as e:
                     lost[i] = infra_note(e)
         no_episode = set(lost)  # reset failed: nothing of these episodes exists
+        # what the loop sampled, per token of each env's trajectory (the env's record stays the env's)
+        logprobs: list[list[float | None]] = [[] for _ in range(n)]
+        versions: list[list[int] | None] = [None] * n  # a list once a VersionedEngine's sample arrives
         env_s = time.perf_counter() - t0  # the prompts now sit in each env's trajectory
         gen_s = 0.0
         active = [i for i in range(n) if i not in lost]
@@ -179,25 +186,32 @@ class Collector:
                     if traj.tokens[t.action_start:t.action_end] != list(s.tokens[:kept]):
                         raise TrainerError("the env stored different action tokens than were "
                                            "sampled; the trajectory must hold the exact samples")
-                    traj.set_action_logprobs(turn, s.logprobs[:kept])
-                    if "policy_version" in s.meta:  # a VersionedEngine: which weights sampled it
-                        record_turn_versions(traj, t.action_start, t.action_end, int(s.meta["policy_version"]))
+                got = [float(x) for x in s.logprobs[:kept]]
+                if len(got) != kept:
+                    raise TrainerError(f"the engine returned {len(s.logprobs)} log-probs for {len(s.tokens)} "
+                                       "sampled tokens; an engine reports one log-prob per sampled token")
+                lps = logprobs[i]
+                lps += [None] * (len(traj.tokens) - len(lps))
+                lps[t.action_start:t.action_end] = got
+                if "policy_version" in s.meta:  # a VersionedEngine: which weights sampled it
+                    v = versions[i] = versions[i] or []
+                    v += [NO_VERSION] * (len(traj.tokens) - len(v))
+                    v[t.action_start:t.action_end] = [int(s.meta["policy_version"])] * kept
                 sampled += len(s.tokens)
                 if not results[i].done:
                     still.append(i)
             active = still
             rounds += 1
-        trajs = []
+        out = []
         for i in range(n):
             u = envs[i].unwrapped
             traj = (Trajectory(env_id=u.env_id, seed=seeds[i], task_id="", tokenizer="")
                     if i in no_episode else u.trajectory.copy())
-            if i in lost:
-                traj.meta["infra_error"] = lost[i]
-            if "token_versions" in traj.meta:  # env tokens after the last action
-                record_turn_versions(traj, 0, 0, NO_VERSION)
-            trajs.append(traj)
-        return trajs, RolloutStats(n, rounds, sampled, env_s, gen_s)
+            size = len(traj.tokens)  # env tokens after the last action: no log-prob, NO_VERSION
+            lps, vs = logprobs[i] + [None] * (size - len(logprobs[i])), versions[i]
+            out.append(Episode(traj, lps, None if vs is None else vs + [NO_VERSION] * (size - len(vs)),
+                               infra_error=lost.get(i) or traj.infra_error))
+        return out, RolloutStats(n, rounds, sampled, env_s, gen_s)
 
     def close(self) -> None:
         self.pool.close()

@@ -1,11 +1,13 @@
 """Collection on Ray: rollout workers as Ray actors, each running the local :class:`Collector`.
 
     collector = RayCollector(WorkerSpec(make_env, make_engine, max_new_tokens=96), num_workers=4)
-    trajs, stats = collector.collect(seeds, temperature=1.0, sample_seed=7)   # as Collector.collect
+    episodes, stats = collector.collect(seeds, temperature=1.0, sample_seed=7)   # as Collector.collect
 
 The seeds of a call are cut into *units* of ``episodes_per_call`` episodes. Each worker (a Ray
 actor holding its own envs and engine) runs one unit at a time with ``Collector.collect``, the
-very episode loop of the single-process collector, so the records are the same: unit ``u`` is
+very episode loop of the single-process collector, and sends back its ``Episode`` records (the
+env's trajectory with the loop's log-probs, versions and faults beside it), so the records are
+the same: unit ``u`` is
 sampled with seed ``sample_seed + u * SEED_STRIDE`` whichever worker runs it, and an engine
 whose rows depend on their own prompt only gives bit-identical records on any number of workers.
 
@@ -27,7 +29,7 @@ episodes can be lost. When a worker dies (killed, OOM, node lost) or its env ser
   database / generator) unless one of its ``external_state`` kwargs is set (WebAPI's
   ``server_url`` or ``database_url``); ``agentgym/Remote-v0`` and user envs are not, unless
   listed in ``replayable``; ``"always"`` / ``"never"`` override;
-* otherwise **failed**: returned as a record with ``meta["failed"]`` (the reason) and no turns,
+* otherwise **failed**: returned as a record with ``Episode.failed`` (the reason) and no turns,
   and :func:`drop_failed` removes them before the batch is built (masked from training; the
   group baseline uses the surviving samples of the task). As prime-rl does, an episode that
   may have had side effects is never replayed: the driver cannot know whether its last step
@@ -54,6 +56,7 @@ from agentgym.errors import ConfigError, PoolStepError, ServiceError, TrainerErr
 from agentgym.registration import capabilities
 from agentgym.trajectory import Trajectory
 
+from ..algo.episode import Episode
 from .collector import Collector, RolloutStats, make_prefix_engine
 from .engines import make_engine
 from .staleness import VersionedEngine
@@ -126,7 +129,7 @@ class _Worker:
         return os.getpid()
 
     def run(self, seeds: list[int], temperature: float, sample_seed: int | None,
-            options: dict[str, Any] | None, weights: list[Any]) -> tuple[list[Trajectory], RolloutStats]:
+            options: dict[str, Any] | None, weights: list[Any]) -> tuple[list[Episode], RolloutStats]:
         # weights: [] or [(push id, policy version or None, ObjectRef of a state dict)] (a list, so
         # Ray does not fetch it on every call: only when a new push arrived).
         if weights and weights[0][0] != self.version:
@@ -293,13 +296,13 @@ class RayCollector:
 
     # ------------------------------------------------------------------ collect
     def collect(self, seeds: Sequence[int], *, temperature: float, sample_seed: int | None,
-                options: dict[str, Any] | None = None) -> tuple[list[Trajectory], RolloutStats]:
-        """One record per seed, in order; failed episodes carry ``meta["failed"]`` (see drop_failed)."""
+                options: dict[str, Any] | None = None) -> tuple[list[Episode], RolloutStats]:
+        """One record per seed, in order; failed episodes carry ``Episode.failed`` (see drop_failed)."""
         with self._lock:
             return self._collect(seeds, temperature=temperature, sample_seed=sample_seed, options=options)
 
     def _collect(self, seeds: Sequence[int], *, temperature: float, sample_seed: int | None,
-                 options: dict[str, Any] | None = None) -> tuple[list[Trajectory], RolloutStats]:
+                 options: dict[str, Any] | None = None) -> tuple[list[Episode], RolloutStats]:
         ray = self.ray
         from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
@@ -311,7 +314,7 @@ class RayCollector:
         units = [list(range(i, min(i + per, n))) for i in range(0, n, per)]
         pending: deque[tuple[int, list[int]]] = deque(enumerate(units))  # (unit id, episode indices)
         attempts = [0] * n
-        out: list[Trajectory | None] = [None] * n
+        out: list[Episode | None] = [None] * n
         stats = RolloutStats(n, 0, 0, 0.0, 0.0)
         faults = FaultStats()
         idle = deque(i for i in range(len(self.workers)) if self.alive[i] and i not in self._recovering)
@@ -364,7 +367,7 @@ class RayCollector:
                     continue
                 w, unit, idx, _ = in_flight.pop(ref)
                 try:
-                    trajs, st = ray.get(ref)
+                    episodes, st = ray.get(ref)
                 except RayActorError as e:
                     faults.worker_deaths += 1
                     self.deaths[w] += 1
@@ -386,13 +389,13 @@ class RayCollector:
                 else:
                     # Episodes an infrastructure fault ended inside the worker (its Collector keeps
                     # the others) are lost like a unit whose env server failed: retried if replayable.
-                    lost = [i for i, t in zip(idx, trajs) if t.meta.get("infra_error")]
-                    for i, t in zip(idx, trajs):
+                    lost = [i for i, ep in zip(idx, episodes) if ep.infra_error]
+                    for i, ep in zip(idx, episodes):
                         if i not in lost:
-                            out[i] = t
+                            out[i] = ep
                     if lost:
                         faults.env_failures += 1
-                        note = trajs[idx.index(lost[0])].meta["infra_error"]
+                        note = str(episodes[idx.index(lost[0])].infra_error)
                         lose(unit, lost, f"env service failed on worker {w}: {note.splitlines()[0][:200]}")
                     stats.rounds += st.rounds
                     stats.sampled_tokens += st.sampled_tokens
@@ -417,9 +420,8 @@ class RayCollector:
         log.error("Ray rollout worker %d died %d time(s) (max_restarts=%d): retired", w, self.deaths[w],
                   self.max_restarts)
 
-    def _failed(self, seed: int, reason: str) -> Trajectory:
-        return Trajectory(env_id=self.env_id, seed=seed, task_id="", tokenizer="",
-                          meta={"failed": reason})
+    def _failed(self, seed: int, reason: str) -> Episode:
+        return Episode(Trajectory(env_id=self.env_id, seed=seed, task_id="", tokenizer=""), [], failed=reason)
 
     def close(self) -> None:
         if self._closed:
@@ -434,12 +436,12 @@ class RayCollector:
             self.ray.kill(w)
 
 
-def drop_failed(trajs: Sequence[Trajectory], groups: Sequence[int]) -> tuple[list[Trajectory], list[int], int]:
-    """The episodes a batch may use: failed ones (``meta["failed"]``) are masked out; returns
-    (trajectories, their group ids, how many were dropped). A task left with one sample keeps
+def drop_failed(episodes: Sequence[Episode], groups: Sequence[int]) -> tuple[list[Episode], list[int], int]:
+    """The episodes a batch may use: failed ones (``Episode.failed``) are masked out; returns
+    (episodes, their group ids, how many were dropped). A task left with one sample keeps
     it: its group advantage is then zero, which is the honest value with no baseline."""
-    keep = [i for i, t in enumerate(trajs) if "failed" not in t.meta]
-    if not keep and trajs:
-        raise TrainerError(f"all {len(trajs)} episodes of this step failed in collection: "
-                           f"{trajs[0].meta['failed']}; check the Ray workers and env servers")
-    return [trajs[i] for i in keep], [groups[i] for i in keep], len(trajs) - len(keep)
+    keep = [i for i, e in enumerate(episodes) if e.failed is None]
+    if not keep and episodes:
+        raise TrainerError(f"all {len(episodes)} episodes of this step failed in collection: "
+                           f"{episodes[0].failed}; check the Ray workers and env servers")
+    return [episodes[i] for i in keep], [groups[i] for i in keep], len(episodes) - len(keep)

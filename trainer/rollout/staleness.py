@@ -15,9 +15,11 @@ would drop (and count) any that slipped through.
 Partial rollouts: the learner pushes its weights after every update, between two of the
 engine's batched ``generate`` calls (the wrapper's lock keeps a sync from landing inside one),
 so an episode in flight continues its next turn with the new weights. Each sampled token keeps
-the version that produced it: ``traj.meta["token_versions"]`` (one int per token, -1 where
-the env wrote the token), saved with the trajectory. The behaviour log-probs stay the engine's
-own, from generation time, and rollout correction weighs them against the learner.
+the version that produced it: ``Episode.versions`` (one int per token, ``NO_VERSION`` where the
+env wrote the token; the collector fills it from ``sample.meta["policy_version"]``), saved with
+the episode as ``meta["token_versions"]`` (``Episode.record``). The behaviour log-probs stay the
+engine's own, from generation time (``Episode.logprobs``), and rollout correction weighs them
+against the learner. The producer hands over the collection as it came: ``Episode`` records.
 
 Generation overlaps the update when the engine computes outside the learner's thread: its
 own process (a server, vLLM) or a weight copy in this process (``engine_weights: copy``;
@@ -34,9 +36,8 @@ from typing import Any
 import torch
 
 from agentgym.errors import TrainerError
-from agentgym.trajectory import Trajectory
 
-from ..algo.batch import NO_VERSION
+from ..algo.episode import NO_VERSION, Episode
 from .engines.base import EngineAbilities, engine_abilities
 
 __all__ = ["Producer", "VersionedEngine", "stale_episodes", "stamp_versions", "staleness_metrics",
@@ -82,38 +83,30 @@ class VersionedEngine:
         return getattr(self.inner, name)
 
 
-def stamp_versions(traj: Trajectory, version: int) -> None:
-    """Every sampled token of ``traj`` made by ``version`` (a synchronous step)."""
-    traj.meta["token_versions"] = [version if m else NO_VERSION for m in traj.policy_mask]
+def stamp_versions(episode: Episode, version: int) -> None:
+    """Every sampled token of ``episode`` made by ``version`` (a synchronous step: one version)."""
+    episode.versions = [version if m else NO_VERSION for m in episode.traj.policy_mask]
 
 
-def record_turn_versions(traj: Trajectory, start: int, end: int, version: int) -> None:
-    """Tokens ``start:end`` (one action) were sampled by ``version``; the array grows with the
-    trajectory (env tokens get ``NO_VERSION``)."""
-    v = traj.meta.setdefault("token_versions", [])
-    v += [NO_VERSION] * (len(traj.tokens) - len(v))
-    v[start:end] = [version] * (end - start)
+def token_staleness(episode: Episode, step: int) -> list[int]:
+    """Staleness (``step`` - version) of each sampled token of ``episode`` that has a version."""
+    return [step - v for v in episode.versions or [] if v != NO_VERSION]
 
 
-def token_staleness(traj: Trajectory, step: int) -> list[int]:
-    """Staleness (``step`` - version) of each sampled token of ``traj`` that has a version."""
-    return [step - v for v in traj.meta.get("token_versions", []) if v != NO_VERSION]
-
-
-def stale_episodes(trajs: Sequence[Trajectory], step: int, max_staleness: int) -> list[int]:
+def stale_episodes(episodes: Sequence[Episode], step: int, max_staleness: int) -> list[int]:
     """Indices of episodes holding a token more than ``max_staleness`` versions old at ``step``."""
-    return [i for i, t in enumerate(trajs) if any(s > max_staleness for s in token_staleness(t, step))]
+    return [i for i, e in enumerate(episodes) if any(s > max_staleness for s in token_staleness(e, step))]
 
 
-def staleness_metrics(trajs: Sequence[Trajectory], step: int, max_staleness: int) -> dict[str, float]:
+def staleness_metrics(episodes: Sequence[Episode], step: int, max_staleness: int) -> dict[str, float]:
     """The step's staleness histogram over sampled tokens (``staleness_frac_j``: share of tokens
     j versions old, j = 0..k), its mean and max, and ``episodes_partial`` (episodes whose tokens
     come from more than one version: in flight across a weight update)."""
     counts = [0] * (max_staleness + 1)
     total = partial = 0
     worst = 0
-    for t in trajs:
-        st = token_staleness(t, step)
+    for e in episodes:
+        st = token_staleness(e, step)
         if len(set(st)) > 1:
             partial += 1
         for s in st:
@@ -129,8 +122,8 @@ def staleness_metrics(trajs: Sequence[Trajectory], step: int, max_staleness: int
 class Producer:
     """Collects the batches of steps ``start .. end-1`` on a thread (module doc).
 
-    ``collect(n)`` returns step n's raw collection; it runs only once ``version() >= n -
-    max_staleness``. :meth:`take` hands the learner step n's result (re-raising an error of the
+    ``collect(n)`` returns step n's raw collection (its ``Episode`` records and what goes with
+    them); it runs only once ``version() >= n - max_staleness``. :meth:`take` hands the learner step n's result (re-raising an error of the
     producer), :meth:`notify` wakes the producer after a weight sync.
     """
 

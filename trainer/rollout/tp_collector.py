@@ -10,8 +10,8 @@ hangs or diverges. So the environments live on the group's first rank only (the 
   ranks before making it itself;
 * the others (*followers*) run :meth:`GroupEngine.follow`: receive a call, make it on their
   slice of the engine, until the leader says the collection is over;
-* the leader then broadcasts the trajectories, so every rank of the group holds the same
-  episodes (``distributed.tp_rows`` then splits them for learning).
+* the leader then broadcasts the collection (``Episode`` records, as ``Collector.collect``
+  returns them), so every rank of the group holds the same episodes (``distributed.tp_rows`` then splits them for learning).
 
 Environments are stepped once per group, not once per rank: non-deterministic envs cannot
 diverge between ranks, and sandboxes or servers are started once. Messages go over a gloo
@@ -114,7 +114,7 @@ class GroupEngine:
 class GroupCollector:
     """``Collector.collect`` for a tensor-parallel group: the leader collects with its envs (its
     ``collector`` uses the :class:`GroupEngine`), the followers mirror the engine calls; every
-    rank returns the leader's trajectories and stats. ``size``: episodes per collection (the
+    rank returns the leader's ``Episode`` records and stats. ``size``: episodes per collection (the
     leader's pool size; followers have no envs)."""
 
     def __init__(self, collector: Any | None, engine: GroupEngine, size: int) -> None:
@@ -130,7 +130,7 @@ class GroupCollector:
             assert self.collector is not None
             try:
                 out = ("ok", self.collector.collect(seeds, **kwargs))
-            except Exception as e:  # the followers must not wait for trajectories that never come
+            except Exception as e:  # the followers must not wait for episodes that never come
                 out, error = ("error", f"{type(e).__name__}: {e}"), e
             finally:
                 self.engine.release()
