@@ -56,6 +56,7 @@ from torch.utils.checkpoint import checkpoint
 
 from agentgym.errors import ConfigError
 
+from .eager_sink import trainer_attention
 from .gptoss import use_memory_efficient_experts
 
 __all__ = ["HEAD_CHUNK_BYTES", "HEAD_IMPLEMENTATIONS", "ForwardOut", "FusedLinearLogprob", "forward_tuple",
@@ -239,7 +240,8 @@ def forward_tuple(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
     """The body of :func:`policy_forward` (arguments checked) -> (logprobs, entropy, values or
     None): a tuple, so that FSDP finds the output tensors to hook its backward on."""
     B, T = input_ids.shape
-    h = _predicting_hidden(model, input_ids, attention_mask, shared_prefix)  # (B, T-1, H)
+    with trainer_attention(model):  # eager's numbers with fewer passes (eager_sink.py)
+        h = _predicting_hidden(model, input_ids, attention_mask, shared_prefix)  # (B, T-1, H)
     out_head: Any = model.get_output_embeddings()  # type: ignore[operator]
     vocab = int(out_head.weight.shape[0])
     if score_mask is None:
