@@ -22,7 +22,8 @@ a zero tensor with the max's gradient scattered into it, their sum) were ~75% of
 The result is bit-identical to eager, values and gradients (tests/trainer/test_eager_sink.py;
 a gradient may differ only in the sign of an exact zero, which no weight update can see). The
 trainer's forward (``logprobs.py``) switches an ``eager`` model to it around its backbone
-call; autocast, dropout and other dtypes than float32 go to transformers' eager unchanged.
+call; other devices than the CPU (where it was checked), autocast, dropout and dtypes other
+than float32 go to transformers' eager unchanged.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def sink_eager_attention(module: nn.Module, query: torch.Tensor, key: torch.Tens
 
     sinks: Any = module.sinks
     dev = query.device.type
-    plain = (query.dtype == key.dtype == value.dtype == sinks.dtype == torch.float32
+    plain = (dev == "cpu" and query.dtype == key.dtype == value.dtype == sinks.dtype == torch.float32
              and not torch.is_autocast_enabled(dev) and not (dropout and module.training))
     if not plain:
         return eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout, **kwargs)  # type: ignore[no-any-return]

@@ -37,7 +37,9 @@ Two implementations, the same function (checked against each other, values and g
 the chunked head's log-softmax and gather) and ``chunked`` on CPU (where it is what the CPU
 results were measured with). Entropy is computed without gradient unless ``entropy_grad``
 (an entropy bonus in the loss). The MoE layers are switched to a path that loops over (or
-groups by) the experts actually hit (see ``gptoss.py``).
+groups by) the experts actually hit (see ``gptoss.py``). A model on transformers' ``eager``
+attention (the CPU default) runs the backbone on :func:`~.eager_sink.sink_eager_attention`: the
+same numbers, bit for bit, with fewer full-size passes over the scores (``eager_sink.py``).
 
 Sharded models (FSDP2): :func:`agentgym.trainer.model.sharding.shard_policy` registers this
 function as a forward method of the root module, so its parameters (embeddings, final norm,
