@@ -72,7 +72,7 @@ class SinkSoftmax(torch.autograd.Function):
         # eager's `x - x.max()`: the max gets -sum(g) (sum(-g) in eager: the same float, negated)
         g.scatter_add_(-1, argmax, g.sum(-1, keepdim=True).neg_())
         g_sinks = g[..., Tk:].sum_to_size(1, probs.shape[1], 1, 1).reshape(-1)  # expand's backward
-        return g[..., :Tk] * ctx.scaling, None, None, g_sinks
+        return g[..., :Tk].mul_(ctx.scaling), None, None, g_sinks  # mul's backward, in place
 
 
 def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
