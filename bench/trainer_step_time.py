@@ -1,4 +1,4 @@
-"""Wall time of one PPO step of the CPU quickstart, this checkout against a git revision.
+"""Wall time of one PPO step (and warm-start step) of a CPU recipe, this checkout against a git revision.
 
 Both sides run the same measurement in their own subprocess, interleaved (A B A B ...), so
 the machine's load hits both alike; the script prints each side's median step time, its
@@ -9,11 +9,13 @@ repository's folders onto the ``agentgym`` namespace, as the editable install do
     python bench/trainer_step_time.py --against c982f5d            # before/after of the learner
     python bench/trainer_step_time.py --against c982f5d --rounds 3 --steps 3
     python bench/trainer_step_time.py --against c982f5d --sft-steps 6   # + warm-start steps
+    python bench/trainer_step_time.py --against 390d5d6 --config cpu-lookup --steps 0 --sft-steps 6 seed=902
 
 One measurement = ``cpu-quickstart``, one torch thread: ``--sft-steps`` warm-start steps of 32
 demonstrations (the quickstart's wall time is mostly warm start), then, as ``Trainer.run``
 goes on, the KL reference (``ppo.kl_coef`` 0.05) and ``--steps`` PPO steps of 32 episodes
-(4 tasks x 8 samples); the first step of each is dropped (warm-up). With ``--sft-steps 0``
+(4 tasks x 8 samples); the first step of each is dropped (warm-up). ``--config`` measures
+another recipe the same way (``--steps 0``: its warm start alone). With ``--sft-steps 0``
 the sides differ: the baseline had no KL reference without a warm start (one of the bugs
 fixed here), so this checkout's update also runs the reference's forward.
 """
@@ -35,7 +37,7 @@ NAMESPACE = {"agentgym": "agentgym", "environments": "environments", "sandboxes"
              "trainer": "trainer", "leaderboards": "leaderboards"}
 
 
-def measure(steps: int, sft_steps: int, overrides: list[str]) -> dict[str, float]:
+def measure(config: str, steps: int, sft_steps: int, overrides: list[str]) -> dict[str, float]:
     """Run in the child: ``sft_steps`` warm-start steps, then ``steps`` PPO steps; timings of
     all but the first of each."""
     import torch
@@ -47,7 +49,9 @@ def measure(steps: int, sft_steps: int, overrides: list[str]) -> dict[str, float
     torch.set_num_threads(1)
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as run_dir:
-        cfg = load_config("cpu-quickstart", [f"sft.steps={sft_steps}", "log.eval_every=0", "log.progress=false",
+        # the warm start runs all its steps: no held-out stopping check inside the measurement
+        stopping = ["sft.check_every=0", "sft.stop_pass_at_k=null", "sft.stop_pass_at_1=null"] if sft_steps else []
+        cfg = load_config(config, [*stopping, f"sft.steps={sft_steps}", "log.eval_every=0", "log.progress=false",
                                              "log.plots=false", "log.tensorboard=false",
                                              "log.checkpoint_every=0", f"log.run_dir={run_dir}", *overrides])
         trainer = Trainer(cfg)
@@ -71,6 +75,8 @@ def measure(steps: int, sft_steps: int, overrides: list[str]) -> dict[str, float
         rows = [trainer.train_step(i) for i in range(steps)]
         (s if learner is None else trainer).close()
     rows = rows[1:]
+    if not rows:
+        return out
     out.update({"t_step": statistics.median(r["t_step"] for r in rows),
                 "t_update": statistics.median(r["t_update"] for r in rows),
                 "t_rollout": statistics.median(r["t_rollout"] for r in rows),
@@ -90,11 +96,12 @@ def namespace_tree(checkout: Path, into: Path) -> Path:
     return into
 
 
-def run_child(pythonpath: Path | None, steps: int, sft_steps: int, overrides: list[str]) -> dict[str, float]:
+def run_child(pythonpath: Path | None, config: str, steps: int, sft_steps: int,
+              overrides: list[str]) -> dict[str, float]:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
-    out = subprocess.run([sys.executable, __file__, "--child", "--steps", str(steps),
+    out = subprocess.run([sys.executable, __file__, "--child", "--config", config, "--steps", str(steps),
                           "--sft-steps", str(sft_steps), *overrides],
                          env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
@@ -105,6 +112,7 @@ def run_child(pythonpath: Path | None, steps: int, sft_steps: int, overrides: li
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--against", default=None, help="git revision to compare with (omit: this checkout only)")
+    ap.add_argument("--config", default="cpu-quickstart", help="recipe to measure")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds per side")
     ap.add_argument("--steps", type=int, default=3, help="PPO steps per measurement (first dropped)")
     ap.add_argument("--sft-steps", type=int, default=0, help="warm-start steps per measurement (first dropped)")
@@ -112,7 +120,7 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="extra config overrides (KEY=VALUE)")
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(measure(args.steps, args.sft_steps, args.overrides)))
+        print(json.dumps(measure(args.config, args.steps, args.sft_steps, args.overrides)))
         return
     print(f"load average {os.getloadavg()}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -126,10 +134,10 @@ def main() -> None:
             base_path = namespace_tree(wt, Path(tmp) / "path")
         res: dict[str, list[dict[str, float]]] = {"this": [], "base": []}
         for r in range(args.rounds):
-            res["this"].append(run_child(None, args.steps, args.sft_steps, args.overrides))
+            res["this"].append(run_child(None, args.config, args.steps, args.sft_steps, args.overrides))
             print(f"round {r + 1} this checkout: {res['this'][-1]}", flush=True)
             if base_path is not None:
-                res["base"].append(run_child(base_path, args.steps, args.sft_steps, args.overrides))
+                res["base"].append(run_child(base_path, args.config, args.steps, args.sft_steps, args.overrides))
                 print(f"round {r + 1} {args.against}: {res['base'][-1]}", flush=True)
     print(f"load average {os.getloadavg()}")
     for key in ("t_sft_step", "t_step", "t_update", "t_rollout"):

@@ -37,7 +37,9 @@ Two implementations, the same function (checked against each other, values and g
 the chunked head's log-softmax and gather) and ``chunked`` on CPU (where it is what the CPU
 results were measured with). Entropy is computed without gradient unless ``entropy_grad``
 (an entropy bonus in the loss). The MoE layers are switched to a path that loops over (or
-groups by) the experts actually hit (see ``gptoss.py``).
+groups by) the experts actually hit (see ``gptoss.py``). A model on transformers' ``eager``
+attention (the CPU default) runs the backbone on :func:`~.eager_sink.sink_eager_attention`: the
+same numbers, bit for bit, with fewer full-size passes over the scores (``eager_sink.py``).
 
 Sharded models (FSDP2): :func:`agentgym.trainer.model.sharding.shard_policy` registers this
 function as a forward method of the root module, so its parameters (embeddings, final norm,
@@ -56,6 +58,7 @@ from torch.utils.checkpoint import checkpoint
 
 from agentgym.errors import ConfigError
 
+from .eager_sink import trainer_attention
 from .gptoss import use_memory_efficient_experts
 
 __all__ = ["HEAD_CHUNK_BYTES", "HEAD_IMPLEMENTATIONS", "ForwardOut", "FusedLinearLogprob", "forward_tuple",
@@ -239,7 +242,8 @@ def forward_tuple(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
     """The body of :func:`policy_forward` (arguments checked) -> (logprobs, entropy, values or
     None): a tuple, so that FSDP finds the output tensors to hook its backward on."""
     B, T = input_ids.shape
-    h = _predicting_hidden(model, input_ids, attention_mask, shared_prefix)  # (B, T-1, H)
+    with trainer_attention(model):  # eager's numbers with fewer passes (eager_sink.py)
+        h = _predicting_hidden(model, input_ids, attention_mask, shared_prefix)  # (B, T-1, H)
     out_head: Any = model.get_output_embeddings()  # type: ignore[operator]
     vocab = int(out_head.weight.shape[0])
     if score_mask is None:
