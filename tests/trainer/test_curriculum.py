@@ -107,7 +107,7 @@ def test_trainer_draws_each_task_at_the_samplers_level_and_resumes_it(tmp_path: 
 
     trainer.rollouts.collector.collect = spy  # type: ignore[method-assign]
     m = trainer.train_step(0)
-    got = [t.meta["options"]["level"] for t in trajs]  # the reset option each episode was drawn with
+    got = [t.traj.meta["options"]["level"] for t in trajs]  # the reset option each episode was drawn with
     assert got == [lv for lv in expected for _ in range(2)]  # the group shares its task's level
     assert m["curriculum_level"] == 2.0
     trainer.step = 1

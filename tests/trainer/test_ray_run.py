@@ -107,9 +107,9 @@ def test_a_worker_killed_mid_step_is_counted_and_its_unit_retried_to_the_same_re
                 col.ray = ray
             seen["killed"], seen["last"] = killer.killed, (col.last.worker_deaths, col.last.retried_episodes,
                                                             col.last.failed_episodes)
-            seen["records"] = [t.to_dict() for t in trajs]
+            seen["records"] = [t.record().to_dict() for t in trajs]
             again, _ = collect(seeds, **kw)  # the same unit seeds and weights, nobody killed
-            seen["unkilled"] = [t.to_dict() for t in again]
+            seen["unkilled"] = [t.record().to_dict() for t in again]
             seen["restarted"] = col.worker_pids()[0] != pid
             return trajs, stats
 
