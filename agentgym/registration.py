@@ -121,7 +121,7 @@ BUILTIN_CAPABILITIES: dict[str, Capabilities] = {
                                        hacks=f"{_HACKS}:webapi_hacks"),
     "agentgym/Lookup-v1": Capabilities(oracle="agentgym.environments.lookup.oracle:oracle_policy",
                                        replayable=True, teachers=_MATH_TEACHERS, splits=("train", "eval"),
-                                       reset_options=("split", "depth", "fail_rate", "index"),
+                                       reset_options=("split", "depth", "fail_rate", "index", "fault_seed"),
                                        hacks=f"{_HACKS}:lookup_hacks"),
     # Imported envs: the adapter's own oracle where its source has one (it says why not otherwise).
     # OpenEnv-v0 passes its reset options to the server's reset: not declared.

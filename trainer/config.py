@@ -84,6 +84,12 @@ class EnvConfig:
     the options the env declares (``Capabilities.reset_options``) where it declares them."""
     eval_options: dict[str, Any] = field(default_factory=dict)
     """More ``reset(options=...)`` for evaluation episodes (the split goes in ``eval_split``)."""
+    sample_option: str | None = None
+    """A reset option that gives each RL sample of a task its index in the group (0 to
+    ``rollout.samples_per_task - 1``), for an env whose randomness within a task has its own seed
+    (Lookup-v1: ``fault_seed``, the draw of its faults). null: every sample of a task resets the
+    same, faults included; with a near-deterministic policy its group then scores the same and a
+    group baseline gives it no advantage."""
 
 
 @dataclass

@@ -275,6 +275,9 @@ class Rollouts:
         if self.curriculum.enabled:  # one level per task, shared by its group
             per_task = self.curriculum.task_options(step, tasks, self.train_options())
             options = [per_task[mine.start + g] for g in groups]
+        if (key := cfg.env.sample_option) is not None:  # each sample of a task its own index (e.g. its faults)
+            per = options if isinstance(options, list) else [options] * len(seeds)
+            options = [{**o, key: i % k} for i, o in enumerate(per)]
         seeds = self.held.train_seeds(seeds, options if isinstance(options, list) else [options] * len(seeds))
         with learner.compute():
             episodes, rstats = self.collector.collect(seeds, temperature=cfg.rollout.temperature,

@@ -105,6 +105,9 @@ def _reset_options(cfg: Any) -> None:
     for key, options in (("env.train_options", cfg.env.train_options), ("env.eval_options", cfg.env.eval_options),
                          ("sft.options", cfg.sft.options)):
         _refuse(unknown_key(key, options, declared, receiver))
+    if (key := cfg.env.sample_option) is not None and declared is not None and key not in declared:
+        raise ConfigError(f"env.sample_option={key!r}: not a reset option of {cfg.env.id}; expected one of "
+                          f"{sorted(declared)}, or null")
     c = cfg.curriculum
     if c.levels and declared is not None and c.option not in declared:  # the option the levels go in
         hint = difflib.get_close_matches(c.option, declared, n=1, cutoff=0.6)

@@ -18,7 +18,10 @@ else 0.0. Shaped reward adds ToolEnv's process terms on a correct answer only.
 Options (constructor or ``reset(options=...)``): ``depth`` (an int or a list to draw from;
 default 1-3), ``fail_rate`` (default 0.0), ``split`` (``train`` / ``eval``: disjoint chains, by
 a hash of the chain); ``reset`` also takes ``index`` (the index-th chain of its depth and split,
-whatever the seed; the seed still draws the faults). A run with faults needs turns for the
+whatever the seed; the seed still draws the faults) and ``fault_seed`` (an int: the same task with
+its own draw of faults, from the seed and ``fault_seed``; a trainer gives each sample of a task its
+own, ``env.sample_option: fault_seed``, so the samples of a group do not all meet the same faults).
+A run with faults needs turns for the
 retries: ``max_turns`` of at least ``depth + 1`` plus the expected failures. ``task_id`` is ``lookup/d<depth>/<12 hex digits>``. Depth 4 and above,
 and any fail rate, are always available: evaluate beyond what a policy trained on.
 """
@@ -82,6 +85,7 @@ class LookupEnv(ToolEnv):
         self.hops = 0  # successful look-ups along the chain, in order
         self.last_failed = False
         self._episode_rate = 0.0
+        self._faults: np.random.Generator | None = None
         self._tool = Tool(
             "lookup", "Returns the code that follows the given code in the chain.",
             {"type": "object", "properties": {"code": {"type": "string", "description": "a three-digit code",
@@ -93,10 +97,10 @@ class LookupEnv(ToolEnv):
         return [self._tool]
 
     def sample_task(self, rng: np.random.Generator, options: dict[str, Any]) -> Task:
-        unknown = set(options) - {"depth", "fail_rate", "split", "index"}
+        unknown = set(options) - {"depth", "fail_rate", "split", "index", "fault_seed"}
         if unknown:
             raise ConfigError(f"{self.env_id}: unknown option(s) {sorted(unknown)}; expected depth, fail_rate, "
-                              "split, index")
+                              "split, index, fault_seed")
         depths = _depths(options["depth"]) if "depth" in options else self.depths
         self._episode_rate = _rate(options["fail_rate"]) if "fail_rate" in options else self.fail_rate
         split = options.get("split", "train")
@@ -111,6 +115,11 @@ class LookupEnv(ToolEnv):
             codes = [str(c) for c in rng.choice(np.arange(100, 1000), size=depth + 1, replace=False)]
             if chain_split(codes) == split:
                 break
+        self._faults = None  # faults drawn from the episode's seed (np_random)
+        if (fault_seed := options.get("fault_seed")) is not None:  # the same task, its own faults
+            if not isinstance(fault_seed, int) or isinstance(fault_seed, bool) or fault_seed < 0:
+                raise ConfigError(f"fault_seed: expected an int >= 0, got {fault_seed!r}")
+            self._faults = np.random.default_rng([int(rng.integers(2**32)), fault_seed])
         digest = hashlib.sha256("-".join(codes).encode()).hexdigest()[:12]
         calls = "1 lookup" if depth == 1 else f"{depth} lookups in a row"
         prompt = (f"Start at code {codes[0]}. Follow the chain with {calls} (each lookup takes the code "
@@ -126,7 +135,8 @@ class LookupEnv(ToolEnv):
 
     def _lookup(self, code: str) -> ToolResult:
         code = code.strip()
-        if self.np_random.random() < self._episode_rate:  # one draw per call: a replay sees the same faults
+        faults = self.np_random if self._faults is None else self._faults
+        if faults.random() < self._episode_rate:  # one draw per call: a replay sees the same faults
             self.last_failed = True
             return ToolResult(UNAVAILABLE)
         self.last_failed = False

@@ -95,6 +95,30 @@ def test_a_replay_sees_the_same_faults() -> None:
         assert ra == rb == 1.0 and list(ta.tokens) == list(tb.tokens)
 
 
+def test_fault_seed_draws_the_same_task_its_own_faults() -> None:
+    """A group's samples (same seed, fault_seed 0..7) meet one chain with different faults; the
+    same seed and fault_seed meet the same faults again (a replay)."""
+    env = LookupEnv(prompt="compact", depth=3, fail_rate=0.5)
+
+    def faults(seed: int, options: dict[str, Any]) -> tuple[str, tuple[bool, ...]]:
+        _, info = env.reset(seed=seed, options=options)
+        code, seen = env.task.meta["codes"][0], []
+        for _ in range(6):  # the same code again and again: six draws of the service
+            env.step(env.codec.tool_call_ids("lookup", {"code": code}))
+            seen.append(env.last_failed)
+        return info["task_id"], tuple(seen)
+
+    for seed in range(3):
+        shared = {faults(seed, {})[1] for _ in range(2)}
+        assert len(shared) == 1  # without fault_seed: the seed's faults, every time
+        runs = [faults(seed, {"fault_seed": j}) for j in range(8)]
+        assert len({t for t, _ in runs}) == 1 and runs[0][0] == faults(seed, {})[0]  # one task
+        assert len({f for _, f in runs}) > 1  # 8 x 6 draws at 0.5: the same pattern 8 times has p ~ 1e-13
+        assert runs == [faults(seed, {"fault_seed": j}) for j in range(8)]  # replayable
+    with pytest.raises(ConfigError, match="fault_seed: expected an int >= 0"):
+        env.reset(seed=0, options={"fault_seed": -1})
+
+
 def test_the_splits_hold_disjoint_chains() -> None:
     env = LookupEnv(prompt="compact", depth=[1, 2])
     ids = {s: {env.reset(seed=i, options={"split": s})[1]["task_id"] for i in range(300)} for s in ("train", "eval")}

@@ -133,7 +133,7 @@ def test_the_declared_reset_options_are_the_ones_the_envs_read() -> None:
     env = gym.make("agentgym/Lookup-v1")
     try:
         for name in capabilities("agentgym/Lookup-v1").reset_options or ():
-            value = {"depth": 2, "fail_rate": 0.0, "split": "eval", "index": 1}[name]
+            value = {"depth": 2, "fail_rate": 0.0, "split": "eval", "index": 1, "fault_seed": 3}[name]
             env.reset(seed=0, options={name: value})  # each declared option is read
         with pytest.raises(ConfigError, match="unknown option"):
             env.reset(seed=0, options={"depht": 2})

@@ -375,3 +375,27 @@ def test_the_warm_start_and_the_sft_arm_demonstrate_the_kind_sft_options_name(tm
     # no faults: each demonstration calls lookup exactly once per link (a fault would add a retry)
     assert all(sum(1 for u in d.turns if u.tool) == int(d.task_id.split("/")[1][1:]) for d in warm)
     t.close()
+
+
+def test_env_sample_option_gives_each_sample_of_a_task_its_own_faults(tmp_path: Path) -> None:
+    """cpu-lookup: ``env.sample_option: fault_seed`` resets the samples of a task on one chain with
+    fault_seed 0..k-1 (their own faults), so a group can hold a success and a failure; without it
+    every sample meets the same faults. An option the env does not declare is refused."""
+    base = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false", f"log.run_dir={tmp_path}",
+            "sft.steps=0", "controls=[]", "rollout.tasks_per_step=2", "rollout.samples_per_task=3",
+            "env.max_turns=2", "env.max_action_tokens=8", "log.eval_episodes=2"]
+    t = Trainer(load_config("cpu-lookup", [*base, "env.sample_option=fault_seed"]))
+    episodes, groups, _, _ = t.rollouts._gather(0)
+    t.close()
+    assert groups == [0, 0, 0, 1, 1, 1]
+    seen = [(e.traj.task_id, e.traj.seed, e.traj.meta["options"].get("fault_seed")) for e in episodes]
+    for g in (0, 1):
+        mine = [s for s, gi in zip(seen, groups) if gi == g]
+        assert len({(task, seed) for task, seed, _ in mine}) == 1, mine  # one task per group
+        assert [f for _, _, f in mine] == [0, 1, 2], mine
+    t = Trainer(load_config("cpu-lookup", base))
+    episodes, _, _, _ = t.rollouts._gather(0)
+    t.close()
+    assert all("fault_seed" not in e.traj.meta["options"] for e in episodes)
+    with pytest.raises(ConfigError, match="env.sample_option='fault_sede': not a reset option"):
+        load_config("cpu-lookup", [*base, "env.sample_option=fault_sede"])
