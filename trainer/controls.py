@@ -265,6 +265,8 @@ def run_seeds(recipe: str, seeds: Sequence[int], arms: dict[str, list[str]], out
     root = Path(out)
     res: dict[int, dict[str, Any]] = {s: {"seed": s, "status": "ok", "dirs": {}, "wall": {}} for s in seeds}
     say = say or _say_line
+    # a reused warm start is judged by this bench's threshold (the arms check it again on loading)
+    min_wellformed = load_config(recipe, [*extra, *warm_extra]).sft.min_wellformed
 
     def warm(seed: int) -> None:
         d = root / f"seed-{seed}" / "warm"
@@ -280,7 +282,7 @@ def run_seeds(recipe: str, seeds: Sequence[int], arms: dict[str, list[str]], out
             elif rc:
                 r["status"] = f"error (exit {rc}; see {d}/stderr.txt)"
             say(f"seed {seed}: warm start {r['status']} in {wall / 60:.1f} min")
-        if r["status"] == "ok" and _failed_warm(d):
+        if r["status"] == "ok" and _failed_warm(d, min_wellformed):
             r["status"] = "failed warm start"
 
     def arm(seed: int, name: str) -> None:
@@ -309,9 +311,10 @@ def run_seeds(recipe: str, seeds: Sequence[int], arms: dict[str, list[str]], out
     return res
 
 
-def _failed_warm(run_dir: Path) -> bool:
+def _failed_warm(run_dir: Path, min_wellformed: float) -> bool:
+    """Did the warm start in ``run_dir`` fail ``sft.min_wellformed`` (its recorded well-formed share)?"""
     rows = read_metrics(run_dir, "warm_start")
-    return bool(rows and rows[-1].get("failed"))
+    return bool(rows and float(rows[-1].get("wellformed", 0.0)) < min_wellformed)
 
 
 def _mean(xs: Sequence[float]) -> float:

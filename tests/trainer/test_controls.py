@@ -355,8 +355,8 @@ def test_run_seeds_runs_every_arm_of_every_seed_as_processes(tmp_path: Path) -> 
 
 
 def test_the_warm_start_and_the_sft_arm_demonstrate_the_kind_sft_options_name(tmp_path: Path) -> None:
-    """cpu-lookup: the demonstrations are short chains without faults (``sft.options``), the RL
-    tasks are longer (``env.train_options``); the SFT control continues the warm start's kind."""
+    """cpu-lookup: the demonstrations are chains without faults (``sft.options``: depth 1-3), the
+    RL tasks have faults (``env.train_options``); the SFT control continues the warm start's kind."""
     import gymnasium as gym
 
     from agentgym.trainer.rollout.demos import demonstrations, find_oracle
@@ -367,11 +367,11 @@ def test_the_warm_start_and_the_sft_arm_demonstrate_the_kind_sft_options_name(tm
                                      "rollout.tasks_per_step=2", "rollout.samples_per_task=2"])
     t = Trainer(cfg)
     arm = t.rollouts._demos(0)
-    assert arm and all(d.traj.task_id.startswith(("lookup/d1/", "lookup/d2/")) for d in arm)
+    assert arm and all(d.traj.task_id.startswith(("lookup/d1/", "lookup/d2/", "lookup/d3/")) for d in arm)
     env = gym.make("agentgym/Lookup-v1", prompt="compact", max_turns=8)
     warm = demonstrations(env, find_oracle("agentgym/Lookup-v1"), demo_seeds(cfg, 0)[:8],
                           {**t.rollouts.train_options(), **cfg.sft.options})
-    assert {d.task_id.split("/")[1] for d in warm} <= {"d1", "d2"}
+    assert {d.task_id.split("/")[1] for d in warm} <= {"d1", "d2", "d3"}
     # no faults: each demonstration calls lookup exactly once per link (a fault would add a retry)
     assert all(sum(1 for u in d.turns if u.tool) == int(d.task_id.split("/")[1][1:]) for d in warm)
     t.close()
@@ -384,7 +384,9 @@ def test_env_sample_option_gives_each_sample_of_a_task_its_own_faults(tmp_path: 
     base = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false", f"log.run_dir={tmp_path}",
             "sft.steps=0", "controls=[]", "rollout.tasks_per_step=2", "rollout.samples_per_task=3",
             "env.max_turns=2", "env.max_action_tokens=8", "log.eval_episodes=2"]
-    t = Trainer(load_config("cpu-lookup", [*base, "env.sample_option=fault_seed"]))
+    cfg = load_config("cpu-lookup", base)
+    assert cfg.env.sample_option == "fault_seed"  # the recipe's
+    t = Trainer(cfg)
     episodes, groups, _, _ = t.rollouts._gather(0)
     t.close()
     assert groups == [0, 0, 0, 1, 1, 1]
@@ -393,7 +395,7 @@ def test_env_sample_option_gives_each_sample_of_a_task_its_own_faults(tmp_path: 
         mine = [s for s, gi in zip(seen, groups) if gi == g]
         assert len({(task, seed) for task, seed, _ in mine}) == 1, mine  # one task per group
         assert [f for _, _, f in mine] == [0, 1, 2], mine
-    t = Trainer(load_config("cpu-lookup", base))
+    t = Trainer(load_config("cpu-lookup", [*base, "env.sample_option=null"]))
     episodes, _, _, _ = t.rollouts._gather(0)
     t.close()
     assert all("fault_seed" not in e.traj.meta["options"] for e in episodes)
