@@ -32,7 +32,8 @@ SEEDS = (0, 1)
 
 
 def test_every_registered_env_is_covered() -> None:
-    assert set(KWARGS) == set(agentgym.registered_ids())
+    # the built-ins (another test in the same process may have registered an env of its own)
+    assert set(KWARGS) == {i for i in agentgym.registered_ids() if i.startswith("agentgym/")}
 
 
 def _garbage(vocab: int) -> list[Any]:
