@@ -12,7 +12,11 @@ in ``OUT/seed-S/warm``: SFT, its held-out evaluation, the saved ``warm_start/``)
 (``--arms``, default ``ppo placebo rft raft sft``) runs as its own process from that warm start
 (``sft.load``), with the same seeds, so the arms see the same training tasks, sampling seeds
 and held-out problems. ``--jobs`` processes run at once (each takes the recipe's ``threads``).
-Finished run dirs are reused, so an interrupted bench continues where it stopped.
+Finished run dirs are reused and killed runs continue from their last checkpoint
+(``agentgym-train --resume``), so an interrupted bench continues where it stopped; pass
+``log.checkpoint_every=5`` to checkpoint the arms' RL steps more often than the recipe does.
+The runs go seed by seed (a free job takes the first run of the earliest seed whose warm start
+is done), so the first seeds finish first.
 
 Prints, per seed, held-out success at the training temperature (primary) and greedy
 (secondary) of the warm start and of every arm, then PPO minus each other arm on the same
@@ -24,8 +28,8 @@ interval. The verdict uses those intervals: an arm is ahead of another only when
 of their difference is above 0; exit status 1 if any seed failed or PPO - placebo's interval is
 not above 0. The per-seed bar (PPO - placebo >= +0.10 and >= 4 paired SE, PPO - RFT not below
 -2 SE, no health alert) stays as a per-seed check: the paired SE covers evaluation noise only.
-With ``--grid``, every finished run (warm starts included) is also evaluated on each cell of a
-grid of eval options (``trainer/grid.py``: the same held-out problems and random numbers for
+With ``--grid``, every finished run (warm starts included) is also evaluated, as soon as it
+finishes and in its own process, on each cell of a grid of eval options (``trainer/grid.py``: the same held-out problems and random numbers for
 every run), and each cell gets the same per-seed and between-seed differences.
 Also the wall time of every process and the children's CPU time. With ``--kl``,
 how far each arm moved: KL(arm || warm start) per policy token on the arm's own held-out
@@ -39,8 +43,10 @@ import json
 import math
 import os
 import resource
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +63,7 @@ from agentgym.trainer.controls import (
     seeds_table,
     trained_eval,
 )
-from agentgym.trainer.grid import cell_name, grid_eval, grid_lines, parse_grid
+from agentgym.trainer.grid import cell_name, grid_eval, grid_lines, parse_grid, stored_grid
 from agentgym.trainer.stats import gain
 
 
@@ -113,14 +119,37 @@ def kl_table(res: dict[int, dict[str, Any]], arms: list[str], samples: int, prob
     return "\n".join(lines)
 
 
+def _grid_start(args: argparse.Namespace) -> int:
+    if args.grid_seed_start is not None:
+        return args.grid_seed_start
+    return load_config(args.recipe, args.overrides).log.eval_seed_start
+
+
+def grid_after(args: argparse.Namespace) -> Callable[[int, str, Path], None]:
+    """Evaluate each run on the grid as soon as it finishes, in its own process beside the other
+    jobs (stored in its grid.json; :func:`grid_table` reads it back)."""
+    cells, start = parse_grid(args.grid), _grid_start(args)
+
+    def after(seed: int, name: str, run_dir: Path) -> None:
+        if stored_grid(run_dir, cells, problems=args.grid_problems, samples=args.grid_samples,
+                       seed_start=start) is not None:
+            return
+        t0 = time.perf_counter()
+        cmd = [sys.executable, "-m", "agentgym.trainer.grid", str(run_dir), "--grid", *args.grid,
+               "--problems", str(args.grid_problems), "--samples", str(args.grid_samples), "--seed-start", str(start)]
+        with open(run_dir / "grid.txt", "a") as out:
+            rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
+        print(f"seed {seed}: {name} grid {'done' if not rc else f'FAILED (see {run_dir}/grid.txt)'} "
+              f"in {(time.perf_counter() - t0) / 60:.1f} min", flush=True)
+
+    return after
+
+
 def grid_table(res: dict[int, dict[str, Any]], arms: list[str], base: str,
                args: argparse.Namespace) -> dict[int, dict[str, Any]]:
     """Every finished run of every ok seed on each cell of ``--grid``; prints, per cell, each arm
     minus the warm start and the base arm minus each other arm, per seed and between seeds."""
-    cells = parse_grid(args.grid)
-    start = args.grid_seed_start
-    if start is None:
-        start = load_config(args.recipe, args.overrides).log.eval_seed_start
+    cells, start = parse_grid(args.grid), _grid_start(args)
     records: dict[int, dict[str, Any]] = {}
     for s, r in res.items():
         if r["status"] != "ok":
@@ -177,7 +206,7 @@ def main() -> int:
                             **{a: str(Path(args.out) / f"seed-{s}" / a) for a in arms}}} for s in args.seeds}
     else:
         res = run_seeds(args.recipe, args.seeds, arms, args.out, jobs=args.jobs, extra=args.overrides,
-                        warm_extra=args.warm_overrides)
+                        warm_extra=args.warm_overrides, after=grid_after(args) if args.grid else None)
     wall = time.perf_counter() - t0
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(f"\n{args.recipe}, seeds {args.seeds}, arms {args.arms}; {base} - each arm is paired on the "

@@ -17,8 +17,8 @@ standard errors (primary: at the training temperature; secondary: greedy).
 In one process (``controls: [placebo, rft, sft]`` in a recipe) the main run trains first and
 each arm runs after it in ``RUN_DIR/controls/ARM``. Over several seeds, :func:`run_seeds` runs
 each seed's warm start as one ``agentgym-train`` process (``ppo.steps=0``), then every arm as its
-own process from that warm start, ``jobs`` processes at a time (bench/controls.py,
-bench/correction_compare.py), and :func:`between_seeds` compares the arms across seeds: a seed
+own process from that warm start, ``jobs`` processes at a time, seed by seed, continuing killed
+runs from their checkpoints (bench/controls.py, bench/correction_compare.py), and :func:`between_seeds` compares the arms across seeds: a seed
 re-draws all of a run's data, so the spread between seeds covers training noise, which the
 paired SE of one seed's evaluation does not.
 """
@@ -26,8 +26,10 @@ paired SE of one seed's evaluation does not.
 from __future__ import annotations
 
 import math
+import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -238,7 +240,7 @@ def kl_to_warm_start(run_dir: str | Path, *, problems: int = 256, samples: int =
 def _run(cmd: list[str], run_dir: Path) -> tuple[int, float]:
     run_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    with open(run_dir / "stdout.txt", "w") as out, open(run_dir / "stderr.txt", "w") as err:
+    with open(run_dir / "stdout.txt", "a") as out, open(run_dir / "stderr.txt", "a") as err:
         rc = subprocess.run(cmd, stdout=out, stderr=err).returncode
     return rc, time.perf_counter() - t0
 
@@ -246,6 +248,17 @@ def _run(cmd: list[str], run_dir: Path) -> tuple[int, float]:
 def _train_cmd(recipe: str, seed: int, run_dir: Path, overrides: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "agentgym.trainer.cli", "--config", recipe, f"seed={seed}",
             f"log.run_dir={run_dir}", "log.progress=false", "controls=[]", *overrides]
+
+
+def _start_or_resume(cmd: list[str], run_dir: Path) -> tuple[int, float, bool]:
+    """Run ``cmd`` in ``run_dir`` -> (exit status, wall seconds, resumed). A run killed after a
+    checkpoint continues from it (``agentgym-train --resume``, exact on CPU: test_resume.py);
+    one killed before any checkpoint starts over in a clean dir."""
+    if latest_checkpoint(run_dir) is not None:
+        return (*_run([sys.executable, "-m", "agentgym.trainer.cli", "--resume", str(run_dir)], run_dir), True)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    return (*_run(cmd, run_dir), False)
 
 
 def _say_line(msg: str) -> None:
@@ -256,58 +269,92 @@ def _say_line(msg: str) -> None:
 
 def run_seeds(recipe: str, seeds: Sequence[int], arms: dict[str, list[str]], out: str | Path, *,
               jobs: int = 1, extra: Sequence[str] = (), warm_extra: Sequence[str] = (),
-              say: Callable[[str], None] | None = None) -> dict[int, dict[str, Any]]:
+              say: Callable[[str], None] | None = None,
+              after: Callable[[int, str, Path], None] | None = None) -> dict[int, dict[str, Any]]:
     """Per seed: the warm start (``RECIPE seed=S ppo.steps=0``, in ``OUT/seed-S/warm``), then each
     arm (its overrides) from it (``OUT/seed-S/ARM``), as ``agentgym-train`` processes, ``jobs`` at
-    a time. ``extra`` goes to every run, ``warm_extra`` to the warm starts only. Returns, per
-    seed, ``status`` (``ok``, ``failed warm start`` or ``error ...``), the run dirs and the wall
-    time of every process. A run dir that already holds a finished run is reused."""
+    a time, seed by seed: a free job takes the first run, in seed order, whose warm start is done,
+    so the first seeds finish first. ``extra`` goes to every run, ``warm_extra`` to the warm starts
+    only; ``after(seed, name, run_dir)`` runs in the same job once a run has finished (a grid
+    evaluation, say). Returns, per seed, ``status`` (``ok``, ``failed warm start`` or ``error
+    ...``), the run dirs and the wall time of every process. A run dir that already holds a
+    finished run is reused; one killed part way continues from its last checkpoint."""
     root = Path(out)
     res: dict[int, dict[str, Any]] = {s: {"seed": s, "status": "ok", "dirs": {}, "wall": {}} for s in seeds}
     say = say or _say_line
     # a reused warm start is judged by this bench's threshold (the arms check it again on loading)
     min_wellformed = load_config(recipe, [*extra, *warm_extra]).sft.min_wellformed
 
-    def warm(seed: int) -> None:
+    def warm(seed: int) -> bool:
         d = root / f"seed-{seed}" / "warm"
         r = res[seed]
         r["dirs"]["warm"] = str(d)
         if (d / "warm_start" / "warm_start.json").exists() and final_eval(d) is not None:
             say(f"seed {seed}: warm start reused from {d}")
         else:
-            rc, wall = _run(_train_cmd(recipe, seed, d, [*extra, *warm_extra, "ppo.steps=0"]), d)
+            rc, wall, resumed = _start_or_resume(_train_cmd(recipe, seed, d, [*extra, *warm_extra, "ppo.steps=0"]), d)
             r["wall"]["warm"] = wall
             if rc == FAILED_WARM_START:
                 r["status"] = "failed warm start"
             elif rc:
                 r["status"] = f"error (exit {rc}; see {d}/stderr.txt)"
-            say(f"seed {seed}: warm start {r['status']} in {wall / 60:.1f} min")
+            say(f"seed {seed}: warm start{' (resumed)' if resumed else ''} {r['status']} in {wall / 60:.1f} min")
         if r["status"] == "ok" and _failed_warm(d, min_wellformed):
             r["status"] = "failed warm start"
+        return r["status"] == "ok"
 
-    def arm(seed: int, name: str) -> None:
+    def arm(seed: int, name: str) -> bool:
         r = res[seed]
         d = root / f"seed-{seed}" / name
         r["dirs"][name] = str(d)
         if trained_eval(d) is not None:
             say(f"seed {seed}: {name} reused from {d}")
-            return
-        if d.exists():  # a partial run: start over (its checkpoints would clash)
-            import shutil
-
-            shutil.rmtree(d)
+            return True
         cmd = _train_cmd(recipe, seed, d, [*extra, "sft.steps=0", f"sft.load={r['dirs']['warm']}/warm_start",
                                            *arms[name]])
-        rc, wall = _run(cmd, d)
+        rc, wall, resumed = _start_or_resume(cmd, d)
         r["wall"][name] = wall
         if rc:
             r.setdefault("arm_errors", {})[name] = f"exit {rc}; see {d}/stderr.txt"
-        say(f"seed {seed}: {name} {'done' if not rc else 'FAILED'} in {wall / 60:.1f} min")
+        say(f"seed {seed}: {name}{' (resumed)' if resumed else ''} {'done' if not rc else 'FAILED'} "
+            f"in {wall / 60:.1f} min")
+        return not rc
+
+    todo = [(s, a) for s in seeds for a in ["warm", *arms]]
+    warm_ok: dict[int, bool] = {}
+    lock = threading.Condition()
+
+    def next_run() -> tuple[int, str] | None:
+        """The first run in seed order that can start now; waits while every one left waits on a
+        warm start; None when none is left."""
+        with lock:
+            while True:
+                todo[:] = [(s, a) for s, a in todo if warm_ok.get(s, True)]  # no arms after a failed warm start
+                ready = next(((s, a) for s, a in todo if a == "warm" or s in warm_ok), None)
+                if ready is not None:
+                    todo.remove(ready)
+                    return ready
+                if not todo:
+                    return None
+                lock.wait()
+
+    def job() -> None:
+        while (run := next_run()) is not None:
+            s, a = run
+            ok = False
+            try:
+                ok = warm(s) if a == "warm" else arm(s, a)
+                if ok and after is not None:
+                    after(s, a, Path(res[s]["dirs"][a]))
+            finally:
+                with lock:
+                    if a == "warm":
+                        warm_ok[s] = ok
+                    lock.notify_all()
 
     with ThreadPoolExecutor(max(1, jobs)) as pool:
-        list(pool.map(warm, seeds))
-        todo = [(s, a) for s in seeds if res[s]["status"] == "ok" for a in arms]
-        list(pool.map(lambda sa: arm(*sa), todo))
+        for f in [pool.submit(job) for _ in range(max(1, jobs))]:
+            f.result()
     return res
 
 

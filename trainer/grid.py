@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,7 +38,7 @@ from .rollout.heldout import distinct_problems
 from .stats import gain
 from .train import Trainer
 
-__all__ = ["GRID_FILE", "cell_name", "grid_differences", "grid_eval", "grid_lines", "parse_grid"]
+__all__ = ["GRID_FILE", "cell_name", "grid_differences", "grid_eval", "grid_lines", "parse_grid", "stored_grid"]
 
 GRID_FILE = "grid.json"
 SAMPLE_SEED = 97531  # the sampling seed of a grid's first chunk (chunk c: + c), for every run
@@ -78,12 +79,9 @@ def grid_eval(run_dir: str | Path, cells: Sequence[dict[str, Any]], *, problems:
     (``samples`` per problem), the plain keys greedy. Read from ``RUN_DIR/grid.json`` when it
     holds this grid (same cells, problems, samples, seed_start); else computed and added there."""
     run_dir = Path(run_dir)
-    key = json.dumps({"cells": list(cells), "problems": problems, "samples": samples,
-                      "seed_start": seed_start}, sort_keys=True)
-    path = run_dir / GRID_FILE
-    stored = json.loads(path.read_text()) if path.exists() else {}
-    if key in stored:
-        return dict(stored[key])
+    done = stored_grid(run_dir, cells, problems=problems, samples=samples, seed_start=seed_start)
+    if done is not None:
+        return done
     weights = _weights(run_dir)
     d = config_to_dict(load_config(run_dir / "config.yaml"))
     out: dict[str, dict[str, Any]] = {}
@@ -120,10 +118,25 @@ def grid_eval(run_dir: str | Path, cells: Sequence[dict[str, Any]], *, problems:
         finally:
             t.log.close()
             t.close()
+    path = run_dir / GRID_FILE
     stored = json.loads(path.read_text()) if path.exists() else {}
-    stored[key] = out
+    stored[_grid_key(cells, problems, samples, seed_start)] = out
     write_text_atomic(path, json.dumps(stored))
     return out
+
+
+def _grid_key(cells: Sequence[dict[str, Any]], problems: int, samples: int, seed_start: int) -> str:
+    return json.dumps({"cells": list(cells), "problems": problems, "samples": samples,
+                       "seed_start": seed_start}, sort_keys=True)
+
+
+def stored_grid(run_dir: str | Path, cells: Sequence[dict[str, Any]], *, problems: int, samples: int,
+                seed_start: int) -> dict[str, dict[str, Any]] | None:
+    """What :func:`grid_eval` stored in ``RUN_DIR/grid.json`` for this grid, or None."""
+    path = Path(run_dir) / GRID_FILE
+    stored = json.loads(path.read_text()) if path.exists() else {}
+    key = _grid_key(cells, problems, samples, seed_start)
+    return dict(stored[key]) if key in stored else None
 
 
 def grid_differences(records: dict[int, dict[str, dict[str, dict[str, Any]]]], cell: str, pairs: Sequence[tuple[str, str]],
@@ -158,3 +171,39 @@ def grid_lines(records: dict[int, dict[str, dict[str, dict[str, Any]]]], cells: 
                          + " ".join(f"{per[s]:+7.3f}" if s in per else f"{'-':>7}" for s in seeds)
                          + f" | mean {st['mean']:+.3f} SE {st['se']:.3f} 95% {interval}")
     return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m agentgym.trainer.grid RUN_DIR [RUN_DIR ...] --grid depth=1,2 fail_rate=0,0.3``:
+    evaluate finished runs on a grid (stored in each ``RUN_DIR/grid.json``) and print each cell."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m agentgym.trainer.grid", description=main.__doc__)
+    ap.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    ap.add_argument("--grid", nargs="+", metavar="KEY=V1,V2", required=True)
+    ap.add_argument("--problems", type=int, default=64, help="held-out problems per cell")
+    ap.add_argument("--samples", type=int, default=4, help="samples per problem at the rollout temperature")
+    ap.add_argument("--seed-start", type=int, default=None,
+                    help="first problem seed (default: each run's log.eval_seed_start)")
+    args = ap.parse_args(argv)
+    try:
+        cells = parse_grid(args.grid)
+        for d in args.run_dirs:
+            if not (Path(d) / "config.yaml").exists():
+                raise ConfigError(f"{d}: expected a run dir with config.yaml; train it first")
+            start = args.seed_start
+            if start is None:
+                start = load_config(Path(d) / "config.yaml").log.eval_seed_start
+            rec = grid_eval(d, cells, problems=args.problems, samples=args.samples, seed_start=start)
+            print(f"{d} ({args.problems} problems per cell from seed {start}): success at the rollout "
+                  f"temperature ({args.samples} samples), greedy")
+            for name, r in rec.items():
+                print(f"  {name:<28} {r.get('sampled_success', float('nan')):.3f}  {r.get('success', float('nan')):.3f}")
+    except ConfigError as e:
+        print(f"grid: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -401,3 +401,111 @@ def test_env_sample_option_gives_each_sample_of_a_task_its_own_faults(tmp_path: 
     assert all("fault_seed" not in e.traj.meta["options"] for e in episodes)
     with pytest.raises(ConfigError, match="env.sample_option='fault_sede': not a reset option"):
         load_config("cpu-lookup", [*base, "env.sample_option=fault_sede"])
+
+
+def test_run_seeds_goes_seed_by_seed_and_skips_the_arms_of_a_failed_warm_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scheduler alone (each process replaced by a stand-in that records its start): a free
+    job takes the first run, in seed order, whose warm start is done; ``after`` follows each
+    finished run; a seed whose warm start failed runs no arm."""
+    import threading
+    import time
+
+    import agentgym.trainer.controls as controls
+
+    started: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def stand_in(cmd: list[str], run_dir: Path) -> tuple[int, float, bool]:
+        with lock:
+            started.append((run_dir.parent.name, run_dir.name))
+        time.sleep(0.2 if run_dir.name == "warm" else 0.05)
+        failed = run_dir.parent.name == "seed-2" and run_dir.name == "warm"
+        return (controls.FAILED_WARM_START if failed else 0), 0.0, False
+
+    monkeypatch.setattr(controls, "_start_or_resume", stand_in)
+    monkeypatch.setattr(controls, "_failed_warm", lambda run_dir, min_wellformed: False)
+    finished: list[tuple[int, str]] = []
+    res = run_seeds("cpu-quickstart", [1, 2, 3], {"ppo": [], "rft": []}, tmp_path, jobs=2, say=lambda _: None,
+                    after=lambda s, a, d: finished.append((s, a)))
+    assert {s: r["status"] for s, r in res.items()} == {1: "ok", 2: "failed warm start", 3: "ok"}
+    assert started[:2] == [("seed-1", "warm"), ("seed-2", "warm")]  # seed 1's arms wait for its warm start
+    assert started[2:4] == [("seed-1", "ppo"), ("seed-1", "rft")] or started[2] == ("seed-3", "warm")
+    assert sorted(started) == sorted([("seed-1", "warm"), ("seed-1", "ppo"), ("seed-1", "rft"), ("seed-2", "warm"),
+                                      ("seed-3", "warm"), ("seed-3", "ppo"), ("seed-3", "rft")])
+    assert sorted(finished) == [(1, "ppo"), (1, "rft"), (1, "warm"), (3, "ppo"), (3, "rft"), (3, "warm")]
+    assert [a for _, a in finished if _ == 1][0] == "warm"
+
+
+@pytest.mark.slow
+def test_a_killed_bench_continues_its_runs_from_their_checkpoints_exactly(tmp_path: Path) -> None:
+    """kill -9 of bench/controls.py (its process group) while an arm is between RL steps; the next
+    run_seeds reuses the finished warm start and resumes the arm from its last checkpoint, and
+    the arm's record is the uninterrupted one's (timings aside)."""
+    import os
+    import signal
+    import time
+
+    extra = [*TINY, "sft.steps=2", "ppo.steps=4", "log.checkpoint_every=1", "log.eval_every=2"]
+    whole = run_seeds("cpu-quickstart", [5], {"ppo": ["algo=ppo"]}, tmp_path / "whole", extra=extra,
+                      say=lambda _: None)
+    assert whole[5]["status"] == "ok" and not whole[5].get("arm_errors"), whole
+    cut = tmp_path / "cut"
+    arm_dir = cut / "seed-5" / "ppo"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "controls.py"), "--seeds", "5", "--out", str(cut),
+                             "--arms", "ppo", "--", *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 600
+    while not (arm_dir / "metrics.jsonl").exists() or len(read_metrics(arm_dir, "train")) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, "the bench ended before it could be killed"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert len(read_metrics(arm_dir, "train")) < 4  # killed part way
+    said: list[str] = []
+    res = run_seeds("cpu-quickstart", [5], {"ppo": ["algo=ppo"]}, cut, extra=extra, say=said.append)
+    assert res[5]["status"] == "ok" and not res[5].get("arm_errors"), res
+    assert said[0].startswith("seed 5: warm start reused") and said[1].startswith("seed 5: ppo (resumed) done"), said
+    assert [r["step"] for r in read_metrics(arm_dir, "train")] == [1, 2, 3, 4]
+    assert _strip(read_metrics(arm_dir)) == _strip(read_metrics(whole[5]["dirs"]["ppo"]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arm", ["ppo", "placebo", "rft", "raft", "sft"])
+def test_every_arm_of_cpu_lookup_resumes_exactly_and_checkpoints_change_nothing(
+        tmp_path: Path, arm: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cpu-lookup's arms (its per-sample fault seeds, 2 epochs x 2 minibatches, the placebo's
+    shuffle, RFT's and best-of-group's selection): 3 RL steps never checkpointed equal 2 steps
+    checkpointed every step and resumed for the third, bit for bit. A tiny model this briefly
+    trained never solves a chain, so every reward would be 0 and RFT, best-of-group and the
+    placebo would have nothing to select or shuffle: here each episode ends at its first action
+    with an outcome read off the text sampled (the parity of its bytes' sum), which gives every arm
+    successes and failures that depend on the sampling."""
+    from agentgym.env import ToolEnv
+    from agentgym.tools import ToolResult
+
+    def coin(self: ToolEnv, parsed: object, info: dict[str, str], comps: object,
+             counts: object) -> tuple[ToolResult, None]:
+        return ToolResult("scored", terminal=True, outcome=float(sum(info["text"].encode()) % 2)), None
+
+    monkeypatch.setattr(ToolEnv, "_dispatch", coin)
+    small = [*TINY, "env.max_turns=4", "env.max_action_tokens=48", "sft.steps=2", "ppo.lr=1e-3"]
+    warm = tmp_path / "warm"
+    Trainer(load_config("cpu-lookup", [*small, f"log.run_dir={warm}", "ppo.steps=0"])).run()
+
+    def arm_run(run_dir: Path, steps: int, every: int, *, resume: bool = False) -> None:
+        cfg = load_config("cpu-lookup", [*small, f"ppo.steps={steps}", f"log.checkpoint_every={every}"])
+        Trainer(arm_config(cfg, arm, warm / "warm_start", run_dir), resume=resume).run()
+
+    arm_run(tmp_path / "whole", 3, 0)
+    arm_run(tmp_path / "part", 2, 1)
+    arm_run(tmp_path / "part", 3, 1, resume=True)
+    whole, part = read_metrics(tmp_path / "whole", "train"), read_metrics(tmp_path / "part", "train")
+    assert [r["step"] for r in part] == [1, 2, 3]
+    assert _strip(part) == _strip(whole)
+    if arm == "sft":  # new demonstrations, no rollouts
+        assert all(r["demo_episodes"] > 0 for r in whole)
+    else:
+        assert any(0 < r["reward_mean"] < 1 for r in whole), [r["reward_mean"] for r in whole]  # mixed groups
+    if arm in ("rft", "raft"):
+        assert any(r["imitation_episodes"] > 0 for r in whole)  # something imitated

@@ -5,13 +5,15 @@ problem by problem."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from agentgym.errors import ConfigError
 from agentgym.trainer.config import load_config
-from agentgym.trainer.grid import GRID_FILE, cell_name, grid_differences, grid_eval, parse_grid
+from agentgym.trainer.grid import GRID_FILE, cell_name, grid_differences, grid_eval, parse_grid, stored_grid
 from agentgym.trainer.train import Trainer
 
 TINY = ["threads=1", "log.progress=false", "log.plots=false", "log.tensorboard=false", "log.eval_every=0",
@@ -59,3 +61,20 @@ def test_grid_eval_plays_the_same_problems_for_every_run_and_pairs_them(tmp_path
     assert 0 in d["b - a"] and -1.0 <= d["b - a"][0] <= 1.0
     with pytest.raises(ConfigError, match="train it first"):
         grid_eval(tmp_path / "nothing", cells, problems=3, samples=2, seed_start=0)
+    # the command line: a grid stored by the library is read back and printed; a new one is computed
+    assert stored_grid(runs["b"], cells, problems=3, samples=2, seed_start=7_000) == recs["b"]
+    assert stored_grid(runs["b"], cells, problems=2, samples=2, seed_start=7_000) is None
+    mod = [sys.executable, "-m", "agentgym.trainer.grid"]
+    cli = [*mod, str(runs["a"]), str(runs["b"]), "--grid", "depth=1,4", "fail_rate=0.5", "--problems", "3",
+           "--samples", "2", "--seed-start", "7000"]
+    out = subprocess.run(cli, capture_output=True, text=True, timeout=300, check=True).stdout
+    a1 = recs["a"]["depth=1,fail_rate=0.5"]
+    assert f"  {'depth=1,fail_rate=0.5':<28} {a1['sampled_success']:.3f}  {a1['success']:.3f}" in out, out
+    one = [{"depth": 1, "fail_rate": 0.5}]
+    assert stored_grid(runs["b"], one, problems=2, samples=2, seed_start=7_000) is None
+    subprocess.run([*mod, str(runs["b"]), "--grid", "depth=1", "fail_rate=0.5", "--problems", "2", "--samples", "2",
+                    "--seed-start", "7000"], capture_output=True, text=True, timeout=300, check=True)
+    assert set(stored_grid(runs["b"], one, problems=2, samples=2, seed_start=7_000) or {}) == {"depth=1,fail_rate=0.5"}
+    bad = subprocess.run([*mod, str(tmp_path / "nothing"), "--grid", "depth=1"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "expected a run dir with config.yaml" in bad.stderr and "Traceback" not in bad.stderr
