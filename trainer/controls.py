@@ -36,6 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from .algo.batch import make_batch, micro_batches
 from .algo.ppo import kl_estimate
 from .config import ARMS, TrainConfig, config_from_dict, config_to_dict, load_config
@@ -72,9 +74,26 @@ def arm_config(cfg: TrainConfig, arm: str, warm_start: str | Path, run_dir: str 
 
 
 def final_eval(run_dir: str | Path) -> dict[str, Any] | None:
-    """The last evaluation of a run (after its steps; the warm start's if it took none)."""
+    """The closing evaluation of a run: the one after its last step, or the warm start's for a
+    run that takes no step (``ppo.steps=0`` in its ``config.yaml``). None while there is none: a
+    run stopped part way has only the warm start's and periodic evaluations (``log.eval_every``:
+    fewer problems, one sample each), and neither is its result. Without a ``config.yaml`` the
+    last evaluation is taken."""
     evals = [r for r in read_metrics(run_dir, "eval") if r.get("stage") in ("ppo", "warm_start")]
-    return evals[-1] if evals else None
+    if not evals:
+        return None
+    e, steps = evals[-1], _planned_steps(run_dir)
+    if steps is not None and int(e["step"]) != steps:
+        return None
+    return e
+
+
+def _planned_steps(run_dir: str | Path) -> int | None:
+    """The RL steps a run was started for (``ppo.steps`` in its ``config.yaml``); None without one."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.exists():
+        return None
+    return int(((yaml.safe_load(path.read_text()) or {}).get("ppo") or {}).get("steps", 0))
 
 
 def trained_eval(run_dir: str | Path) -> dict[str, Any] | None:
@@ -128,8 +147,7 @@ def run_with_controls(cfg: TrainConfig, *, resume: bool = False,
     for arm in cfg.controls:
         run_dir = root / CONTROLS_DIR / arm
         dirs[arm] = str(run_dir)
-        e = trained_eval(run_dir)
-        if e is not None and int(e["step"]) == cfg.ppo.steps:
+        if trained_eval(run_dir) is not None:
             continue
         t = trainer_cls(arm_config(cfg, arm, src, run_dir), resume=latest_checkpoint(run_dir) is not None)
         try:
@@ -405,8 +423,7 @@ def seeds_table(results: dict[int, dict[str, Any]], arms: Sequence[str], base: s
         if r["status"] != "ok":
             lines.append(f"{seed:>5} {r['status']}")
             continue
-        finals = {a: final_eval(r["dirs"][a]) if a in r["dirs"] and Path(r["dirs"][a]).exists() else None
-                  for a in arms}
+        finals = {a: trained_eval(r["dirs"][a]) if a in r["dirs"] else None for a in arms}
         ws = (warm_eval(r["dirs"][base]) if finals.get(base) else None) or warm_eval(r["dirs"]["warm"])
         row = (f"{seed:>5} {_cell(ws, prefix, pass_at_k)} "
                + " ".join(f"{_cell(finals[a], prefix, pass_at_k):>{w}}" for a in arms) + " | ")

@@ -31,7 +31,7 @@ import yaml
 from agentgym.errors import ConfigError
 
 from .config import config_from_dict, config_to_dict, load_config
-from .controls import between_seeds
+from .controls import between_seeds, final_eval
 from .evaluation import collect_fixed, eval_record
 from .model.files import latest_checkpoint, load_weights, write_text_atomic
 from .rollout.heldout import distinct_problems
@@ -63,7 +63,11 @@ def cell_name(cell: dict[str, Any]) -> str:
 
 def _weights(run_dir: Path) -> Path:
     """The final weights of a finished run: its latest checkpoint, or a warm-start run's
-    ``warm_start/`` (a run with ``ppo.steps=0`` saves no checkpoint)."""
+    ``warm_start/`` (a run with ``ppo.steps=0`` saves no checkpoint). A run stopped part way is
+    refused: its latest checkpoint is not its result."""
+    if (run_dir / "metrics.jsonl").exists() and final_eval(run_dir) is None:
+        raise ConfigError(f"{run_dir}: this run has not finished (no closing evaluation in its "
+                          "metrics.jsonl); continue it with `agentgym-train --resume`, then evaluate it")
     if latest_checkpoint(run_dir) is not None:
         return run_dir
     if (run_dir / "warm_start" / "model.safetensors").exists():

@@ -5,6 +5,7 @@ that did not learn its tool loop fails loudly."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import subprocess
@@ -437,9 +438,37 @@ def test_run_seeds_goes_seed_by_seed_and_skips_the_arms_of_a_failed_warm_start(
     assert [a for _, a in finished if _ == 1][0] == "warm"
 
 
+def test_a_run_stopped_part_way_has_no_result_until_its_closing_evaluation(tmp_path: Path) -> None:
+    """A periodic evaluation (``log.eval_every``) of a run stopped part way is not its result: the
+    bench would otherwise take the run as finished, skip the rest of its steps and compare arms on
+    it. The closing evaluation is the one at the run's ``ppo.steps``; a warm start's run (no
+    steps) closes with the warm start's."""
+    from agentgym.trainer.controls import final_eval, trained_eval
+    from agentgym.trainer.grid import grid_eval
+
+    def run(name: str, steps: int, evals: list[tuple[str, int]]) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.yaml").write_text(yaml.safe_dump({"ppo": {"steps": steps}}))
+        (d / "metrics.jsonl").write_text("".join(json.dumps({"phase": "eval", "stage": stage, "step": step,
+                                                             "success": 0.5}) + "\n" for stage, step in evals))
+        return d
+
+    part = run("part", 40, [("warm_start", 0), ("ppo", 10), ("ppo", 20)])
+    assert final_eval(part) is None and trained_eval(part) is None
+    with pytest.raises(ConfigError, match="has not finished"):
+        grid_eval(part, [{"depth": 1}], problems=1, samples=1, seed_start=0)
+    assert final_eval(run("before", 40, [("warm_start", 0)])) is None  # stopped before its first step
+    done = run("done", 40, [("warm_start", 0), ("ppo", 10), ("ppo", 40)])
+    assert final_eval(done)["step"] == 40 and trained_eval(done) == final_eval(done)
+    warm = run("warm", 0, [("init", 0), ("warm_start", 0)])
+    assert final_eval(warm)["stage"] == "warm_start" and trained_eval(warm) is None
+
+
 @pytest.mark.slow
 def test_a_killed_bench_continues_its_runs_from_their_checkpoints_exactly(tmp_path: Path) -> None:
-    """kill -9 of bench/controls.py (its process group) while an arm is between RL steps; the next
+    """kill -9 of bench/controls.py (its process group) while an arm is between RL steps, after its
+    first periodic evaluation; the next
     run_seeds reuses the finished warm start and resumes the arm from its last checkpoint, and
     the arm's record is the uninterrupted one's (timings aside)."""
     import os
@@ -456,7 +485,9 @@ def test_a_killed_bench_continues_its_runs_from_their_checkpoints_exactly(tmp_pa
                              "--arms", "ppo", "--", *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + 600
-    while not (arm_dir / "metrics.jsonl").exists() or len(read_metrics(arm_dir, "train")) < 2:
+    # killed after its periodic evaluation at step 2: a run stopped part way has evaluations too,
+    # and the bench must not take the last one for the run's result
+    while not [e for e in read_metrics(arm_dir, "eval") if e.get("stage") == "ppo"]:
         assert proc.poll() is None and time.monotonic() < deadline, "the bench ended before it could be killed"
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)
