@@ -44,6 +44,12 @@ def _code(text: str) -> str:
     return "`" + text + "`"
 
 
+def _type(text: str) -> str:
+    """A field's type as code, one span per member of a union: a pipe inside a code span splits
+    the cell on GitHub, and an escaped one shows its backslash on the site."""
+    return " \\| ".join(_code(part.strip()) for part in text.split("|"))
+
+
 def _default(value: Any) -> str:
     return _code(yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip())
 
@@ -58,7 +64,7 @@ def _section(obj: Any, prefix: str, out: list[str]) -> None:
         out += ["", f"## `{prefix.rstrip('.')}`" if prefix else "## Top level", "",
                 "| key | type | default | what it does |", "|---|---|---|---|"]
         for f in plain:
-            out.append(f"| `{prefix}{f.name}` | {_code(str(f.type))} | {_default(getattr(obj, f.name))} "
+            out.append(f"| `{prefix}{f.name}` | {_type(str(f.type))} | {_default(getattr(obj, f.name))} "
                        f"| {_cell(docs.get(f.name, ''))} |")
     for f in nested:
         _section(getattr(obj, f.name), f"{prefix}{f.name}.", out)
