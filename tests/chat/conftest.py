@@ -9,6 +9,7 @@ import gymnasium as gym
 import pytest
 
 import agentgym
+from tests.memorize import memorize
 
 NEEDS_DOCKER = {"agentgym/CodeFix-v1", "agentgym/MathTool-v1"}
 ENV_IDS = [pytest.param(i, marks=pytest.mark.docker) if i in NEEDS_DOCKER else i
@@ -41,7 +42,6 @@ def memorized() -> Any:
     torch = pytest.importorskip("torch", reason="the chat server needs the [train] extra")
     from agentgym.oracles import run_oracle
     from agentgym.trainer.model.gptoss import build_tiny_gptoss
-    from agentgym.trainer.sft import sft_step
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -51,12 +51,7 @@ def memorized() -> Any:
         env.close()
         tok = env.unwrapped.tokenizer
         model = build_tiny_gptoss(tok.vocab_size, seed=0, num_hidden_layers=2)
-        opt = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=0.0)
-        for _ in range(300):
-            stats = sft_step(model, opt, [demo], pad_id=tok.pad_id, max_grad_norm=1.0, device=torch.device("cpu"))
-            if stats["demo_token_p"] > 0.995:
-                break
-        assert stats["demo_token_p"] > 0.995, f"warm start did not converge: {stats}"
+        memorize(model, [demo], pad_id=tok.pad_id)
         model.eval()
         yield model, demo
     finally:
