@@ -204,6 +204,9 @@ def main() -> int:
         res = {s: {"seed": s, "status": "ok", "wall": {},
                    "dirs": {"warm": str(Path(args.out) / f"seed-{s}" / "warm"),
                             **{a: str(Path(args.out) / f"seed-{s}" / a) for a in arms}}} for s in args.seeds}
+        for r in res.values():  # a warm start stopped part way has no warm_start/ yet: nothing to compare
+            if not (Path(r["dirs"]["warm"]) / "warm_start" / "warm_start.json").exists():
+                r["status"] = "warm start unfinished"
     else:
         res = run_seeds(args.recipe, args.seeds, arms, args.out, jobs=args.jobs, extra=args.overrides,
                         warm_extra=args.warm_overrides, after=grid_after(args) if args.grid else None)

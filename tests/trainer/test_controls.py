@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -353,6 +354,13 @@ def test_run_seeds_runs_every_arm_of_every_seed_as_processes(tmp_path: Path) -> 
     assert len(rows) == 6 and all(re.search(r"\| +[+-]\d\.\d{3} +\d\.\d{3} .*\[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", r)
                                   for r in rows), rows
     assert re.search(r"ppo - placebo: .*not decided \(0 seed", out.stdout), out.stdout
+    # a warm start stopped part way (no warm_start/ yet) makes its seed unfinished, not a comparison
+    shutil.rmtree(Path(res[6]["dirs"]["warm"]) / "warm_start")
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "controls.py"), "--seeds", "5", "6", "--out",
+                          str(tmp_path), "--analyse-only", "--arms", "ppo", "rft"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert "Traceback" not in out.stderr, out.stderr
+    assert re.search(r"^ +6 +NO +warm start unfinished", out.stdout, re.M), out.stdout
 
 
 def test_the_warm_start_and_the_sft_arm_demonstrate_the_kind_sft_options_name(tmp_path: Path) -> None:
