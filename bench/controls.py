@@ -62,6 +62,7 @@ from agentgym.trainer.controls import (
     seed_differences,
     seeds_table,
     trained_eval,
+    warm_start_done,
 )
 from agentgym.trainer.grid import cell_name, grid_eval, grid_lines, parse_grid, stored_grid
 from agentgym.trainer.stats import gain
@@ -205,7 +206,7 @@ def main() -> int:
                    "dirs": {"warm": str(Path(args.out) / f"seed-{s}" / "warm"),
                             **{a: str(Path(args.out) / f"seed-{s}" / a) for a in arms}}} for s in args.seeds}
         for r in res.values():  # a warm start stopped part way has no warm_start/ yet: nothing to compare
-            if not (Path(r["dirs"]["warm"]) / "warm_start" / "warm_start.json").exists():
+            if not warm_start_done(r["dirs"]["warm"]):
                 r["status"] = "warm start unfinished"
     else:
         res = run_seeds(args.recipe, args.seeds, arms, args.out, jobs=args.jobs, extra=args.overrides,

@@ -88,6 +88,12 @@ def final_eval(run_dir: str | Path) -> dict[str, Any] | None:
     return e
 
 
+def warm_start_done(run_dir: str | Path) -> bool:
+    """Whether a warm-start run finished: it saved the ``warm_start/`` every arm starts from (a
+    warm start stopped part way has only checkpoints) and its closing evaluation is in."""
+    return (Path(run_dir) / "warm_start" / "warm_start.json").exists() and final_eval(run_dir) is not None
+
+
 def _planned_steps(run_dir: str | Path) -> int | None:
     """The RL steps a run was started for (``ppo.steps`` in its ``config.yaml``); None without one."""
     path = Path(run_dir) / "config.yaml"
@@ -307,7 +313,7 @@ def run_seeds(recipe: str, seeds: Sequence[int], arms: dict[str, list[str]], out
         d = root / f"seed-{seed}" / "warm"
         r = res[seed]
         r["dirs"]["warm"] = str(d)
-        if (d / "warm_start" / "warm_start.json").exists() and final_eval(d) is not None:
+        if warm_start_done(d):
             say(f"seed {seed}: warm start reused from {d}")
         else:
             rc, wall, resumed = _start_or_resume(_train_cmd(recipe, seed, d, [*extra, *warm_extra, "ppo.steps=0"]), d)

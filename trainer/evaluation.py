@@ -45,18 +45,21 @@ __all__ = ["STAGE_NAMES", "Evaluator", "arm_label", "collect_fixed", "episode_we
            "ratio_moved", "report_lines", "update_line"]
 
 STAGE_NAMES = {"init": "untrained", "warm_start": "warm start", "ppo": "after {arm}"}
-def collect_fixed(collector: Any, episodes: int | None = None, *, temperature: float, sample_seed: int,
+
+
+def collect_fixed(collector: Any, problems: int | None = None, *, temperature: float, sample_seed: int,
                   options: Any = None, seed_base: int = 0, seeds: Sequence[int] | None = None,
                   samples: int = 1, on_chunk: Callable[[int], None] | None = None) -> list[Episode]:
     """Play each problem seed ``samples`` times (problem-major: seed 0's samples first), in
-    chunks of the collector's pool. ``seeds`` default: ``seed_base .. seed_base + episodes - 1``.
+    chunks of the collector's pool: ``problems x samples`` episodes. ``seeds`` default:
+    ``seed_base .. seed_base + problems - 1``.
 
     Chunk ``c`` samples with ``sample_seed + c``: the same problems and the same random numbers
     every time, so two sets of weights are compared on identical conditions. ``on_chunk(n)``
     is told the episodes done so far after each chunk (progress).
     """
     if seeds is None:
-        seeds = [seed_base + i for i in range(episodes or 0)]
+        seeds = [seed_base + i for i in range(problems or 0)]
     order = [s for s in seeds for _ in range(samples)]
     chunk = len(collector.pool)
     out: list[Episode] = []

@@ -451,7 +451,7 @@ def test_a_run_stopped_part_way_has_no_result_until_its_closing_evaluation(tmp_p
     bench would otherwise take the run as finished, skip the rest of its steps and compare arms on
     it. The closing evaluation is the one at the run's ``ppo.steps``; a warm start's run (no
     steps) closes with the warm start's."""
-    from agentgym.trainer.controls import final_eval, trained_eval
+    from agentgym.trainer.controls import final_eval, trained_eval, warm_start_done
     from agentgym.trainer.grid import grid_eval
 
     def run(name: str, steps: int, evals: list[tuple[str, int]]) -> Path:
@@ -471,6 +471,11 @@ def test_a_run_stopped_part_way_has_no_result_until_its_closing_evaluation(tmp_p
     assert final_eval(done)["step"] == 40 and trained_eval(done) == final_eval(done)
     warm = run("warm", 0, [("init", 0), ("warm_start", 0)])
     assert final_eval(warm)["stage"] == "warm_start" and trained_eval(warm) is None
+    # a warm start is finished once it saved the warm_start/ every arm loads, not before
+    assert not warm_start_done(warm)
+    (warm / "warm_start").mkdir()
+    (warm / "warm_start" / "warm_start.json").write_text("{}")
+    assert warm_start_done(warm) and not warm_start_done(part)
 
 
 @pytest.mark.slow
