@@ -231,7 +231,9 @@ class PPOConfig:
     steps: int = 30
     """Number of PPO steps (collect -> update) after the warm start."""
     advantage: str = "group"
-    """``group`` (baseline = mean score of the task's samples, no critic), ``batch`` (baseline =
+    """``group`` (baseline = mean score of the task's samples, no critic), ``prefix`` (token-level
+    credit from the tree of a task's samples: each token against the mean score of the episodes
+    that shared its prefix, 0 on a token they all took; ``algo/ppo.py:prefix_advantages``), ``batch`` (baseline =
     mean score of the whole step's episodes, all tasks together, as REINFORCE++: a solved easy
     task is still reinforced) or ``gae`` (value head)."""
     lr: float = 5e-4
@@ -514,7 +516,7 @@ class TrainConfig:
         choices = {
             "env.reward_mode": (self.env.reward_mode, ("sparse", "shaped")),
             "env.prompt": (self.env.prompt, tuple(PROMPT_STYLES)),
-            "ppo.advantage": (self.ppo.advantage, ("group", "batch", "gae")),
+            "ppo.advantage": (self.ppo.advantage, ("group", "prefix", "batch", "gae")),
             "ppo.kl_estimator": (self.ppo.kl_estimator, ("k1", "k2", "k3")),
             "algo": (self.algo, ALGOS),
             "rollout.engine_weights": (self.rollout.engine_weights, ("shared", "copy")),
@@ -604,8 +606,8 @@ class TrainConfig:
         if self.ppo.minibatches > episodes:
             raise ConfigError(f"ppo.minibatches: expected at most the {episodes} episodes per step, "
                               f"got {self.ppo.minibatches}")
-        if self.ppo.advantage == "group" and self.rollout.samples_per_task < 2:
-            raise ConfigError("ppo.advantage=group needs rollout.samples_per_task >= 2 (a group "
+        if self.ppo.advantage in ("group", "prefix") and self.rollout.samples_per_task < 2:
+            raise ConfigError(f"ppo.advantage={self.ppo.advantage} needs rollout.samples_per_task >= 2 (a group "
                               f"baseline over one sample is zero), got {self.rollout.samples_per_task}")
         self._validate_evidence()
         self.health.validate()
@@ -674,14 +676,17 @@ class TrainConfig:
                                   "usual baseline")
             clash = [f"ppo.{k}" for k, on in (("group_std_normalize", p.group_std_normalize),
                                               ("drop_uniform_groups", p.drop_uniform_groups)) if on]
-            if p.advantage == "gae" or clash:
+            if p.advantage in ("gae", "prefix") or clash:
                 raise ConfigError(f"ppo.baseline_scale={p.baseline_scale} scales the group baseline, so a "
                                   "group whose scores are all equal keeps a nonzero advantage; it cannot be "
-                                  "divided by that group's std (0), nor dropped, and GAE has no group "
-                                  f"baseline; got ppo.advantage={p.advantage}"
+                                  "divided by that group's std (0), nor dropped, and GAE (or prefix) has no group "
+                                  f"baseline to scale; got ppo.advantage={p.advantage}"
                                   + (f" with {' and '.join(clash)}" if clash else "")
                                   + "; fix: ppo.advantage=group ppo.group_std_normalize=false "
                                   "ppo.drop_uniform_groups=false, or ppo.baseline_scale=1")
+        if p.advantage == "prefix" and p.kl_in == "reward" and p.kl_coef != 0:
+            raise ConfigError("ppo.advantage=prefix credits each token from the group's outcome scores only; a KL "
+                              "penalty in the reward would be left out; fix: ppo.kl_in=loss, or ppo.advantage=group")
         if p.advantage == "batch" and p.drop_uniform_groups:
             raise ConfigError("ppo.drop_uniform_groups drops tasks whose samples all scored the same, but "
                               "with ppo.advantage=batch those still carry signal (one baseline for the step); "

@@ -11,7 +11,8 @@ them by the running std of every score seen (:class:`~agentgym.trainer.algo.ppo.
 
 :func:`compute_advantages` is the one place advantages are made, before any gradient:
 ``ppo.advantage: group`` normalises each episode's score within its task's group (all ranks'
-scores); ``gae`` runs GAE over the policy tokens with the value head's values before the
+scores); ``prefix`` gives each token the change in value its prefix makes in the tree of the
+group's samples (:func:`~agentgym.trainer.algo.ppo.prefix_advantages`); ``gae`` runs GAE over the policy tokens with the value head's values before the
 update (a no-grad pass before the epochs, as CleanRL does), the same advantages for every
 epoch and minibatch. ``kl_in: reward`` first subtracts the KL penalty (per token for GAE; after the
 normalisation of the outcome for the group baseline,
@@ -55,6 +56,7 @@ from .algo.ppo import (
     on_last_policy_token,
     placebo_permutation,
     ppo_policy_loss,
+    prefix_advantages,
     value_loss,
 )
 from .config import TrainConfig
@@ -141,6 +143,16 @@ def compute_advantages(learner: Learner, b: Batch, cfg: TrainConfig, step: int) 
         check_finite("advantages", b.advantages, step, "Check rewards and the value head.")
         return {**metrics, **_negative_share(b, ranks)}
     groups, all_scores = ranks.gather_rows(b.group_ids + 0), ranks.gather_rows(b.scores)  # global task ids
+    offset = ranks.rows_before(len(b))
+    if p.advantage == "prefix":  # token-level: each token against the episodes through its prefix
+        rows = ranks.gather([b.input_ids[i, :n].tolist() for i, n in enumerate(b.lengths.tolist())])
+        adv = prefix_advantages(rows, all_scores, groups, normalize_std=p.group_std_normalize)
+        adv = adv[offset:offset + len(b)].to(mask.device, mask.dtype)
+        check_finite("advantages", adv, step, "Check rewards.")
+        w = min(adv.shape[1], mask.shape[1])
+        b.advantages = torch.zeros_like(mask)
+        b.advantages[:, :w] = adv[:, :w] * mask[:, :w]
+        return {**metrics, **_negative_share(b, ranks)}
     if p.advantage == "batch":  # one baseline for the whole step
         groups = torch.zeros_like(groups)
     if pen is None:
@@ -149,7 +161,6 @@ def compute_advantages(learner: Learner, b: Batch, cfg: TrainConfig, step: int) 
     else:  # normalise the outcome first, then the (centred) KL penalty
         seq_adv = group_advantages_with_kl(all_scores, ranks.gather_rows(pen.sum(-1)), groups,
                                            normalize_std=p.group_std_normalize, baseline_scale=p.baseline_scale)
-    offset = ranks.rows_before(len(b))
     seq_adv = seq_adv[offset:offset + len(b)]
     check_finite("advantages", seq_adv, step, "Check rewards.")
     b.advantages = seq_adv[:, None] * mask  # (B, T): one advantage per episode, on its policy tokens

@@ -100,8 +100,14 @@ def test_evidence_combinations_are_refused_with_a_fix() -> None:
     with pytest.raises(ConfigError, match="cannot be divided by that group's std.*with ppo.group_std_normalize; "
                                           "fix: ppo.advantage=group ppo.group_std_normalize=false"):
         load_config(None, ["ppo.baseline_scale=0.5"])
-    with pytest.raises(ConfigError, match="GAE has no group baseline; got ppo.advantage=gae"):
+    with pytest.raises(ConfigError, match=r"GAE \(or prefix\) has no group baseline to scale; got ppo.advantage=gae"):
         load_config(None, ["ppo.baseline_scale=0.5", "ppo.group_std_normalize=false", "ppo.advantage=gae"])
+    with pytest.raises(ConfigError, match="no group baseline to scale; got ppo.advantage=prefix"):
+        load_config(None, ["ppo.baseline_scale=0.5", "ppo.group_std_normalize=false", "ppo.advantage=prefix"])
+    with pytest.raises(ConfigError, match="a KL penalty in the reward would be left out; fix: ppo.kl_in=loss"):
+        load_config(None, ["ppo.advantage=prefix", "ppo.kl_coef=0.1", "ppo.kl_in=reward", "ppo.kl_estimator=k1"])
+    with pytest.raises(ConfigError, match="ppo.advantage=prefix needs rollout.samples_per_task >= 2"):
+        load_config(None, ["ppo.advantage=prefix", "rollout.samples_per_task=1"])
     with pytest.raises(ConfigError, match=r"expected a fraction of the mean score in \[0, 1\], got 1.5"):
         load_config(None, ["ppo.baseline_scale=1.5", "ppo.group_std_normalize=false"])
     assert load_config(None, ["ppo.baseline_scale=0", "ppo.group_std_normalize=false"]).ppo.baseline_scale == 0

@@ -15,6 +15,7 @@ from agentgym.trainer.algo.ppo import (
     group_advantages_with_kl,
     kl_estimate,
     ppo_policy_loss,
+    prefix_advantages,
     value_loss,
 )
 from agentgym.trainer.config import load_config
@@ -83,6 +84,39 @@ def test_group_advantages() -> None:
     torch.testing.assert_close(adv, torch.tensor(expected), rtol=1e-5, atol=1e-6)
     raw = group_advantages(scores, groups, normalize_std=False)
     torch.testing.assert_close(raw, torch.tensor([2 / 3, -1 / 3, -1 / 3, -1.0, 1.0, 0.0]))
+
+
+def test_prefix_credit_by_hand() -> None:
+    # One task, four samples after a 2-token prompt [7, 7]: three take the same first call (1, 2) and
+    # then the service answers 5 to two of them and fails (9) for the third; the fourth calls 3.
+    rows = [[7, 7, 1, 2, 5, 4], [7, 7, 1, 2, 5, 4], [7, 7, 1, 2, 9, 6], [7, 7, 3, 2]]
+    scores = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    adv = prefix_advantages(rows, scores, torch.zeros(4), normalize_std=False)
+    # first call's token: 1 is worth 2/3 through the node (mean of the first three), the root 1/2
+    for i in range(3):
+        assert adv[i, 2] == pytest.approx(2 / 3 - 1 / 2)
+    assert adv[3, 2] == pytest.approx(0 - 1 / 2)  # the one that called 3 parted at the root
+    assert adv[3, 3] == pytest.approx(0 - 1 / 2)  # and every token after its parting counts the same
+    for i in range(3):
+        assert adv[i, 3] == 0  # the token all three took in the same place: neither up nor down
+    assert adv[0, 5] == adv[1, 5] == 0  # the two successes share everything
+    # the failure's tokens after the fault (position 5, after the environment's 9) are judged against
+    # the deepest node it shares: the first call, worth 2/3
+    assert adv[2, 5] == pytest.approx(0 - 2 / 3)
+    assert adv.shape == (4, 6) and adv[3, 4:].abs().sum() == 0  # past a row's end: 0
+    # summed over the episodes through each node, the credit is the group baseline's gradient with the
+    # node's value as baseline; equal scores or a group of one give 0; the std normalises as GRPO's
+    assert prefix_advantages(rows, torch.ones(4), torch.zeros(4)).abs().sum() == 0
+    assert prefix_advantages(rows, scores, torch.arange(4)).abs().sum() == 0
+    std = float(scores.std())
+    torch.testing.assert_close(prefix_advantages(rows, scores, torch.zeros(4)), adv / (std + 1e-6))
+
+
+def test_prefix_credit_on_identical_samples_is_the_group_baseline() -> None:
+    rows = [[1, 2, 3]] * 3  # nothing parts them: the only node they differ on is the leaf
+    scores = torch.tensor([1.0, 0.0, 0.0])
+    adv = prefix_advantages(rows, scores, torch.zeros(3), normalize_std=False)
+    assert adv.abs().sum() == 0  # the same tokens in the same places: no token is to blame
 
 
 def test_a_partial_baseline_subtracts_that_share_of_the_group_mean() -> None:

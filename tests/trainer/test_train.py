@@ -266,6 +266,35 @@ def test_batch_advantage_has_one_baseline_for_the_whole_step(tmp_path: Path, std
     assert float(got[0]) > 0 and float(got[1]) > 0  # the all-solved task is reinforced
 
 
+def test_prefix_advantage_reaches_the_update(tmp_path: Path) -> None:
+    """``ppo.advantage=prefix`` on a real step: each policy token's advantage is the token tree's
+    (``prefix_advantages`` of the episodes' own tokens), 0 off the policy tokens, 0 on the first
+    action's tokens that every sample of its task took, and the update runs on it."""
+    from agentgym.trainer.algo.ppo import prefix_advantages
+    from agentgym.trainer.update import compute_advantages, ppo_update, score
+
+    cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "ppo.advantage=prefix"])
+    t = Trainer(cfg)
+    trajs, groups, _ = t.rollouts.collect(0)
+    for i, tr in enumerate(trajs):
+        tr.traj.turns[-1].reward = float(i != 3)
+    b = score(t.rollouts.batch(trajs, groups, {}), cfg, 0, t.ranks)
+    compute_advantages(t.learner, b, cfg, 0)
+    rows = [b.input_ids[i, :n].tolist() for i, n in enumerate(b.lengths.tolist())]
+    want = prefix_advantages(rows, b.scores, b.group_ids)
+    w = want.shape[1]
+    torch.testing.assert_close(b.advantages[:, :w], want * b.policy_mask[:, :w])
+    assert b.advantages[b.policy_mask == 0].abs().sum() == 0
+    first = int(b.policy_mask[0].nonzero()[0])  # every sample's first sampled token, after the shared prompt
+    for g in set(groups):
+        idx = [i for i, x in enumerate(groups) if x == g]
+        if len({int(b.input_ids[i, first]) for i in idx}) == 1:  # all took it: no credit either way
+            assert all(float(b.advantages[i, first]) == 0 for i in idx)
+    m = ppo_update(t.learner, b, cfg, 0)
+    assert math.isfinite(m["loss"])
+    t.close()
+
+
 @pytest.mark.parametrize("placebo", [False, True])
 def test_a_partial_baseline_reaches_the_update(tmp_path: Path, placebo: bool) -> None:
     """``ppo.baseline_scale=0.5``: each episode's advantage is its score less half its group's

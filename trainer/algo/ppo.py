@@ -34,6 +34,7 @@ __all__ = [
     "on_last_policy_token",
     "placebo_permutation",
     "ppo_policy_loss",
+    "prefix_advantages",
     "value_loss",
 ]
 
@@ -190,6 +191,65 @@ def group_advantages_with_kl(
     """
     adv = group_advantages(scores, group_ids, normalize_std=normalize_std, baseline_scale=baseline_scale)
     return adv - group_advantages(penalties, group_ids, normalize_std=False)
+
+
+@torch.no_grad()
+def prefix_advantages(
+    rows: list[list[int]], scores: torch.Tensor, group_ids: torch.Tensor, *, normalize_std: bool = True,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Token-level credit from the tree a group's samples make (``ppo.advantage: prefix``) -> (N, T).
+
+    The samples of a task share their prompt and, often, their first actions and observations,
+    then part: at a token one sampled differently, or at an observation the environment drew
+    differently (a fault). Each node of that token tree (a prefix) is worth the mean score of
+    the group's episodes that pass through it. The token at position ``t`` of episode ``i``
+    gets ``v(prefix through t) - v(prefix before t)``: 0 on a token every episode through that
+    prefix took, the episode's score minus the value of the node where it parted from the others
+    on the token where it did and on every token after it (a node only it passes through has no
+    value of its own: the deepest node it shares stands in). So the actions shared by successes
+    and failures (the correct calls before a fault) are neither pushed up nor down, and a choice
+    is judged against the episodes that reached the same place. Summed over the episodes
+    through a node this is the group baseline's gradient with each token's baseline the value of
+    its own prefix. ``rows`` are the episodes' tokens (N lists, the prompt included),
+    ``normalize_std`` divides by the group's score std as :func:`group_advantages` does; a
+    group of one episode, or whose scores are equal, gets 0. Columns past a row's end are 0.
+    """
+    n, width = len(rows), max((len(r) for r in rows), default=0)
+    adv = torch.zeros(n, width)
+    scores = scores.float().cpu()
+    members: dict[int, list[int]] = {}
+    for i, g in enumerate(group_ids.tolist()):
+        members.setdefault(int(g), []).append(i)
+    for idx in members.values():
+        if len(idx) < 2:
+            continue
+        r = scores[idx]
+        std = float(r.std()) if normalize_std else 1.0
+        toks = [torch.as_tensor(rows[i], dtype=torch.long) for i in idx]
+        for a, i in enumerate(idx):
+            others = [b for b in range(len(idx)) if b != a]
+            lcp = torch.tensor([_common_prefix(toks[a], toks[b]) for b in others], dtype=torch.float32)  # (n-1,)
+            pos = torch.arange(len(rows[i]), dtype=torch.float32)[:, None]  # (L, 1)
+            shared = pos.clamp(max=float(lcp.max()))  # a node only this episode reaches: the deepest shared
+            after = torch.where(pos + 1 <= lcp.max(), pos + 1, torch.full_like(pos, math.inf))
+            # v(through t) - v(before t); past the parting the node is its own, worth its score
+            delta = _node_value(after, lcp, r[a], r[others]) - _node_value(shared, lcp, r[a], r[others])
+            adv[i, :len(rows[i])] = delta / (std + eps) if normalize_std else delta
+    return adv
+
+
+def _node_value(depth: torch.Tensor, lcp: torch.Tensor, own: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
+    """Mean score of the episodes through an episode's prefix of each ``depth`` (L, 1): itself (score
+    ``own``) and each other one whose common prefix with it, ``lcp`` (n-1,), is at least that long."""
+    through = (lcp[None, :] >= depth).float()  # (L, n-1)
+    return (own + through @ others) / (1.0 + through.sum(1))
+
+
+def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
+    m = min(len(a), len(b))
+    same = (a[:m] == b[:m]).long()
+    return int(same.cumprod(0).sum())
 
 
 def ppo_policy_loss(
