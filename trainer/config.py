@@ -389,6 +389,12 @@ class SFTConfig:
     """Stop the warm start once pass@k reaches this: enough successes in a group for RL to learn from."""
     stop_pass_at_1: float | None = None
     """... or once pass@1 reaches this: leave room for RL (the warm start must not already solve it)."""
+    keep: str = "last"
+    """The weights the warm start ends with when it runs to ``sft.steps`` without meeting its stop
+    rule: ``last``, or ``best``: those of the check with the highest held-out pass@1 (the earliest
+    of equals), with their AdamW state, so a loss spike near the cap does not become what every
+    arm starts from. The best so far is kept in ``RUN_DIR/warm_best.pt`` (a resumed warm start
+    reads it); single process only."""
     min_wellformed: float = 0.5
     """The warm start failed if fewer than this share of its held-out episodes at the training
     temperature are well formed (every action parsed, a tool called without error when the env
@@ -518,6 +524,7 @@ class TrainConfig:
             "env.prompt": (self.env.prompt, tuple(PROMPT_STYLES)),
             "ppo.advantage": (self.ppo.advantage, ("group", "prefix", "batch", "gae")),
             "ppo.kl_estimator": (self.ppo.kl_estimator, ("k1", "k2", "k3")),
+            "sft.keep": (self.sft.keep, ("last", "best")),
             "algo": (self.algo, ALGOS),
             "rollout.engine_weights": (self.rollout.engine_weights, ("shared", "copy")),
             "rollout.engine_dtype": (self.rollout.engine_dtype, ("auto", "float32", "bfloat16")),
@@ -593,6 +600,10 @@ class TrainConfig:
         for key, v in nonneg.items():
             if v < 0:
                 raise ConfigError(f"{key}: expected >= 0, got {v!r}")
+        if self.sft.keep == "best" and not (self.sft.check_every and self.sft.steps):
+            raise ConfigError("sft.keep=best keeps the weights of the best held-out check, and this warm start "
+                              f"has none (sft.steps={self.sft.steps}, sft.check_every={self.sft.check_every}); "
+                              "fix: sft.check_every=N (and sft.check_from), or sft.keep=last")
         if self.sft.check_temperature is not None and not self.sft.check_temperature > 0:
             raise ConfigError(f"sft.check_temperature: expected > 0 (pass@k of greedy samples is pass@1) "
                               f"or null for rollout.temperature, got {self.sft.check_temperature!r}")

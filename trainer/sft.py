@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -39,13 +41,14 @@ from .algo.episode import Episode
 from .algo.optim import carry_moments, lr_factor
 from .learner import Learner, batch_forward
 from .metrics import Progress
+from .model.files import STRAY
 from .receivers import check_teacher_kwargs
 from .rollout.demos import demonstrations, find_oracle
 
 if TYPE_CHECKING:
     from .episodes import Rollouts
 
-__all__ = ["demo_seeds", "make_teacher", "run_sft", "sft_optimizer", "sft_step", "stop_reason"]
+__all__ = ["BEST_FILE", "BestCheck", "demo_seeds", "make_teacher", "run_sft", "sft_optimizer", "sft_step", "stop_reason"]
 
 
 def make_teacher(env_id: str, sft_config: Any) -> StepPolicy:
@@ -95,6 +98,43 @@ def sft_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trajs: li
     gn = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm or math.inf)
     optimizer.step()
     return {"loss": loss_sum, "grad_norm": float(gn), "demo_token_p": p_sum / len(trajs)}
+
+
+BEST_FILE = "warm_best.pt"
+
+
+class BestCheck:
+    """``sft.keep: best``: the weights, AdamW state and schedule of the warm start's best held-out
+    check so far (highest pass@1, the earliest of equals), in one file written atomically, so a
+    warm start resumed from a checkpoint still knows them. Only trainable parameters are kept
+    (with LoRA, the adapters)."""
+
+    def __init__(self, path: Path, *, fresh: bool) -> None:
+        self.path, self.step, self.score = path, None, -math.inf
+        if fresh:
+            path.unlink(missing_ok=True)  # a new warm start in a reused run dir
+        elif path.exists():
+            head = torch.load(path, weights_only=False, map_location="cpu")
+            self.step, self.score = int(head["step"]), float(head["pass_at_1"])
+
+    def offer(self, step: int, score: float, model: torch.nn.Module, opt: Any, sched: Any) -> None:
+        if score <= self.score:
+            return
+        self.step, self.score = step, score
+        params = {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+        tmp = self.path.with_name(f"{STRAY}{self.path.name}-{os.getpid()}")
+        torch.save({"step": step, "pass_at_1": score, "params": params, "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict()}, tmp)
+        os.replace(tmp, self.path)
+
+    def restore(self, model: torch.nn.Module, opt: Any, sched: Any) -> None:
+        saved = torch.load(self.path, weights_only=False, map_location="cpu")
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if n in saved["params"]:
+                    p.copy_(saved["params"][n].to(p.device, p.dtype))
+        opt.load_state_dict(saved["optimizer"])
+        sched.load_state_dict(saved["scheduler"])
 
 
 def stop_reason(sc: Any, check: dict[str, float]) -> str | None:
@@ -148,6 +188,12 @@ def run_sft(cfg: Any, learner: Learner, rollouts: Rollouts, log: Any, *, held: A
     env = rollouts.make_env(cfg.env.train_split)
     options = {**rollouts.train_options(), **cfg.sft.options}
     opt, sched = (optimizer, scheduler) if optimizer is not None else sft_optimizer(cfg, learner.model)
+    best = None
+    if sc.keep == "best":
+        if learner.dist is not None:
+            raise ConfigError("sft.keep=best keeps the best check's weights in one file, from one process; "
+                              "under torchrun use sft.keep=last")
+        best = BestCheck(Path(cfg.log.run_dir) / BEST_FILE, fresh=not start)
     bar = Progress(sc.steps, "warm start", cfg.log.progress)
     bar.update(start)
     stats: dict[str, Any] = {}
@@ -172,6 +218,8 @@ def run_sft(cfg: Any, learner: Learner, rollouts: Rollouts, log: Any, *, held: A
                 why = stop_reason(sc, found)
                 if why is not None:
                     reason = why
+                elif best is not None:
+                    best.offer(done, found["pass_at_1"], learner.model, opt, sched)
             log.log("sft", done, stats)
             bar.update(done, f"loss {stats['loss']:.3f} demo p {stats['demo_token_p']:.3f}"
                        + (f" check pass@1 {stats['check_pass_at_1']:.2f}" if "check_pass_at_1" in stats else ""))
@@ -189,6 +237,10 @@ def run_sft(cfg: Any, learner: Learner, rollouts: Rollouts, log: Any, *, held: A
     finally:
         bar.close()
         env.close()
+    if best is not None and reason == "max steps" and best.step not in (None, done):
+        best.restore(learner.model, opt, sched)
+        reason = (f"max steps; kept the weights of step {best.step}, the best held-out check "
+                  f"(pass@1 {best.score:.3f})")
     learner.sft_optimizer = opt
     rollouts.refresh()  # gathers a sharded (torchrun) policy
     if cfg.ppo.carry_sft_optimizer:

@@ -47,7 +47,7 @@ from .metrics import MetricsLogger, Progress, read_metrics, truncate_metrics
 from .model.files import latest_checkpoint, write_text_atomic
 from .plots import write_plots
 from .preempt import stop_requested
-from .sft import run_sft
+from .sft import BEST_FILE, run_sft
 from .update import compute_advantages, ppo_update, score
 
 __all__ = ["Trainer"]
@@ -230,6 +230,7 @@ class Trainer:
         learner.save_warm_start()
         learner.start_reference(resumed=False)
         self._checkpoint()  # before the long evaluation: a kill from here on never redoes the warm start
+        (Path(cfg.log.run_dir) / BEST_FILE).unlink(missing_ok=True)  # sft.keep=best's, needed no more
 
     def _evaluate(self, stage: str, *, full: bool = False) -> dict[str, Any]:
         """The held-out evaluation of the current policy (a stale engine is synced first)."""

@@ -30,7 +30,7 @@ from agentgym.trainer.controls import (
 )
 from agentgym.trainer.imitation import imitation_update
 from agentgym.trainer.metrics import read_metrics
-from agentgym.trainer.sft import stop_reason
+from agentgym.trainer.sft import BEST_FILE, BestCheck, stop_reason
 from agentgym.trainer.train import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -278,6 +278,53 @@ def test_the_warm_start_stops_at_its_held_out_criterion(tmp_path: Path) -> None:
     assert len(sft) == 6 and "check_pass_at_2" in sft[-1] and "check_pass_at_1" not in sft[2]
     warm = read_metrics(tmp_path, "warm_start")[0]
     assert warm["steps"] == 6 and warm["stop_reason"].startswith("held-out pass@1 0.000 >= 0")
+
+
+def test_a_warm_start_at_its_cap_can_keep_its_best_checked_weights(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sft.keep=best``: a warm start that runs to ``sft.steps`` without meeting its stop rule ends
+    with the weights and AdamW state of its best held-out check (here step 2 of 3, scored 0.9
+    between 0.5 and 0.1), what every arm then loads; ``last`` keeps step 3's; the file holding
+    the best so far is gone once the warm start is saved."""
+    from agentgym.trainer.evaluation import Evaluator
+
+    scores = {1: 0.5, 2: 0.9, 3: 0.1}
+    weights: dict[str, dict[int, torch.Tensor]] = {}
+
+    def check(self: Evaluator, step: int) -> dict[str, float]:  # scripted scores; the weights as checked
+        weights.setdefault(self.cfg.sft.keep, {})[step] = torch.cat(
+            [p.detach().flatten().clone() for p in self.rollouts.engine.model.parameters()])
+        return {"pass_at_1": scores[step], "pass_at_2": scores[step], "wellformed": 1.0}
+
+    monkeypatch.setattr(Evaluator, "sft_check", check)
+    base = [*TINY, "sft.steps=3", "sft.check_every=1", "sft.check_from=1", "sft.check_samples=2", "ppo.steps=0"]
+    for keep in ("best", "last"):
+        run = tmp_path / keep
+        t = Trainer(load_config("cpu-quickstart", [*base, f"log.run_dir={run}", f"sft.keep={keep}"]))
+        t.run()
+        final = torch.cat([p.detach().flatten() for p in t.learner.model.parameters()])
+        warm = read_metrics(run, "warm_start")[0]
+        want = weights[keep][2 if keep == "best" else 3]
+        torch.testing.assert_close(final, want, rtol=0, atol=0)
+        assert not torch.equal(weights[keep][2], weights[keep][3])
+        assert warm["steps"] == 3 and not (run / BEST_FILE).exists()
+        if keep == "best":
+            assert warm["stop_reason"] == "max steps; kept the weights of step 2, the best held-out check (pass@1 0.900)"
+            saved = torch.load(run / "warm_start" / "sft_optimizer.pt", weights_only=False)
+            assert saved and all(int(st["step"]) == 2 for st in saved.values())  # step 2's AdamW moments
+        else:
+            assert warm["stop_reason"] == "max steps"
+        t.close()
+    # the best so far survives a resume (a new warm start in the same dir forgets it)
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
+    BestCheck(tmp_path / BEST_FILE, fresh=True).offer(4, 0.25, model, opt, sched)
+    again = BestCheck(tmp_path / BEST_FILE, fresh=False)
+    assert (again.step, again.score) == (4, 0.25)
+    assert BestCheck(tmp_path / BEST_FILE, fresh=True).step is None and not (tmp_path / BEST_FILE).exists()
+    with pytest.raises(ConfigError, match="sft.keep=best keeps the weights of the best held-out check"):
+        load_config("cpu-quickstart", [*TINY, "sft.steps=3", "sft.keep=best"])
 
 
 def test_the_stopping_check_samples_at_its_own_temperature(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
