@@ -240,6 +240,16 @@ def _first_step_advantages(tmp_path: Path,
     """Step 0's episodes scored so that task 0's two samples both succeed and task 1's one of two,
     through ``score`` and ``compute_advantages`` -> (config, the scores, the group ids, each
     episode's advantage)."""
+    cfg, t, b, groups = _first_step_batch(tmp_path, overrides)
+    t.close()
+    s = torch.tensor([float(i != 3) for i in range(len(groups))])
+    got = torch.stack([row[m.bool()][0] for row, m in zip(b.advantages, b.policy_mask, strict=True)])
+    return cfg, s, groups, got
+
+
+def _first_step_batch(tmp_path: Path, overrides: list[str]) -> tuple[Any, Trainer, Any, list[int]]:
+    """Step 0's batch, every episode but the fourth scored 1, with its advantages -> (config, the
+    trainer, left open, the batch, the group ids)."""
     from agentgym.trainer.update import compute_advantages, score
 
     cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", *overrides])
@@ -249,10 +259,7 @@ def _first_step_advantages(tmp_path: Path,
         tr.traj.turns[-1].reward = float(i != 3)
     b = score(t.rollouts.batch(trajs, groups, {}), cfg, 0, t.ranks)
     compute_advantages(t.learner, b, cfg, 0)
-    t.close()
-    s = torch.tensor([float(i != 3) for i in range(len(trajs))])
-    got = torch.stack([row[m.bool()][0] for row, m in zip(b.advantages, b.policy_mask, strict=True)])
-    return cfg, s, list(groups), got
+    return cfg, t, b, list(groups)
 
 
 @pytest.mark.parametrize("std", [True, False])
@@ -271,15 +278,9 @@ def test_prefix_advantage_reaches_the_update(tmp_path: Path) -> None:
     (``prefix_advantages`` of the episodes' own tokens), 0 off the policy tokens, 0 on the first
     action's tokens that every sample of its task took, and the update runs on it."""
     from agentgym.trainer.algo.ppo import prefix_advantages
-    from agentgym.trainer.update import compute_advantages, ppo_update, score
+    from agentgym.trainer.update import ppo_update
 
-    cfg = load_config("cpu-quickstart", [*SMALL, f"log.run_dir={tmp_path}", "ppo.advantage=prefix"])
-    t = Trainer(cfg)
-    trajs, groups, _ = t.rollouts.collect(0)
-    for i, tr in enumerate(trajs):
-        tr.traj.turns[-1].reward = float(i != 3)
-    b = score(t.rollouts.batch(trajs, groups, {}), cfg, 0, t.ranks)
-    compute_advantages(t.learner, b, cfg, 0)
+    cfg, t, b, groups = _first_step_batch(tmp_path, ["ppo.advantage=prefix"])
     rows = [b.input_ids[i, :n].tolist() for i, n in enumerate(b.lengths.tolist())]
     want = prefix_advantages(rows, b.scores, b.group_ids)
     w = want.shape[1]
