@@ -80,12 +80,12 @@ def verdict(r: dict[str, Any], base: str, bar: argparse.Namespace) -> tuple[bool
     unfinished = sorted(a for a, f in finals.items() if f is None)
     why = [f"unfinished: {', '.join(unfinished)}"] if unfinished else []
     ok = not unfinished
-    if finals.get("placebo"):
+    if base != "placebo" and finals.get("placebo"):
         g = gain(finals["placebo"], finals[base], "sampled_")  # type: ignore[arg-type]
         hit = bool(g and g["gain"] >= bar.bar_gain and g["z"] >= bar.bar_z)
         ok &= hit
         why.append(f"placebo gap {'ok' if hit else 'MISSED'}")
-    if finals.get("rft"):
+    if base != "rft" and finals.get("rft"):
         g = gain(finals["rft"], finals[base], "sampled_")  # type: ignore[arg-type]
         hit = bool(g and g["z"] >= -bar.bar_rft_z)
         ok &= hit
@@ -244,8 +244,10 @@ def main() -> int:
         print(f"  {base} - {a}: {st['mean']:+.3f} [{st['lo']:+.3f}, {st['hi']:+.3f}]: {say}")
         if a == "placebo":
             all_ok &= len(per) >= 2 and st["lo"] > 0
-    print(f"\nper seed check: bar ({base} - placebo >= +{args.bar_gain:.2f} and >= {args.bar_z:g} paired SE at T; "
-          f"{base} - RFT >= -{args.bar_rft_z:g} SE; no alerts), health, minutes per process")
+    controls = [a for a in arms if a != base]
+    bar = [f"{base} - placebo >= +{args.bar_gain:.2f} and >= {args.bar_z:g} paired SE at T"] if "placebo" in controls else []
+    bar += [f"{base} - RFT >= -{args.bar_rft_z:g} SE"] if "rft" in controls else []
+    print(f"\nper seed check: bar ({'; '.join([*bar, 'no alerts'])}), health, minutes per process")
     for s, r in res.items():
         ok, why = verdict(r, base, args)
         walls = ", ".join(f"{k} {v / 60:.1f}" for k, v in r.get("wall", {}).items())

@@ -401,6 +401,11 @@ def test_run_seeds_runs_every_arm_of_every_seed_as_processes(tmp_path: Path) -> 
     assert len(rows) == 6 and all(re.search(r"\| +[+-]\d\.\d{3} +\d\.\d{3} .*\[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", r)
                                   for r in rows), rows
     assert re.search(r"ppo - placebo: .*not decided \(0 seed", out.stdout), out.stdout
+    # an arm alone is not checked against itself
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "controls.py"), "--seeds", "5", "--out",
+                          str(tmp_path), "--analyse-only", "--arms", "rft"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert "bar (no alerts)" in out.stdout and "no control arm" in out.stdout and "vs RFT" not in out.stdout, out.stdout
     # a warm start stopped part way (no warm_start/ yet) makes its seed unfinished, not a comparison
     shutil.rmtree(Path(res[6]["dirs"]["warm"]) / "warm_start")
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "controls.py"), "--seeds", "5", "6", "--out",
