@@ -18,11 +18,12 @@ grid's settings, so a second call reads them back.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,27 @@ def _weights(run_dir: Path) -> Path:
                       "train it first")
 
 
+@contextlib.contextmanager
+def final_policy(run_dir: str | Path) -> Iterator[Trainer]:
+    """A :class:`Trainer` built from finished run ``run_dir``'s config in a scratch dir (no
+    controls, nothing logged), holding the run's final weights: to play episodes with them."""
+    run_dir = Path(run_dir)
+    weights = _weights(run_dir)
+    d = config_to_dict(load_config(run_dir / "config.yaml"))
+    with tempfile.TemporaryDirectory() as tmp:
+        d["log"].update(run_dir=tmp, progress=False, plots=False, tensorboard=False, wandb=False)
+        d["controls"] = []
+        d["sft"]["load"] = None
+        t = Trainer(config_from_dict(d))
+        try:
+            load_weights(t.learner.model, weights)
+            t.rollouts.refresh()
+            yield t
+        finally:
+            t.log.close()
+            t.close()
+
+
 def grid_eval(run_dir: str | Path, cells: Sequence[dict[str, Any]], *, problems: int, samples: int,
               seed_start: int) -> dict[str, dict[str, Any]]:
     """Cell name -> the evaluation record (:func:`~agentgym.trainer.evaluation.eval_record`) of
@@ -86,42 +108,30 @@ def grid_eval(run_dir: str | Path, cells: Sequence[dict[str, Any]], *, problems:
     done = stored_grid(run_dir, cells, problems=problems, samples=samples, seed_start=seed_start)
     if done is not None:
         return done
-    weights = _weights(run_dir)
-    d = config_to_dict(load_config(run_dir / "config.yaml"))
     out: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        d["log"].update(run_dir=tmp, progress=False, plots=False, tensorboard=False, wandb=False)
-        d["controls"] = []
-        d["sft"]["load"] = None
-        cfg = config_from_dict(d)
-        t = Trainer(cfg)
+    with final_policy(run_dir) as t:
+        cfg = t.cfg
+        split = cfg.env.eval_split
+        held = t.rollouts.held
+        probe = t.rollouts.make_env(split)
         try:
-            load_weights(t.learner.model, weights)
-            t.rollouts.refresh()
-            split = cfg.env.eval_split
-            held = t.rollouts.held
-            probe = t.rollouts.make_env(split)
-            try:
-                for cell in cells:
-                    opts = {**cell, **({"split": split} if split is not None else {})}
-                    found = distinct_problems(probe, problems, options=opts, start=seed_start)
-                    if len(found) < problems:
-                        raise ConfigError(f"grid cell {cell_name(cell)}: only {len(found)} distinct problems "
-                                          f"from seed {seed_start}; expected {problems}")
-                    seeds, ids = [s for s, _ in found], [t_id for _, t_id in found]
-                    with t.learner.compute():
-                        rec: dict[str, Any] = {"cell": cell}
-                        for temp, n, prefix in ((cfg.rollout.temperature, samples, "sampled_"), (0.0, 1, "")):
-                            trajs = collect_fixed(t.rollouts.eval_collector, temperature=temp,
-                                                  sample_seed=SAMPLE_SEED, options=opts, seeds=seeds, samples=n)
-                            rec.update(eval_record(trajs, temp, prefix, samples=n, needs_tool=held.needs_tool,
-                                                   task_ids=ids))
-                    out[cell_name(cell)] = rec
-            finally:
-                probe.close()
+            for cell in cells:
+                opts = {**cell, **({"split": split} if split is not None else {})}
+                found = distinct_problems(probe, problems, options=opts, start=seed_start)
+                if len(found) < problems:
+                    raise ConfigError(f"grid cell {cell_name(cell)}: only {len(found)} distinct problems "
+                                      f"from seed {seed_start}; expected {problems}")
+                seeds, ids = [s for s, _ in found], [t_id for _, t_id in found]
+                with t.learner.compute():
+                    rec: dict[str, Any] = {"cell": cell}
+                    for temp, n, prefix in ((cfg.rollout.temperature, samples, "sampled_"), (0.0, 1, "")):
+                        trajs = collect_fixed(t.rollouts.eval_collector, temperature=temp,
+                                              sample_seed=SAMPLE_SEED, options=opts, seeds=seeds, samples=n)
+                        rec.update(eval_record(trajs, temp, prefix, samples=n, needs_tool=held.needs_tool,
+                                               task_ids=ids))
+                out[cell_name(cell)] = rec
         finally:
-            t.log.close()
-            t.close()
+            probe.close()
     path = run_dir / GRID_FILE
     stored = json.loads(path.read_text()) if path.exists() else {}
     stored[_grid_key(cells, problems, samples, seed_start)] = out

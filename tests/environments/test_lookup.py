@@ -160,3 +160,51 @@ def test_the_answer_is_exactly_the_code() -> None:
         _, r, _, _, _ = env.step(env.codec.final_ids(answer))
         assert r == paid, answer
     assert np.isfinite(r)
+
+
+def test_fault_record_reads_what_an_episode_did_after_each_fault() -> None:
+    """The oracle calls every failed code again and solves its task; a policy that gives up after
+    its first fault (answers the code it has) met one fault, called nothing again and failed; a
+    call of another code after a fault is not a retry; no fault, nothing to retry."""
+    from agentgym.environments.lookup.recovery import fault_record, fault_summary
+
+    env = LookupEnv(prompt="compact", depth=3, fail_rate=0.5, max_turns=40)
+    decode = env.tokenizer.decode
+    oracle = []
+    for seed in range(8):
+        _, traj = _play(env, seed)
+        oracle.append(fault_record(traj, decode))
+    assert all(r.success and r.retried == r.faults for r in oracle)
+    assert sum(r.faults for r in oracle) > 3  # half the calls fail: the seeds met faults
+
+    def give_up(seed: int, after: str) -> Any:
+        env.reset(seed=seed)
+        while True:
+            env.step(oracle_policy(env))
+            if UNAVAILABLE in _last_tool_text(env):
+                break
+        if after == "answer":
+            env.step(env.codec.final_ids(env.position))
+        else:  # a lookup of another code of the chain, then stop
+            other = next(c for c in env.task.meta["codes"] if c != env.position)
+            env.step(env.codec.tool_call_ids("lookup", {"code": other}))
+        return env.trajectory
+
+    seed = next(s for s in range(50) if not oracle_faultless(env, s))
+    r = fault_record(give_up(seed, "answer"), decode)
+    assert (r.faults, r.retried, r.success) == (1, 0, False)
+    r = fault_record(give_up(seed, "other"), decode)  # the other call may meet a fault of its own
+    assert r.faults >= 1 and r.retried == 0 and not r.success
+    clean = LookupEnv(prompt="compact", depth=2, fail_rate=0.0)
+    _, traj = _play(clean, 0)
+    r = fault_record(traj, decode)
+    assert (r.faults, r.retried, r.success) == (0, 0, True)
+    s = fault_summary([*oracle, fault_record(traj, decode), fault_record(give_up(seed, "answer"), decode)])
+    assert s["episodes"] == 10 and s["met_fault"] + s["no_fault"] == 10
+    assert s["met_fault_solved"] == s["met_fault"] - 1 and s["faults_retried"] == s["faults"] - 1
+
+
+def oracle_faultless(env: LookupEnv, seed: int) -> bool:
+    """The oracle's episode from ``seed`` met no fault."""
+    _, traj = _play(env, seed)
+    return sum(1 for t in traj.turns if t.tool) == env.task.meta["depth"]

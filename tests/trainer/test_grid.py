@@ -78,3 +78,20 @@ def test_grid_eval_plays_the_same_problems_for_every_run_and_pairs_them(tmp_path
     bad = subprocess.run([*mod, str(tmp_path / "nothing"), "--grid", "depth=1"], capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and "expected a run dir with config.yaml" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_recovery_bench_counts_what_a_policys_episodes_did_after_faults(tmp_path: Path) -> None:
+    """bench/lookup_recovery.py plays a finished run's final weights on Lookup-v1 problems and
+    counts the episodes by fault and outcome; a dir with no finished run is one clear line."""
+    run = tmp_path / "warm"
+    Trainer(load_config("cpu-lookup", [*TINY, f"log.run_dir={run}"])).run()
+    bench = [sys.executable, str(Path(__file__).resolve().parents[2] / "bench" / "lookup_recovery.py")]
+    out = subprocess.run([*bench, str(run), "--problems", "6", "--depth", "2", "--fail-rate", "0.5",
+                          "--json", str(tmp_path / "r.json")], capture_output=True, text=True, timeout=300, check=True)
+    c = json.loads((tmp_path / "r.json").read_text())["runs"][str(run)]
+    assert c["episodes"] == 6 and c["met_fault"] + c["no_fault"] == 6
+    assert c["faults"] >= c["met_fault"]  # (a policy 2 SFT steps in calls nothing: what it did is in test_lookup.py)
+    assert 0 <= c["met_fault_solved"] <= c["met_fault"] and 0 <= c["faults_retried"] <= c["faults"]
+    assert f"{c['met_fault_solved']:>11} of {c['met_fault']:<5}" in out.stdout, out.stdout
+    bad = subprocess.run([*bench, str(tmp_path / "nothing")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "train it first" in bad.stderr and "Traceback" not in bad.stderr
