@@ -129,6 +129,7 @@ def make_app(env_id: str, *, max_concurrent_envs: int = 64, **env_kwargs: Any) -
 
 
 def main(argv: list[str] | None = None) -> int:
+    import asyncio
     import socket
 
     import uvicorn
@@ -144,9 +145,19 @@ def main(argv: list[str] | None = None) -> int:
     sock = socket.socket()
     sock.bind((args.host, args.port))
     port = sock.getsockname()[1]
-    print(f"{READY_PREFIX} url=http://{args.host}:{port}", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    server.run(sockets=[sock])
+
+    async def serve() -> None:
+        # The ready line once uvicorn serves and holds Ctrl-C (its signal handlers are in place):
+        # a Ctrl-C any earlier can land inside its setup (its logging config) and leave a traceback.
+        running = asyncio.ensure_future(server.serve(sockets=[sock]))
+        while not (server.started or running.done()):
+            await asyncio.sleep(0.01)
+        if server.started:
+            print(f"{READY_PREFIX} url=http://{args.host}:{port}", flush=True)
+        await running
+
+    asyncio.run(serve())
     return 0
 
 
