@@ -394,7 +394,8 @@ class SFTConfig:
     rule: ``last``, or ``best``: those of the check with the highest held-out pass@1 (the earliest
     of equals), with their AdamW state, so a loss spike near the cap does not become what every
     arm starts from. The best so far is kept in ``RUN_DIR/warm_best.pt`` (a resumed warm start
-    reads it); single process only."""
+    reads it); single process only. A run that takes no warm-start step (an arm that loads one)
+    has nothing to keep."""
     min_wellformed: float = 0.5
     """The warm start failed if fewer than this share of its held-out episodes at the training
     temperature are well formed (every action parsed, a tool called without error when the env
@@ -600,7 +601,8 @@ class TrainConfig:
         for key, v in nonneg.items():
             if v < 0:
                 raise ConfigError(f"{key}: expected >= 0, got {v!r}")
-        if self.sft.keep == "best" and not (self.sft.check_every and self.sft.steps):
+        # With no warm-start steps (an arm that loads one, a run without one) there is nothing to keep.
+        if self.sft.keep == "best" and self.sft.steps and not self.sft.check_every:
             raise ConfigError("sft.keep=best keeps the weights of the best held-out check, and this warm start "
                               f"has none (sft.steps={self.sft.steps}, sft.check_every={self.sft.check_every}); "
                               "fix: sft.check_every=N (and sft.check_from), or sft.keep=last")

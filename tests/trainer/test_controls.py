@@ -325,6 +325,12 @@ def test_a_warm_start_at_its_cap_can_keep_its_best_checked_weights(tmp_path: Pat
     assert BestCheck(tmp_path / BEST_FILE, fresh=True).step is None and not (tmp_path / BEST_FILE).exists()
     with pytest.raises(ConfigError, match="sft.keep=best keeps the weights of the best held-out check"):
         load_config("cpu-quickstart", [*TINY, "sft.steps=3", "sft.keep=best"])
+    # An arm loads its warm start and takes no warm-start step: nothing to keep, nothing refused,
+    # whether it runs as its own process (the bench passes sft.keep to every run) or as a control.
+    load_config("cpu-quickstart", [*TINY, "sft.steps=0", f"sft.load={tmp_path / 'best' / 'warm_start'}",
+                                   "sft.keep=best"])
+    cfg = load_config("cpu-quickstart", [*base, "sft.keep=best"])
+    assert arm_config(cfg, "rft", tmp_path / "best" / "warm_start", tmp_path / "rft").sft.keep == "best"
 
 
 def test_the_stopping_check_samples_at_its_own_temperature(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
